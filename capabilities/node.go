@@ -1,0 +1,166 @@
+package capabilities
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/collplan/collplan/tables"
+)
+
+// FromNode builds the Topology of nNodes nodes of the kind a node table describes and validates it.
+//
+//   - n_ranks = nNodes * gpus_per_node; max_local_ranks = local_ranks = gpus_per_node;
+//     min_comp_cap = max_comp_cap = compute_capability.
+//   - comm_n_channels, nvls_channels and the graphs come from [scale.N], N being NCCL's index2 scale:
+//     "1" for one node, "2" for two, "4" for three or more. An absent graph is all zeros, and inside
+//     a present graph an empty type_intra or type_inter means LOC, as in a topology file.
+//   - The CPU, NVSwitch, NVLS and CollNet fields come from [node] unchanged (collnet_enable and
+//     nvls_support are not cleared for one node or empty graphs: the table is trusted).
+//     net_device_type "" means host, cudart_version 0 means 12080, max_tree_pattern 0 means 1.
+//   - Env is left unset.
+//
+// Errors start with "capabilities: FILE: " (n.File, else n.Name+".toml") and name the table key, e.g.
+// "capabilities: h100.toml: node.cpu_arch: unknown cpu_arch ...".
+func FromNode(n *tables.Node, nNodes int) (Topology, error) {
+	if n == nil {
+		return Topology{}, fmt.Errorf("capabilities: FromNode: nil node table")
+	}
+	file := n.File
+	if file == "" && n.Name != "" {
+		file = n.Name + ".toml"
+	} else if file == "" {
+		file = "node table"
+	}
+	t, err := fromNode(n, nNodes)
+	if err == nil {
+		err = t.Validate()
+	}
+	if err != nil {
+		return Topology{}, fmt.Errorf("capabilities: %s: %w", file, err)
+	}
+	return t, nil
+}
+
+func fromNode(n *tables.Node, nNodes int) (Topology, error) {
+	ni := &n.Node
+	if nNodes < 1 {
+		return Topology{}, fmt.Errorf("nNodes must be at least 1, got %d", nNodes)
+	}
+	if ni.GPUsPerNode < 1 {
+		return Topology{}, fmt.Errorf("node.gpus_per_node: must be at least 1, got %d", ni.GPUsPerNode)
+	}
+	if ni.ComputeCapability < 1 {
+		return Topology{}, fmt.Errorf("node.compute_capability: must be positive (90 for sm_90), got %d", ni.ComputeCapability)
+	}
+	if nNodes > math.MaxInt32/ni.GPUsPerNode {
+		return Topology{}, fmt.Errorf("%d nodes x %d GPUs (node.gpus_per_node) is too many ranks", nNodes, ni.GPUsPerNode)
+	}
+	t := Topology{
+		NNodes:              nNodes,
+		NRanks:              nNodes * ni.GPUsPerNode,
+		MinCompCap:          ni.ComputeCapability,
+		MaxCompCap:          ni.ComputeCapability,
+		NVSCount:            ni.NVSCount,
+		CollNetEnable:       ni.CollNetEnable,
+		CollNetChainSupport: ni.CollNetChainSupport,
+		CollNetHeadsNum:     ni.CollNetHeadsNum,
+		CollNetDirectNHeads: ni.CollNetDirectNHeads,
+		NVLSSupport:         ni.NVLSSupport,
+		MaxTreePattern:      ni.MaxTreePattern,
+		NetDeviceType:       NetHost,
+		MaxLocalRanks:       ni.GPUsPerNode,
+		LocalRanks:          ni.GPUsPerNode,
+		CUDARTVersion:       ni.CUDARTVersion,
+	}
+	if t.MaxTreePattern == 0 {
+		t.MaxTreePattern = defaultMaxTreePattern
+	} else if t.MaxTreePattern < PatternBalancedTree || t.MaxTreePattern > PatternTree {
+		return Topology{}, fmt.Errorf("node.max_tree_pattern: must be 1..3, got %d", t.MaxTreePattern)
+	}
+	if t.CUDARTVersion == 0 {
+		t.CUDARTVersion = defaultCUDARTVersion
+	}
+	var err error
+	if t.CPUArch, err = ParseCPUArch(ni.CPUArch); err != nil {
+		return Topology{}, fmt.Errorf("node.cpu_arch: %w", err)
+	}
+	if t.CPUVendor, err = ParseCPUVendor(ni.CPUVendor); err != nil {
+		return Topology{}, fmt.Errorf("node.cpu_vendor: %w", err)
+	}
+	if ni.NetDeviceType != "" {
+		if t.NetDeviceType, err = ParseNetDeviceType(ni.NetDeviceType); err != nil {
+			return Topology{}, fmt.Errorf("node.net_device_type: %w", err)
+		}
+	}
+	for i, s := range ni.CollNetSupport {
+		od, err := parseCollNetEntry(s)
+		if err != nil {
+			return Topology{}, fmt.Errorf("node.collnet_support[%d]: %w", i, err)
+		}
+		t.CollNetSupport = append(t.CollNetSupport, od)
+	}
+
+	key := NodeScaleKey(nNodes)
+	sc, ok := n.Scale[key]
+	if !ok {
+		return Topology{}, fmt.Errorf("scale.%s: missing, needed for %d node(s)", key, nNodes)
+	}
+	t.CommNChannels = sc.CommNChannels
+	t.NVLSChannels = sc.NVLSChannels
+	var unknown []string
+	for name := range sc.Graphs {
+		if !slices.Contains(topoGraphNames, name) {
+			unknown = append(unknown, fmt.Sprintf("%q", "scale."+key+".graphs."+name))
+		}
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		return Topology{}, fmt.Errorf("unknown graph %s (want tree, ring, collnet_direct, collnet_chain or nvls)", strings.Join(unknown, ", "))
+	}
+	dst := []*Graph{&t.Graphs.Tree, &t.Graphs.Ring, &t.Graphs.CollNetDirect, &t.Graphs.CollNetChain, &t.Graphs.NVLS}
+	for i, name := range topoGraphNames {
+		g, ok := sc.Graphs[name]
+		if !ok {
+			continue
+		}
+		path := "scale." + key + ".graphs." + name + "."
+		out := Graph{NChannels: g.NChannels, BwIntra: g.BwIntra, BwInter: g.BwInter,
+			LatencyInter: g.LatencyInter, SameChannels: g.SameChannels}
+		for _, f := range []struct {
+			key string
+			s   string
+			dst *PathType
+		}{{"type_intra", g.TypeIntra, &out.TypeIntra}, {"type_inter", g.TypeInter, &out.TypeInter}} {
+			if f.s == "" {
+				continue
+			}
+			if *f.dst, err = ParsePathType(f.s); err != nil {
+				return Topology{}, fmt.Errorf("%s%s: %w", path, f.key, err)
+			}
+		}
+		for _, f := range []struct {
+			key string
+			v   float64
+		}{{"bw_intra", g.BwIntra}, {"bw_inter", g.BwInter}, {"latency_inter", g.LatencyInter}} {
+			if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 {
+				return Topology{}, fmt.Errorf("%s%s: want a finite number >= 0, got %v", path, f.key, f.v)
+			}
+		}
+		*dst[i] = out
+	}
+	return t, nil
+}
+
+// NodeScaleKey returns the [scale.N] key of a node table that describes nNodes nodes: NCCL's index2
+// scale, "1" for one node, "2" for two, "4" for three or more.
+func NodeScaleKey(nNodes int) string {
+	switch {
+	case nNodes <= 1:
+		return "1"
+	case nNodes == 2:
+		return "2"
+	}
+	return "4"
+}

@@ -1,0 +1,68 @@
+// Command planner answers "which plan would NCCL pick, and why" offline: explain one call, map a
+// size range, answer a stream of queries, list the node tables.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+)
+
+// usageError marks bad input: the command exits with status 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+const usage = `usage: planner COMMAND [flags]
+
+commands:
+  explain   plan one collective call and show the whole priced menu
+  query     read queries (CSV or JSON lines) on stdin, write plans on stdout
+  map       the winning plan per size over a range, every crossover, optional SVG plot
+  tables    list node tables, or show one: planner tables [NAME]
+
+Run 'planner COMMAND -h' for a command's flags.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "planner:", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+// run executes one planner command.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return usagef("no command")
+	}
+	switch args[0] {
+	case "explain":
+		return runExplain(ctx, args[1:], stdout, stderr)
+	case "query":
+		return runQuery(ctx, args[1:], stdin, stdout, stderr)
+	case "map":
+		return runMap(ctx, args[1:], stdout, stderr)
+	case "tables":
+		return runTables(args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return usagef("unknown command %q", args[0])
+}

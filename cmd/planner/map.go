@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/internal/bytesize"
+	"github.com/collplan/collplan/planner"
+)
+
+// runMap prints, for a topology and class, the plan at each power of two in [--min, --max], then
+// every crossover (the exact first size of each new algorithm/protocol), and optionally writes an
+// SVG of every legal cell's predicted time with the argmin traced.
+func runMap(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("map", stderr)
+	var tf topoFlags
+	var cf classFlags
+	tf.register(fs)
+	cf.register(fs, false)
+	minS := fs.String("min", "8", "smallest size")
+	maxS := fs.String("max", "4G", "largest size")
+	svgPath := fs.String("svg", "", "write an SVG plot of predicted time per cell to this file")
+	if err := parseFlags(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	lo, err := parseBytes("--min", *minS)
+	if err != nil {
+		return err
+	}
+	hi, err := parseBytes("--max", *maxS)
+	if err != nil {
+		return err
+	}
+	if lo < 1 || hi < lo || hi > planner.MaxBytes {
+		return usagef("--min %d and --max %d: want 1 <= min <= max <= %d", lo, hi, planner.MaxBytes)
+	}
+	s, err := tf.build(fs)
+	if err != nil {
+		return err
+	}
+	cls, err := cf.class()
+	if err != nil {
+		return err
+	}
+	pl, err := s.planner()
+	if err != nil {
+		return err
+	}
+	pr, err := pl.Prepare(ctx, cls)
+	if err != nil {
+		return usageError{err}
+	}
+	dt, err := pr.Compile()
+	if err != nil {
+		return usageError{err}
+	}
+	fmt.Fprintf(stdout, "%s %s %s, pipe ops %d, on %s (%s, %d ranks), %s .. %s\n", cls.Coll, cls.Dtype, cls.Op,
+		cls.PipeOps, s.source, plural(s.topo.NNodes, "node"), s.topo.NRanks, bytesize.Format(lo), bytesize.Format(hi))
+	if name, note := pr.Tuner(); name != "" {
+		fmt.Fprintf(stdout, "tuner: %s %s\n", name, note)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "bytes\tsize\tplan\ttime_us\tchannels\tthreads\tchunk\t")
+	for _, n := range sizesPow2(lo, hi) {
+		p, err := pr.Explain(n)
+		if err != nil {
+			return usageError{err}
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s/%s\t%.2f\t%d\t%d\t%d\t\n", n, bytesize.Format(n), p.Algo, p.Proto, p.TimeUS,
+			p.Channels, p.Threads, p.ChunkBytes)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "\ncrossovers (first size of the new plan):")
+	prev := dt.Lookup(lo)
+	for _, e := range dt.Entries() {
+		if e.Lo <= lo || e.Lo > hi {
+			continue
+		}
+		if e.Algo != prev.Algo || e.Proto != prev.Proto {
+			fmt.Fprintf(stdout, "  %12d B  %s/%s -> %s/%s\n", e.Lo, prev.Algo, prev.Proto, e.Algo, e.Proto)
+		}
+		prev = e.Decision
+	}
+	if *svgPath != "" {
+		svg, err := plotSVG(pr, lo, hi, fmt.Sprintf("%s %s on %s", cls.Coll, cls.Dtype, s.source))
+		if err != nil {
+			return usageError{err}
+		}
+		if err := os.WriteFile(*svgPath, []byte(svg), 0o644); err != nil {
+			return fmt.Errorf("map: %w", err)
+		}
+		fmt.Fprintf(stdout, "\nwrote %s\n", *svgPath)
+	}
+	return nil
+}
+
+// sizesPow2 lists lo, the powers of two in (lo, hi), and hi.
+func sizesPow2(lo, hi int64) []int64 {
+	out := []int64{lo}
+	for p := int64(1); p < hi && p > 0; p <<= 1 {
+		if p > lo {
+			out = append(out, p)
+		}
+	}
+	if hi != lo {
+		out = append(out, hi)
+	}
+	return out
+}
+
+// plotSVG draws log2(bytes) against log10(time_us) for every legal cell, sampled 16 times an
+// octave, with the argmin drawn over them.
+func plotSVG(pr *planner.Prepared, lo, hi int64, title string) (string, error) {
+	const w, h, ml, mr, mt, mb = 960.0, 600.0, 70.0, 190.0, 40.0, 50.0
+	var xs []int64
+	for x := math.Log2(float64(lo)); ; x += 1.0 / 16 {
+		n := int64(math.Round(math.Exp2(x)))
+		if n > hi || x > math.Log2(float64(hi)) {
+			break
+		}
+		if len(xs) == 0 || n != xs[len(xs)-1] {
+			xs = append(xs, n)
+		}
+	}
+	if xs[len(xs)-1] != hi {
+		xs = append(xs, hi)
+	}
+	type series struct {
+		name string
+		pts  [][2]float64
+	}
+	var all []series
+	ymin, ymax := math.Inf(1), math.Inf(-1)
+	m := pr.Menu()
+	for a := costmodel.Algo(0); a < costmodel.NumAlgos; a++ {
+		for p := costmodel.Proto(0); p < costmodel.NumProtos; p++ {
+			if m.Cells[a][p].Reason != "" {
+				continue
+			}
+			s := series{name: a.String() + "/" + p.String()}
+			for _, n := range xs {
+				if t := m.Time(a, p, n); t > 0 {
+					s.pts = append(s.pts, [2]float64{math.Log2(float64(n)), math.Log10(float64(t))})
+				}
+			}
+			all = append(all, s)
+		}
+	}
+	best := series{name: "argmin"}
+	for _, n := range xs {
+		plan, err := pr.Explain(n)
+		if err != nil {
+			return "", err
+		}
+		if plan.TimeUS > 0 {
+			best.pts = append(best.pts, [2]float64{math.Log2(float64(n)), math.Log10(float64(plan.TimeUS))})
+		}
+	}
+	for _, s := range append(all, best) {
+		for _, p := range s.pts {
+			ymin, ymax = math.Min(ymin, p[1]), math.Max(ymax, p[1])
+		}
+	}
+	if math.IsInf(ymin, 0) {
+		return "", fmt.Errorf("map: no legal cell to plot")
+	}
+	ymin, ymax = math.Floor(ymin), math.Ceil(ymax)
+	if ymax == ymin {
+		ymax++
+	}
+	x0, x1 := math.Log2(float64(lo)), math.Log2(float64(hi))
+	if x1 == x0 {
+		x1++
+	}
+	px := func(x float64) float64 { return ml + (x-x0)/(x1-x0)*(w-ml-mr) }
+	py := func(y float64) float64 { return h - mb - (y-ymin)/(ymax-ymin)*(h-mt-mb) }
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%g" height="%g" font-family="sans-serif" font-size="12">`+"\n", w, h)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="%g" y="24" font-size="15">%s</text>`+"\n", ml, escape(title))
+	for y := ymin; y <= ymax; y++ {
+		fmt.Fprintf(&b, `<line x1="%g" x2="%g" y1="%.1f" y2="%.1f" stroke="#ddd"/><text x="%g" y="%.1f" text-anchor="end">%g us</text>`+"\n",
+			ml, w-mr, py(y), py(y), ml-6, py(y)+4, math.Pow(10, y))
+	}
+	for x := math.Ceil(x0); x <= x1; x += 2 {
+		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%g" y2="%g" stroke="#eee"/><text x="%.1f" y="%g" text-anchor="middle">%s</text>`+"\n",
+			px(x), px(x), mt, h-mb, px(x), h-mb+18, escape(strings.ReplaceAll(bytesize.Format(int64(math.Exp2(x))), " ", "")))
+	}
+	colors := []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78"}
+	line := func(s series, color string, width float64, dash string) {
+		var pts []string
+		for _, p := range s.pts {
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(p[0]), py(p[1])))
+		}
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="%g" %s points="%s"/>`+"\n", color, width, dash, strings.Join(pts, " "))
+	}
+	for i, s := range all {
+		c := colors[i%len(colors)]
+		line(s, c, 1.5, `stroke-dasharray="5,3"`)
+		fmt.Fprintf(&b, `<line x1="%g" x2="%g" y1="%d" y2="%d" stroke="%s" stroke-width="2"/><text x="%g" y="%d">%s</text>`+"\n",
+			w-mr+10, w-mr+30, 50+18*i, 50+18*i, c, w-mr+35, 54+18*i, escape(s.name))
+	}
+	line(best, "black", 3.5, `opacity="0.55"`)
+	fmt.Fprintf(&b, `<line x1="%g" x2="%g" y1="%d" y2="%d" stroke="black" stroke-width="3.5" opacity="0.55"/><text x="%g" y="%d">argmin (pick)</text>`+"\n",
+		w-mr+10, w-mr+30, 50+18*len(all), 50+18*len(all), w-mr+35, 54+18*len(all))
+	fmt.Fprintf(&b, `<text x="%g" y="%g" text-anchor="middle">message size (model nBytes)</text>`+"\n", (ml+w-mr)/2, h-10)
+	b.WriteString("</svg>\n")
+	return b.String(), nil
+}
+
+func escape(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(s)
+}

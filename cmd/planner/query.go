@@ -1,0 +1,204 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/collplan/collplan/internal/bytesize"
+	"github.com/collplan/collplan/planner"
+)
+
+// queryLine is one JSON-lines query; absent fields take the flags' defaults.
+type queryLine struct {
+	Coll    string          `json:"coll"`
+	Bytes   json.RawMessage `json:"bytes"` // a number or a size string ("1MiB")
+	Op      string          `json:"op"`
+	Dtype   string          `json:"dtype"`
+	PipeOps int             `json:"pipe_ops"`
+	RegBuff bool            `json:"reg_buff"`
+}
+
+type answerJSON struct {
+	Coll       string `json:"coll"`
+	Bytes      int64  `json:"bytes"`
+	Op         string `json:"op"`
+	Dtype      string `json:"dtype"`
+	PipeOps    int    `json:"pipe_ops"`
+	Algo       string `json:"algo"`
+	Proto      string `json:"proto"`
+	TimeUS     f32    `json:"time_us"`
+	Channels   int    `json:"channels"`
+	Threads    int    `json:"threads"`
+	ChunkBytes int64  `json:"chunk_bytes"`
+	SliceBytes int64  `json:"slice_bytes"`
+}
+
+const csvHeader = "coll,bytes,op,dtype,pipe_ops,algo,proto,time_us,channels,threads,chunk_bytes,slice_bytes"
+
+// runQuery answers queries from stdin. A line starting with '{' is a JSON object (answered with
+// a JSON line); any other non-blank, non-# line is CSV "coll,bytes[,op[,dtype[,pipe_ops]]]"
+// (answered with a CSV row; a header line starting with "coll" is skipped). A bad line stops the
+// run with an error naming its line number.
+func runQuery(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlagSet("query", stderr)
+	var tf topoFlags
+	var cf classFlags
+	tf.register(fs)
+	cf.register(fs, false)
+	if err := parseFlags(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	s, err := tf.build(fs)
+	if err != nil {
+		return err
+	}
+	pl, err := s.planner()
+	if err != nil {
+		return err
+	}
+	// One prepared class and DecisionTable per class: the tuner is asked once per class, not per line.
+	type compiled struct {
+		pr *planner.Prepared
+		dt *planner.DecisionTable
+	}
+	cache := map[planner.Class]compiled{}
+	w := bufio.NewWriter(stdout)
+	defer w.Flush()
+	cw := csv.NewWriter(w)
+	headerDone := false
+	sc := bufio.NewScanner(stdin)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		isJSON := strings.HasPrefix(text, "{")
+		var cls planner.Class
+		var n int64
+		if isJSON {
+			cls, n, err = parseJSONQuery(text, &cf)
+		} else {
+			if strings.HasPrefix(strings.ToLower(text), "coll") {
+				continue
+			}
+			cls, n, err = parseCSVQuery(text, &cf)
+		}
+		if err != nil {
+			return usagef("stdin:%d: %v", line, err)
+		}
+		c, ok := cache[cls]
+		if !ok {
+			if c.pr, err = pl.Prepare(ctx, cls); err != nil {
+				return usagef("stdin:%d: %v", line, err)
+			}
+			if c.dt, err = c.pr.Compile(); err != nil {
+				return usagef("stdin:%d: %v", line, err)
+			}
+			if _, note := c.pr.Tuner(); note != "" {
+				fmt.Fprintln(stderr, "planner:", note)
+			}
+			cache[cls] = c
+		}
+		plan, err := c.pr.Explain(n)
+		if err != nil {
+			return usagef("stdin:%d: %v", line, err)
+		}
+		a := answerJSON{Coll: cls.Coll.String(), Bytes: n, Op: cls.Op.String(), Dtype: cls.Dtype.String(),
+			PipeOps: cls.PipeOps, Algo: plan.Algo.String(), Proto: plan.Proto.String(), TimeUS: f32(plan.TimeUS),
+			Channels: plan.Channels, Threads: plan.Threads, ChunkBytes: plan.ChunkBytes, SliceBytes: plan.SliceBytes}
+		if d := c.dt.Lookup(n); d != plan.Decision {
+			return fmt.Errorf("stdin:%d: decision table and planner disagree at %d bytes (%v vs %v)", line, n, d, plan.Decision)
+		}
+		if isJSON {
+			b, err := json.Marshal(a)
+			if err != nil {
+				return err
+			}
+			w.Write(append(b, '\n'))
+			continue
+		}
+		if !headerDone {
+			fmt.Fprintln(w, csvHeader)
+			headerDone = true
+		}
+		t, _ := a.TimeUS.MarshalJSON()
+		cw.Write([]string{a.Coll, strconv.FormatInt(n, 10), a.Op, a.Dtype, strconv.Itoa(a.PipeOps), a.Algo, a.Proto,
+			string(t), strconv.Itoa(a.Channels), strconv.Itoa(a.Threads), strconv.FormatInt(a.ChunkBytes, 10),
+			strconv.FormatInt(a.SliceBytes, 10)})
+		cw.Flush()
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("stdin: %w", err)
+	}
+	return cw.Error()
+}
+
+func parseJSONQuery(text string, def *classFlags) (planner.Class, int64, error) {
+	q := queryLine{Coll: def.coll, Op: def.op, Dtype: def.dtype, PipeOps: def.pipeOps, RegBuff: def.regBuff}
+	dec := json.NewDecoder(strings.NewReader(text))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&q); err != nil {
+		return planner.Class{}, 0, fmt.Errorf("bad JSON query: %v", err)
+	}
+	if len(q.Bytes) == 0 {
+		return planner.Class{}, 0, fmt.Errorf("bytes is required")
+	}
+	var sz string
+	if q.Bytes[0] == '"' {
+		if err := json.Unmarshal(q.Bytes, &sz); err != nil {
+			return planner.Class{}, 0, fmt.Errorf("bytes: %v", err)
+		}
+	} else {
+		sz = string(bytes.TrimSpace(q.Bytes))
+	}
+	n, err := bytesize.Parse(sz)
+	if err != nil {
+		return planner.Class{}, 0, err
+	}
+	cls, err := parseClass(q.Coll, q.Op, q.Dtype, q.PipeOps, q.RegBuff)
+	return cls, n, err
+}
+
+func parseCSVQuery(text string, def *classFlags) (planner.Class, int64, error) {
+	f, err := csv.NewReader(strings.NewReader(text)).Read()
+	if err != nil {
+		return planner.Class{}, 0, fmt.Errorf("bad CSV: %v", err)
+	}
+	if len(f) < 2 || len(f) > 5 {
+		return planner.Class{}, 0, fmt.Errorf("want coll,bytes[,op[,dtype[,pipe_ops]]], got %d fields", len(f))
+	}
+	for i := range f {
+		f[i] = strings.TrimSpace(f[i])
+	}
+	n, err := bytesize.Parse(f[1])
+	if err != nil {
+		return planner.Class{}, 0, err
+	}
+	op, dtype, pipeOps := def.op, def.dtype, def.pipeOps
+	if len(f) > 2 {
+		op = f[2]
+	}
+	if len(f) > 3 {
+		dtype = f[3]
+	}
+	if len(f) > 4 {
+		if pipeOps, err = strconv.Atoi(f[4]); err != nil {
+			return planner.Class{}, 0, fmt.Errorf("pipe_ops %q: not an integer", f[4])
+		}
+	}
+	cls, err := parseClass(f[0], op, dtype, pipeOps, def.regBuff)
+	return cls, n, err
+}

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/internal/bytesize"
+	"github.com/collplan/collplan/planner"
+	"github.com/collplan/collplan/tables"
+)
+
+// topoFlags are the flags that choose a topology and its env filters.
+type topoFlags struct {
+	node, table, topology string
+	nodes                 int
+	algo, proto           string
+}
+
+func (f *topoFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.node, "node", "", "embedded node table (see 'planner tables'), e.g. h100")
+	fs.StringVar(&f.table, "table", "", "node table file (TOML) instead of an embedded one")
+	fs.IntVar(&f.nodes, "nodes", 1, "node count with --node or --table")
+	fs.StringVar(&f.topology, "topology", "", "topology file (TOML, the schema of design/topology-example.toml)")
+	fs.StringVar(&f.algo, "algo", "", "NCCL_ALGO filter; wins over the topology's [env] and the process environment")
+	fs.StringVar(&f.proto, "proto", "", "NCCL_PROTO filter; wins over the topology's [env] and the process environment")
+}
+
+// setup is a built topology with what explains it.
+type setup struct {
+	topo      capabilities.Topology
+	source    string   // "node h100 x2", "topology FILE"
+	estimated []string // estimated inputs of the node table
+	node      *tables.Node
+}
+
+// build resolves the topology: a topology file, or a node table at --nodes; then env from the
+// process, overridden by the file's [env], overridden by --algo/--proto.
+func (f *topoFlags) build(fs *flag.FlagSet) (*setup, error) {
+	set := 0
+	for _, s := range []string{f.node, f.table, f.topology} {
+		if s != "" {
+			set++
+		}
+	}
+	if set != 1 {
+		return nil, usagef("give exactly one of --node, --table or --topology")
+	}
+	nodesGiven := false
+	fs.Visit(func(fl *flag.Flag) { nodesGiven = nodesGiven || fl.Name == "nodes" })
+	s := &setup{}
+	var err error
+	switch {
+	case f.topology != "":
+		if nodesGiven {
+			return nil, usagef("--nodes applies to --node or --table, not --topology (set n_nodes in the file)")
+		}
+		if s.topo, err = capabilities.LoadTopology(f.topology); err != nil {
+			return nil, usageError{err}
+		}
+		s.source = "topology " + f.topology
+	default:
+		if f.nodes < 1 {
+			return nil, usagef("--nodes %d: must be at least 1", f.nodes)
+		}
+		if f.node != "" {
+			s.node, err = tables.Load(f.node)
+		} else {
+			s.node, err = tables.LoadFile(f.table)
+		}
+		if err != nil {
+			return nil, usageError{err}
+		}
+		if s.topo, err = capabilities.FromNode(s.node, f.nodes); err != nil {
+			return nil, usageError{err}
+		}
+		s.source = fmt.Sprintf("node %s x%d", s.node.Name, f.nodes)
+		s.estimated = usedEstimates(s.node.Estimated(), capabilities.NodeScaleKey(f.nodes))
+	}
+	var flags capabilities.Env
+	if f.algo != "" {
+		flags.Algo = capabilities.Setting{Value: f.algo, Source: capabilities.SourceFlag}
+	}
+	if f.proto != "" {
+		flags.Proto = capabilities.Setting{Value: f.proto, Source: capabilities.SourceFlag}
+	}
+	flags.Overlay(s.topo.Env)
+	flags.Overlay(capabilities.EnvFromProcess(os.LookupEnv))
+	s.topo.Env = flags
+	return s, nil
+}
+
+// planner builds the planner over the topology, with the node table's corrections when it has any.
+func (s *setup) planner() (*planner.Planner, error) {
+	cfg := planner.Config{}
+	if s.node != nil && s.node.Corrections != nil {
+		f := defaultFactors(&s.topo)
+		if err := f.Apply(s.node); err != nil {
+			return nil, usageError{err}
+		}
+		cfg.Factors = f
+	}
+	if s.node != nil && s.node.Constants != nil {
+		k, err := constantsFrom(s.node)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		cfg.Constants = k
+	}
+	pl, err := planner.New(&s.topo, cfg)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return pl, nil
+}
+
+// classFlags are the flags of one query class and size.
+type classFlags struct {
+	coll, op, dtype, bytes string
+	pipeOps                int
+	regBuff                bool
+}
+
+func (c *classFlags) register(fs *flag.FlagSet, withBytes bool) {
+	fs.StringVar(&c.coll, "coll", "allreduce", "collective: broadcast reduce allgather reducescatter allreduce")
+	fs.StringVar(&c.op, "op", "sum", "reduction op: sum prod min max avg premulsum (mulsum)")
+	fs.StringVar(&c.dtype, "dtype", "float32", "element type (nccl-tests names accepted: half float double ...)")
+	fs.IntVar(&c.pipeOps, "pipe-ops", 1, "numPipeOps")
+	fs.BoolVar(&c.regBuff, "reg-buff", false, "send and receive buffers registered")
+	if withBytes {
+		fs.StringVar(&c.bytes, "bytes", "", "model nBytes (the full buffer for AllGather/ReduceScatter): 4096, 4K, 1MiB ...")
+	}
+}
+
+func (c *classFlags) class() (planner.Class, error) {
+	return parseClass(c.coll, c.op, c.dtype, c.pipeOps, c.regBuff)
+}
+
+func parseClass(coll, op, dtype string, pipeOps int, regBuff bool) (planner.Class, error) {
+	var cls planner.Class
+	var err error
+	if cls.Coll, err = capabilities.ParseColl(coll); err != nil {
+		return cls, usageError{err}
+	}
+	if cls.Op, err = capabilities.ParseOp(op); err != nil {
+		return cls, usageError{err}
+	}
+	if cls.Dtype, err = capabilities.ParseDtype(dtype); err != nil {
+		return cls, usageError{err}
+	}
+	if pipeOps < 1 {
+		return cls, usagef("pipe ops %d: must be at least 1", pipeOps)
+	}
+	cls.PipeOps, cls.RegBuff = pipeOps, regBuff
+	return cls, nil
+}
+
+func parseBytes(name, s string) (int64, error) {
+	if s == "" {
+		return 0, usagef("%s is required", name)
+	}
+	n, err := bytesize.Parse(s)
+	if err != nil {
+		return 0, usagef("%s: %v", name, err)
+	}
+	return n, nil
+}
+
+// newFlagSet returns a flag set that reports errors to stderr and never exits.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// parseFlags parses and rejects stray arguments.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return err
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+// usedEstimates keeps the estimated inputs this topology reads: node facts, constants, corrections
+// and the one scale its node count selects.
+func usedEstimates(all []string, scale string) []string {
+	var out []string
+	for _, p := range all {
+		if !strings.HasPrefix(p, "scale.") || strings.HasPrefix(p, "scale."+scale+".") {
+			out = append(out, p)
+		}
+	}
+	return out
+}

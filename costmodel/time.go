@@ -1,0 +1,44 @@
+package costmodel
+
+import "github.com/collplan/collplan/capabilities"
+
+// Time is NCCL's ncclTopoGetAlgoTime (reference §6):
+//
+//	time_us = lat*latCount + nBytes/(1000*bw*factor)
+//
+// where lat and bw are the table's cell, factor is the caller's bandwidth correction for this size
+// (NCCL's treeCorrectionFactor; see package correction), latCount is pipeOps for Ring and
+// ceil(pipeOps/8) otherwise (NCCL_MAX_DEV_WORK_BATCH_COLLS = 8), and multi-node Ring/Simple
+// AllReduce latency is multiplied by 1.4 (1.9 below sm_80) once nBytes/(commNChannels*nRanks) >= 64
+// (the ring plateau). A cell with bandwidth 0 costs -1, as in NCCL. Arithmetic is float32 as in
+// NCCL; a NaN bandwidth gives NaN, which no argmin accepts.
+func (tb *Table) Time(c Coll, a Algo, p Proto, nBytes int64, pipeOps int, factor float32) float32 {
+	bw, lat := tb.BW[c][a][p], tb.Lat[c][a][p]
+	if bw == 0 {
+		return -1
+	}
+	bw *= factor
+	if a == Ring && p == Simple && tb.NNodes > 1 && c == AllReduce && tb.CommNChannels > 0 &&
+		nBytes/int64(tb.CommNChannels*tb.NRanks) >= 64 {
+		if tb.MinCompCap < 80 {
+			lat = f32(float64(lat) * 1.9)
+		} else {
+			lat = f32(float64(lat) * 1.4)
+		}
+	}
+	latCount := pipeOps
+	if a != Ring {
+		latCount = (pipeOps + MaxDevWorkBatchColls - 1) / MaxDevWorkBatchColls
+	}
+	// The explicit conversions keep Go from fusing the multiply-add, as NCCL's x86 build does not.
+	return float32(lat*float32(latCount)) + float32(float32(nBytes)/float32(1000*bw))
+}
+
+// FP8Penalty is NCCL's deep-fp8-ring rule (reference §8 step 5): time *= 1024 for Ring with an
+// fp8 dtype and more than 8 ranks. The multiply also hits -1 cells, which become -1024 as in NCCL.
+func FP8Penalty(time float32, a Algo, dt capabilities.Dtype, nRanks int) float32 {
+	if a == Ring && dt.IsFP8() && nRanks > 8 {
+		return time * 1024
+	}
+	return time
+}

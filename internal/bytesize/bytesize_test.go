@@ -1,0 +1,37 @@
+package bytesize
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+	}{
+		{"0", 0}, {"4096", 4096}, {"1K", 1024}, {"1k", 1024}, {"4KiB", 4096}, {"1MiB", 1 << 20},
+		{"2M", 2 << 20}, {"1G", 1 << 30}, {"1GiB", 1 << 30}, {"3 MiB", 3 << 20}, {"1T", 1 << 40},
+		{"64B", 64}, {"8MB", 8 << 20},
+	} {
+		got, err := Parse(tc.in)
+		require.NoError(t, err, tc.in)
+		assert.Equal(t, tc.want, got, tc.in)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, in := range []string{"", "-1", "-4K", "1.5M", "abc", "K", "1Q", "9223372036854775807K"} {
+		_, err := Parse(in)
+		assert.Error(t, err, in)
+	}
+}
+
+func TestFormat(t *testing.T) {
+	assert.Equal(t, "1 MiB", Format(1<<20))
+	assert.Equal(t, "1536 KiB", Format(1536<<10))
+	assert.Equal(t, "1000 B", Format(1000))
+	assert.Equal(t, "0 B", Format(0))
+}

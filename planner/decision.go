@@ -1,0 +1,193 @@
+package planner
+
+import (
+	"context"
+	"fmt"
+	"math/bits"
+	"slices"
+
+	"github.com/collplan/collplan/correction"
+)
+
+// MaxBytes is the end of the size domain a DecisionTable is compiled over (1 PiB); sizes beyond it
+// get the last entry's decision.
+const MaxBytes int64 = 1 << 50
+
+// Entry is one row of a DecisionTable: the decision for sizes [Lo, Hi).
+type Entry struct {
+	Lo, Hi int64
+	Decision
+}
+
+// DecisionTable is a query class compiled into sorted size boundaries. Each boundary is the exact
+// first size at which the planner's decision changes; Lookup is a bounded binary search that
+// allocates nothing.
+type DecisionTable struct {
+	Class     Class
+	Tuner     string
+	TunerNote string
+
+	starts []int64
+	decs   []Decision
+	// span[k] holds the first and last entry that can contain a size of bit length k.
+	span [65][2]int32
+}
+
+// Compile builds the DecisionTable of a class: one tuner round trip, then, segment by segment
+// between the points where a cell's cost changes form (correction buckets, the ring plateau, tuner
+// interval edges), a search for each size where the decision changes. Within a segment every cost
+// is affine in the size and channel, thread and chunk sizing are monotone, so each decision holds
+// on one interval and bisection finds its exact end.
+func (pl *Planner) Compile(ctx context.Context, cls Class) (*DecisionTable, error) {
+	pr, err := pl.Prepare(ctx, cls)
+	if err != nil {
+		return nil, err
+	}
+	return pr.Compile()
+}
+
+// Compile builds the class's DecisionTable without another tuner call.
+func (pr *Prepared) Compile() (*DecisionTable, error) {
+	pl, m, po, cls := pr.pl, pr.menu, pr.po, pr.menu.Class
+	dt := &DecisionTable{Class: cls, Tuner: po.name, TunerNote: po.note}
+	decide := func(n int64) (Decision, error) {
+		d, _, err := pl.decide(m, n, po.edits(n))
+		return d, err
+	}
+	cuts := pl.breakpoints(po)
+	for i := 0; i+1 < len(cuts); i++ {
+		lo, hi := cuts[i], cuts[i+1]
+		for x := lo; x < hi; {
+			d, err := decide(x)
+			if err != nil {
+				return nil, fmt.Errorf("%w (at %d bytes)", err, x)
+			}
+			if k := len(dt.decs); k == 0 || dt.decs[k-1] != d {
+				dt.starts = append(dt.starts, x)
+				dt.decs = append(dt.decs, d)
+			}
+			next, err := lastEqual(x, hi, d, decide)
+			if err != nil {
+				return nil, err
+			}
+			x = next
+		}
+	}
+	dt.index()
+	return dt, nil
+}
+
+// lastEqual returns the first size in (x, hi] whose decision differs from d (hi when none does),
+// assuming the sizes deciding d form an interval: a doubling probe, then bisection.
+func lastEqual(x, hi int64, d Decision, decide func(int64) (Decision, error)) (int64, error) {
+	good, step := x, int64(1)
+	bad := hi
+	for {
+		probe := good + step
+		if probe >= hi {
+			break
+		}
+		pd, err := decide(probe)
+		if err != nil {
+			return 0, fmt.Errorf("%w (at %d bytes)", err, probe)
+		}
+		if pd != d {
+			bad = probe
+			break
+		}
+		good, step = probe, step*2
+	}
+	for bad-good > 1 {
+		mid := good + (bad-good)/2
+		md, err := decide(mid)
+		if err != nil {
+			return 0, fmt.Errorf("%w (at %d bytes)", err, mid)
+		}
+		if md == d {
+			good = mid
+		} else {
+			bad = mid
+		}
+	}
+	return bad, nil
+}
+
+// breakpoints are the sizes where some cost changes form, sorted, from 0 to MaxBytes.
+func (pl *Planner) breakpoints(po *policy) []int64 {
+	cuts := []int64{0, MaxBytes}
+	for i := 0; i <= correction.NumBuckets; i++ {
+		cuts = append(cuts, correction.BucketStart(i))
+	}
+	if pl.topo.NNodes > 1 {
+		cuts = append(cuts, 64*int64(pl.topo.CommNChannels)*int64(pl.topo.NRanks))
+	}
+	for _, iv := range po.ivs {
+		cuts = append(cuts, iv.Lo, iv.Hi)
+	}
+	slices.Sort(cuts)
+	cuts = slices.Compact(cuts)
+	out := cuts[:0]
+	for _, c := range cuts {
+		if c >= 0 && c <= MaxBytes {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// index fills span so that a lookup searches only the entries that can hold its bit length.
+func (dt *DecisionTable) index() {
+	last := func(n int64) int32 { // index of the last entry starting at or before n
+		i, _ := slices.BinarySearch(dt.starts, n+1)
+		return int32(i - 1)
+	}
+	for k := 0; k <= 64; k++ {
+		var lo, hi int64
+		switch {
+		case k == 0:
+			lo, hi = 0, 0
+		case k == 64:
+			lo, hi = 1<<62, 1<<63-1
+		default:
+			lo, hi = int64(1)<<(k-1), int64(1)<<k-1
+		}
+		if k == 63 {
+			hi = 1<<63 - 1
+		}
+		dt.span[k] = [2]int32{last(lo), last(hi)}
+	}
+}
+
+// Lookup returns the decision for nBytes (negative sizes count as 0). It allocates nothing.
+func (dt *DecisionTable) Lookup(nBytes int64) Decision {
+	if nBytes < 0 {
+		nBytes = 0
+	}
+	s := &dt.span[bits.Len64(uint64(nBytes))]
+	i, j := s[0], s[1]
+	for i < j {
+		m := (i + j + 1) >> 1
+		if dt.starts[m] <= nBytes {
+			i = m
+		} else {
+			j = m - 1
+		}
+	}
+	return dt.decs[i]
+}
+
+// Entries returns the table's rows; the last row's Hi is MaxBytes.
+func (dt *DecisionTable) Entries() []Entry {
+	out := make([]Entry, len(dt.starts))
+	for i := range dt.starts {
+		hi := MaxBytes
+		if i+1 < len(dt.starts) {
+			hi = dt.starts[i+1]
+		}
+		out[i] = Entry{Lo: dt.starts[i], Hi: hi, Decision: dt.decs[i]}
+	}
+	return out
+}
+
+// Boundaries returns the sizes where the decision changes (every entry start but the first).
+func (dt *DecisionTable) Boundaries() []int64 { return slices.Clone(dt.starts[1:]) }

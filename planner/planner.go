@@ -1,0 +1,349 @@
+// Package planner picks a plan for a collective the way NCCL does: price every (algorithm, protocol)
+// cell with the cost model, apply corrections, let a Tuner edit the menu, take the argmin with
+// NCCL's tie order, then size channels, threads and chunks. Every Plan carries its explanation (the
+// whole priced menu), and DecisionTable compiles a query class into sorted size boundaries for the
+// hot path. The planner only prices, asks the tuner and takes the argmin: no I/O.
+package planner
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/correction"
+	"github.com/collplan/collplan/costmodel"
+)
+
+// Class is a query class: everything a decision depends on except the size (the topology is the
+// planner's).
+type Class struct {
+	Coll    costmodel.Coll
+	Op      capabilities.Op
+	Dtype   capabilities.Dtype
+	PipeOps int  // numPipeOps, >= 1
+	RegBuff bool // send and receive buffers registered
+}
+
+func (c Class) validate() error {
+	switch {
+	case c.Coll < 0 || c.Coll >= costmodel.NumColls:
+		return fmt.Errorf("planner: unknown collective %d", int(c.Coll))
+	case c.Op < 0 || c.Op >= capabilities.NumOps:
+		return fmt.Errorf("planner: unknown op %d", int(c.Op))
+	case c.Dtype < 0 || c.Dtype >= capabilities.NumDtypes:
+		return fmt.Errorf("planner: unknown dtype %d", int(c.Dtype))
+	case c.PipeOps < 1:
+		return fmt.Errorf("planner: pipe ops must be >= 1, got %d", c.PipeOps)
+	}
+	return nil
+}
+
+// Config holds a planner's optional parts. Zero values take NCCL's defaults.
+type Config struct {
+	Constants *costmodel.Constants // nil: costmodel.DefaultConstants()
+	Factors   *correction.Factors  // nil: correction.Default(topology)
+	Tuner     Tuner                // nil: no edits
+	Buffers   Buffers              // zero: NCCL's buffer sizes
+}
+
+// Planner prices and picks plans for one topology. It is safe for concurrent use.
+type Planner struct {
+	topo    capabilities.Topology
+	table   *costmodel.Table
+	factors *correction.Factors
+	tuner   Tuner
+	buffers Buffers
+}
+
+// New builds the cost model for t and returns a planner over it.
+func New(t *capabilities.Topology, cfg Config) (*Planner, error) {
+	k := cfg.Constants
+	if k == nil {
+		d := costmodel.DefaultConstants()
+		k = &d
+	}
+	table, err := costmodel.Build(t, k)
+	if err != nil {
+		return nil, fmt.Errorf("planner: %w", err)
+	}
+	f := cfg.Factors
+	if f == nil {
+		f = correction.Default(t)
+	}
+	b := cfg.Buffers.withDefaults()
+	if err := b.validate(); err != nil {
+		return nil, fmt.Errorf("planner: %w", err)
+	}
+	return &Planner{topo: *t, table: table, factors: f, tuner: cfg.Tuner, buffers: b}, nil
+}
+
+// Topology returns the planner's topology.
+func (pl *Planner) Topology() *capabilities.Topology { return &pl.topo }
+
+// Table returns the cost model the planner prices with.
+func (pl *Planner) Table() *costmodel.Table { return pl.table }
+
+// MenuCell is one priced cell of a query class, before any tuner edit.
+type MenuCell struct {
+	LatUS  float32 // model latency, us
+	BWGBps float32 // model algorithm bandwidth, GB/s, before correction
+	Reason string  // why the cell is not legal for this class; "" when it is
+	// CorrectionSource says where the cell's bandwidth factors come from ("" for none).
+	CorrectionSource correction.Source
+}
+
+// Menu is the priced menu of one query class: every cell's model latency and bandwidth with the
+// reason it is not legal, and the corrections that scale its bandwidth per size.
+type Menu struct {
+	Class Class
+	Cells [costmodel.NumAlgos][costmodel.NumProtos]MenuCell
+
+	table   *costmodel.Table
+	factors *correction.Factors
+}
+
+// Menu prices a query class.
+func (pl *Planner) Menu(cls Class) (*Menu, error) {
+	if err := cls.validate(); err != nil {
+		return nil, err
+	}
+	m := &Menu{Class: cls, table: pl.table, factors: pl.factors}
+	rows := capabilities.Support(&pl.topo, cls.Coll, cls.Op, cls.Dtype)
+	for a := costmodel.Algo(0); a < costmodel.NumAlgos; a++ {
+		for p := costmodel.Proto(0); p < costmodel.NumProtos; p++ {
+			c := &m.Cells[a][p]
+			c.LatUS, c.BWGBps = pl.table.Lat[cls.Coll][a][p], pl.table.BW[cls.Coll][a][p]
+			c.CorrectionSource = pl.factors.Source(cls.Coll, a, p)
+			switch {
+			case pl.topo.NRanks == 1:
+				if a != costmodel.Ring || p != costmodel.Simple {
+					c.Reason = "single rank: NCCL only prices Ring/Simple (a local copy)"
+				}
+			case rows[a] != "":
+				c.Reason = rows[a]
+			default:
+				c.Reason = pl.table.Reason[cls.Coll][a][p]
+			}
+		}
+	}
+	return m, nil
+}
+
+// Factor is the bandwidth correction of a cell at nBytes.
+func (m *Menu) Factor(a costmodel.Algo, p costmodel.Proto, nBytes int64) float32 {
+	return m.factors.Factor(m.Class.Coll, a, p, nBytes)
+}
+
+// Time is the cost NCCL's argmin sees for a cell before the tuner: -1 (or -1024 under the fp8
+// penalty) when the cell is not legal, 0 for the single-rank copy, else costmodel's Time with the
+// correction, times 1024 for a deep fp8 ring.
+func (m *Menu) Time(a costmodel.Algo, p costmodel.Proto, nBytes int64) float32 {
+	t := float32(-1)
+	switch {
+	case m.table.NRanks == 1:
+		if a == costmodel.Ring && p == costmodel.Simple {
+			t = 0
+		}
+	case m.Cells[a][p].Reason == "":
+		t = m.table.Time(m.Class.Coll, a, p, nBytes, m.Class.PipeOps, m.Factor(a, p, nBytes))
+	}
+	return costmodel.FP8Penalty(t, a, m.Class.Dtype, m.table.NRanks)
+}
+
+// Decision is what the hot path needs from a plan.
+type Decision struct {
+	Algo       costmodel.Algo
+	Proto      costmodel.Proto
+	Channels   int // nMaxChannels
+	Threads    int // threads per channel (nWarps*32)
+	ChunkBytes int64
+	SliceBytes int64
+}
+
+// Plan is a decision for one size with its predicted time and explanation.
+type Plan struct {
+	Class Class
+	Bytes int64
+	Decision
+	TimeUS  float32
+	Explain Explain
+}
+
+// Explain is the whole priced menu behind a plan and what the tuner did to it.
+type Explain struct {
+	Cells [costmodel.NumAlgos][costmodel.NumProtos]CellExplain
+	// Tuner names the policy consulted ("" for none); TunerNote says when it misbehaved and the
+	// built-in policy was used instead.
+	Tuner     string
+	TunerNote string
+	// Edits are the tuner's edits at this size, in the order applied.
+	Edits []Edit
+}
+
+// CellExplain is one cell at the plan's size.
+type CellExplain struct {
+	MenuCell
+	Correction  float32 // bandwidth factor at this size
+	ModelTimeUS float32 // cost before the tuner (-1 when not legal)
+	TimeUS      float32 // cost the argmin saw, after the tuner
+}
+
+// policy is a tuner's validated answer for a class, or the fallback.
+type policy struct {
+	ivs  []Interval
+	name string
+	note string
+}
+
+// edits returns the edits of the interval holding n (nil when none does).
+func (po *policy) edits(n int64) []Edit {
+	for i := range po.ivs {
+		if n >= po.ivs[i].Lo && n < po.ivs[i].Hi {
+			return po.ivs[i].Edits
+		}
+	}
+	return nil
+}
+
+// policyFor asks the tuner for the class; on error or an invalid answer it falls back to no edits
+// and records why.
+func (pl *Planner) policyFor(ctx context.Context, m *Menu) *policy {
+	if pl.tuner == nil {
+		return &policy{}
+	}
+	po := &policy{name: pl.tuner.Name()}
+	ivs, err := pl.tuner.Tune(ctx, &Request{Topology: &pl.topo, Class: m.Class, Menu: m})
+	if err == nil {
+		err = validate(ivs, m)
+	}
+	if err != nil {
+		po.note = fmt.Sprintf("tuner %s failed, using the built-in policy: %v", po.name, err)
+		return po
+	}
+	po.ivs = ivs
+	return po
+}
+
+// costs fills the cost each cell presents to the argmin at n: the menu's time, then the edits.
+// Edits never revive a cell below 0.
+func costs(m *Menu, n int64, edits []Edit, out *[costmodel.NumAlgos][costmodel.NumProtos]float32) {
+	for a := costmodel.Algo(0); a < costmodel.NumAlgos; a++ {
+		for p := costmodel.Proto(0); p < costmodel.NumProtos; p++ {
+			out[a][p] = m.Time(a, p, n)
+		}
+	}
+	for _, e := range edits {
+		t := &out[e.Cell.Algo][e.Cell.Proto]
+		switch e.Kind {
+		case Disable:
+			*t = -1
+		case Force:
+			if *t >= 0 {
+				*t = 0
+			}
+		case AddCost:
+			if *t >= 0 {
+				*t = float32(math.Max(0, float64(*t)+e.Value))
+			}
+		case ScaleCost:
+			if *t >= 0 {
+				*t = float32(float64(*t) * e.Value)
+			}
+		}
+	}
+}
+
+// argmin is NCCL's loop: algorithms outer, protocols inner, accept t >= 0 && t < best from
+// best = FLT_MAX, so ties go to the lower (algo, proto). ok is false when nothing is accepted.
+func argmin(t *[costmodel.NumAlgos][costmodel.NumProtos]float32) (a costmodel.Algo, p costmodel.Proto, ok bool) {
+	best := float32(math.MaxFloat32)
+	for ai := costmodel.Algo(0); ai < costmodel.NumAlgos; ai++ {
+		for pi := costmodel.Proto(0); pi < costmodel.NumProtos; pi++ {
+			if v := t[ai][pi]; v >= 0 && v < best {
+				best, a, p, ok = v, ai, pi, true
+			}
+		}
+	}
+	return a, p, ok
+}
+
+// decide is the whole per-size decision without the explanation.
+func (pl *Planner) decide(m *Menu, n int64, edits []Edit) (Decision, float32, error) {
+	var t [costmodel.NumAlgos][costmodel.NumProtos]float32
+	costs(m, n, edits, &t)
+	a, p, ok := argmin(&t)
+	if !ok {
+		return Decision{}, 0, pl.noAlgorithm(m.Class)
+	}
+	d := pl.size(m.Class, a, p, n, edits)
+	return d, t[a][p], nil
+}
+
+// noAlgorithm is NCCL's warning when the argmin accepts nothing.
+func (pl *Planner) noAlgorithm(cls Class) error {
+	msg := fmt.Sprintf("planner: no algorithm/protocol available for function %s with datatype %s", cls.Coll, cls.Dtype)
+	if s := pl.topo.Env.Algo; s.IsSet() {
+		msg += fmt.Sprintf(". NCCL_ALGO was set to %s (%s)", s.Value, s.Source)
+	}
+	if s := pl.topo.Env.Proto; s.IsSet() {
+		msg += fmt.Sprintf(". NCCL_PROTO was set to %s (%s)", s.Value, s.Source)
+	}
+	return fmt.Errorf("%s", msg)
+}
+
+// Prepared is a query class priced once and answered by the tuner once; it then plans any size
+// without another tuner call.
+type Prepared struct {
+	pl   *Planner
+	menu *Menu
+	po   *policy
+}
+
+// Prepare prices a class and asks the tuner for it (one call for every size).
+func (pl *Planner) Prepare(ctx context.Context, cls Class) (*Prepared, error) {
+	m, err := pl.Menu(cls)
+	if err != nil {
+		return nil, err
+	}
+	return &Prepared{pl: pl, menu: m, po: pl.policyFor(ctx, m)}, nil
+}
+
+// Menu returns the class's priced menu.
+func (pr *Prepared) Menu() *Menu { return pr.menu }
+
+// Tuner names the policy consulted ("" for none) and says when it misbehaved.
+func (pr *Prepared) Tuner() (name, note string) { return pr.po.name, pr.po.note }
+
+// Explain plans one size of a class and explains it: the one-interval case of the tuner's answer.
+func (pl *Planner) Explain(ctx context.Context, cls Class, nBytes int64) (*Plan, error) {
+	pr, err := pl.Prepare(ctx, cls)
+	if err != nil {
+		return nil, err
+	}
+	return pr.Explain(nBytes)
+}
+
+// Explain plans one size and explains it.
+func (pr *Prepared) Explain(nBytes int64) (*Plan, error) {
+	if nBytes < 0 {
+		return nil, fmt.Errorf("planner: negative size %d", nBytes)
+	}
+	m := pr.menu
+	edits := pr.po.edits(nBytes)
+	d, t, err := pr.pl.decide(m, nBytes, edits)
+	if err != nil {
+		return nil, err
+	}
+	plan := &Plan{Class: m.Class, Bytes: nBytes, Decision: d, TimeUS: t,
+		Explain: Explain{Tuner: pr.po.name, TunerNote: pr.po.note, Edits: edits}}
+	var after [costmodel.NumAlgos][costmodel.NumProtos]float32
+	costs(m, nBytes, edits, &after)
+	for a := costmodel.Algo(0); a < costmodel.NumAlgos; a++ {
+		for p := costmodel.Proto(0); p < costmodel.NumProtos; p++ {
+			plan.Explain.Cells[a][p] = CellExplain{MenuCell: m.Cells[a][p], Correction: m.Factor(a, p, nBytes),
+				ModelTimeUS: m.Time(a, p, nBytes), TimeUS: after[a][p]}
+		}
+	}
+	return plan, nil
+}

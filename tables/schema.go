@@ -1,0 +1,110 @@
+// Package tables holds collplan's node tables: TOML files that describe one kind of machine (GPU,
+// CPU, NVSwitch facts, NCCL's graph-search results per scale, optional constant overrides and
+// corrections), embedded in the binary and decoded strictly.
+package tables
+
+// Node is one node table, as decoded from NAME.toml (plus NAME.fit.toml when present).
+type Node struct {
+	Node        NodeInfo         `toml:"node"`
+	Constants   *Constants       `toml:"constants"`
+	Scale       map[string]Scale `toml:"scale"` // keys "1", "2", "4": 1 node, 2 nodes, 3 or more (NCCL's index2; ScaleFor)
+	Corrections *Corrections     `toml:"corrections"`
+	Provenance  Provenance       `toml:"provenance"`
+
+	// Name is the table's name (file name without .toml); File is where it was read from.
+	Name string `toml:"-"`
+	File string `toml:"-"`
+	// Sources maps each numeric key's dotted path (e.g. "scale.1.graphs.ring.bw_intra") to the
+	// source tag written in its trailing comment ("reference §13 S1", "estimate", ...).
+	Sources map[string]string `toml:"-"`
+	// Overlay is the fitted overlay's file name when one was applied, else "".
+	Overlay string `toml:"-"`
+}
+
+// NodeInfo is the [node] table: facts about one machine of this kind.
+type NodeInfo struct {
+	GPU                 string   `toml:"gpu"`
+	GPUsPerNode         int      `toml:"gpus_per_node"`
+	ComputeCapability   int      `toml:"compute_capability"` // 90 for sm_90
+	CPUArch             string   `toml:"cpu_arch"`           // x86 | power | arm
+	CPUVendor           string   `toml:"cpu_vendor"`         // intel | amd | zhaoxin | mixed | undefined
+	NVSCount            int      `toml:"nvs_count"`
+	NVLSSupport         bool     `toml:"nvls_support"`
+	NetDeviceType       string   `toml:"net_device_type"` // host | unpack | cuda
+	CUDARTVersion       int      `toml:"cudart_version"`
+	MaxTreePattern      int      `toml:"max_tree_pattern"`
+	CollNetEnable       bool     `toml:"collnet_enable"`
+	CollNetChainSupport bool     `toml:"collnet_chain_support"`
+	CollNetHeadsNum     int      `toml:"collnet_heads_num"`
+	CollNetDirectNHeads int      `toml:"collnet_direct_n_heads"`
+	CollNetSupport      []string `toml:"collnet_support"` // "op:dtype"
+	Note                string   `toml:"note"`
+}
+
+// Scale is [scale.N]: what NCCL's topology search gives at this node count.
+type Scale struct {
+	CommNChannels int              `toml:"comm_n_channels"`
+	NVLSChannels  int              `toml:"nvls_channels"`
+	Graphs        map[string]Graph `toml:"graphs"` // tree ring collnet_direct collnet_chain nvls
+}
+
+// Graph is one searched graph, with the topology file's keys.
+type Graph struct {
+	NChannels    int     `toml:"n_channels"`
+	BwIntra      float64 `toml:"bw_intra"`
+	BwInter      float64 `toml:"bw_inter"`
+	TypeIntra    string  `toml:"type_intra"`
+	TypeInter    string  `toml:"type_inter"`
+	LatencyInter float64 `toml:"latency_inter"`
+	SameChannels bool    `toml:"same_channels"`
+}
+
+// Constants is the optional [constants] table: overrides of the tuner constants
+// (reference/nccl-costmodel.md §1). Absent entries keep NCCL's defaults. Per-algorithm rows are
+// [LL, LL128, Simple]; ceilings rows are [N1, N2, N4].
+type Constants struct {
+	BaseLatencies        map[string][]float64            `toml:"base_latencies"`            // algo -> [3]
+	HWLatencies          map[string]map[string][]float64 `toml:"hw_latencies"`              // nvlink|pci|net -> algo -> [3]
+	LLMaxBws             [][]float64                     `toml:"ll_max_bws"`                // [4][3]
+	PerChMaxRingLL128Bws [][]float64                     `toml:"per_ch_max_ring_ll128_bws"` // [4][3]
+	PerChMaxTreeLL128Bws [][]float64                     `toml:"per_ch_max_tree_ll128_bws"` // [4][3]
+	PerChMaxTreeBws      [][]float64                     `toml:"per_ch_max_tree_bws"`       // [4][3]
+	PerChMaxNVLSTreeBws  [][]float64                     `toml:"per_ch_max_nvls_tree_bws"`  // [4][3]
+}
+
+// Corrections is the optional [corrections] table: bandwidth factors per cell and log2 bucket.
+type Corrections struct {
+	Cell []CorrectionCell `toml:"cell"`
+}
+
+// CorrectionCell gives factors for one (coll, algo, proto); Factors[i] applies to nBytes in
+// [64*2^i, 64*2^(i+1)). Up to 24 buckets; missing buckets are 1.
+type CorrectionCell struct {
+	Coll    string    `toml:"coll"`
+	Algo    string    `toml:"algo"`
+	Proto   string    `toml:"proto"`
+	Factors []float64 `toml:"factors"`
+}
+
+// Provenance records where a table's numbers come from.
+type Provenance struct {
+	Sources      []string    `toml:"sources"`
+	Notes        string      `toml:"notes"`
+	Date         string      `toml:"date"`
+	FittedFrom   []InputFile `toml:"fitted_from"`
+	NCCLVersions []string    `toml:"nccl_versions"`
+	Residual     *Residual   `toml:"residual"`
+}
+
+// InputFile is one sweep file a fit used.
+type InputFile struct {
+	File   string `toml:"file"`
+	SHA256 string `toml:"sha256"`
+}
+
+// Residual summarises a fit's relative errors.
+type Residual struct {
+	Points    int     `toml:"points"`
+	MedianRel float64 `toml:"median_rel"`
+	MaxRel    float64 `toml:"max_rel"`
+}

@@ -1,0 +1,277 @@
+package tables
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+)
+
+// Word lists. tables imports no project package, so it keeps its own copies of the names the
+// capabilities and costmodel packages use (reference/nccl-costmodel.md §0).
+var (
+	cpuArchs       = []string{"x86", "power", "arm"}
+	cpuVendors     = []string{"intel", "amd", "zhaoxin", "mixed", "undefined"}
+	netDeviceTypes = []string{"host", "unpack", "cuda"}
+	pathTypes      = []string{"LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET", "DIS"}
+	scaleKeys      = []string{"1", "2", "4"}
+	graphNames     = []string{"tree", "ring", "collnet_direct", "collnet_chain", "nvls"}
+	algoNames      = []string{"tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"}
+	hwClasses      = []string{"nvlink", "pci", "net"}
+	collNames      = []string{"broadcast", "reduce", "allgather", "reducescatter", "allreduce"}
+	protoNames     = []string{"ll", "ll128", "simple"}
+)
+
+const (
+	maxChannels       = 64 // NCCL's MAXCHANNELS
+	minComputeCap     = 30
+	maxComputeCap     = 200
+	correctionBuckets = 24 // treeCorrectionFactor columns (reference §6)
+	ceilingRows       = 4  // compute-capability / vendor rows of the ceilings (reference §1)
+	perAlgoCols       = 3  // LL, LL128, Simple
+	ceilingCols       = 3  // N1, N2, N4
+)
+
+func oneOf(list []string, w string) bool {
+	for _, x := range list {
+		if x == w {
+			return true
+		}
+	}
+	return false
+}
+
+func words(list []string) string { return strings.Join(list, " | ") }
+
+func finiteNonNeg(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) && x >= 0 }
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// validator collects problems in a deterministic order.
+type validator struct{ ps []problem }
+
+func (v *validator) add(key, format string, args ...any) {
+	v.ps = append(v.ps, problem{key: key, msg: fmt.Sprintf(format, args...)})
+}
+
+func (v *validator) intRange(key string, x, lo, hi int) {
+	if x < lo || x > hi {
+		v.add(key, "%d out of range %d..%d", x, lo, hi)
+	}
+}
+
+func (v *validator) word(key string, list []string, w string) {
+	if !oneOf(list, w) {
+		v.add(key, "%q is not one of %s", w, words(list))
+	}
+}
+
+func (v *validator) bw(key string, x float64) {
+	if !finiteNonNeg(x) {
+		v.add(key, "%v must be finite and >= 0", x)
+	}
+}
+
+func (v *validator) row(key string, xs []float64, n int) {
+	if len(xs) != n {
+		v.add(key, "want %d values, got %d", n, len(xs))
+		return
+	}
+	for i, x := range xs {
+		v.bw(fmt.Sprintf("%s[%d]", key, i), x)
+	}
+}
+
+func (v *validator) matrix(key string, rows [][]float64) {
+	if rows == nil {
+		return // absent: NCCL's default
+	}
+	if len(rows) != ceilingRows {
+		v.add(key, "want %d rows of %d, got %d rows", ceilingRows, ceilingCols, len(rows))
+		return
+	}
+	for i, r := range rows {
+		v.row(fmt.Sprintf("%s[%d]", key, i), r, ceilingCols)
+	}
+}
+
+// validate checks the values of a decoded table; keys in the problems are dotted paths.
+func validate(n *Node) []problem {
+	v := &validator{}
+	ni := n.Node
+	if strings.TrimSpace(ni.GPU) == "" {
+		v.add("node.gpu", "must name the GPU (or CPU) model")
+	}
+	if ni.GPUsPerNode < 1 {
+		v.add("node.gpus_per_node", "%d must be >= 1", ni.GPUsPerNode)
+	}
+	v.intRange("node.compute_capability", ni.ComputeCapability, minComputeCap, maxComputeCap)
+	v.word("node.cpu_arch", cpuArchs, ni.CPUArch)
+	v.word("node.cpu_vendor", cpuVendors, ni.CPUVendor)
+	v.word("node.net_device_type", netDeviceTypes, ni.NetDeviceType)
+	if ni.NVSCount < 0 {
+		v.add("node.nvs_count", "%d must be >= 0", ni.NVSCount)
+	}
+	if ni.NVLSSupport && ni.NVSCount == 0 {
+		v.add("node.nvls_support", "NVLS needs an NVSwitch (nvs_count is 0)")
+	}
+	if ni.NVLSSupport && ni.ComputeCapability < 90 {
+		v.add("node.nvls_support", "NVLS needs compute capability >= 90 (have %d)", ni.ComputeCapability)
+	}
+	if ni.CUDARTVersion < 0 {
+		v.add("node.cudart_version", "%d must be >= 0", ni.CUDARTVersion)
+	}
+	v.intRange("node.max_tree_pattern", ni.MaxTreePattern, 1, 3)
+	if ni.CollNetHeadsNum < 0 {
+		v.add("node.collnet_heads_num", "%d must be >= 0", ni.CollNetHeadsNum)
+	}
+	if ni.CollNetDirectNHeads < 0 {
+		v.add("node.collnet_direct_n_heads", "%d must be >= 0", ni.CollNetDirectNHeads)
+	}
+	for i, s := range ni.CollNetSupport {
+		op, dt, ok := strings.Cut(s, ":")
+		if !ok || op == "" || dt == "" || strings.ContainsAny(s, " \t") {
+			v.add(fmt.Sprintf("node.collnet_support[%d]", i), "%q is not \"op:dtype\"", s)
+		}
+	}
+
+	if len(n.Scale) == 0 {
+		v.add("scale", "at least one of [scale.1], [scale.2], [scale.4] is needed")
+	}
+	for _, k := range sortedKeys(n.Scale) {
+		validateScale(v, "scale."+k, k, n.Scale[k], ni.NVLSSupport)
+	}
+	if c := n.Constants; c != nil {
+		validateConstants(v, c)
+	}
+	if c := n.Corrections; c != nil {
+		validateCorrections(v, c)
+	}
+	validateProvenance(v, &n.Provenance)
+	return v.ps
+}
+
+func validateScale(v *validator, key, k string, s Scale, nvls bool) {
+	if !oneOf(scaleKeys, k) {
+		v.add(key, "scale key %q is not one of %s (1 node, 2 nodes, 4 or more)", k, words(scaleKeys))
+		return
+	}
+	v.intRange(key+".comm_n_channels", s.CommNChannels, 1, maxChannels)
+	v.intRange(key+".nvls_channels", s.NVLSChannels, 0, maxChannels)
+	if !nvls && s.NVLSChannels != 0 {
+		v.add(key+".nvls_channels", "%d but node.nvls_support is false (NCCL zeroes it)", s.NVLSChannels)
+	}
+	for _, g := range sortedKeys(s.Graphs) {
+		gk := key + ".graphs." + g
+		if !oneOf(graphNames, g) {
+			v.add(gk, "graph %q is not one of %s", g, words(graphNames))
+			continue
+		}
+		gr := s.Graphs[g]
+		v.intRange(gk+".n_channels", gr.NChannels, 0, maxChannels)
+		v.bw(gk+".bw_intra", gr.BwIntra)
+		v.bw(gk+".bw_inter", gr.BwInter)
+		v.bw(gk+".latency_inter", gr.LatencyInter)
+		v.word(gk+".type_intra", pathTypes, gr.TypeIntra)
+		v.word(gk+".type_inter", pathTypes, gr.TypeInter)
+	}
+	tree, okT := s.Graphs["tree"]
+	ring, okR := s.Graphs["ring"]
+	if okT && okR && tree.NChannels != ring.NChannels {
+		v.add(key+".graphs.tree.n_channels", "%d differs from ring's %d (NCCL forces them equal)", tree.NChannels, ring.NChannels)
+	}
+}
+
+func validateConstants(v *validator, c *Constants) {
+	for _, a := range sortedKeys(c.BaseLatencies) {
+		k := "constants.base_latencies." + a
+		if !oneOf(algoNames, a) {
+			v.add(k, "algorithm %q is not one of %s", a, words(algoNames))
+			continue
+		}
+		v.row(k, c.BaseLatencies[a], perAlgoCols)
+	}
+	for _, hw := range sortedKeys(c.HWLatencies) {
+		k := "constants.hw_latencies." + hw
+		if !oneOf(hwClasses, hw) {
+			v.add(k, "hardware class %q is not one of %s", hw, words(hwClasses))
+			continue
+		}
+		for _, a := range sortedKeys(c.HWLatencies[hw]) {
+			ka := k + "." + a
+			if !oneOf(algoNames, a) {
+				v.add(ka, "algorithm %q is not one of %s", a, words(algoNames))
+				continue
+			}
+			v.row(ka, c.HWLatencies[hw][a], perAlgoCols)
+		}
+	}
+	v.matrix("constants.ll_max_bws", c.LLMaxBws)
+	v.matrix("constants.per_ch_max_ring_ll128_bws", c.PerChMaxRingLL128Bws)
+	v.matrix("constants.per_ch_max_tree_ll128_bws", c.PerChMaxTreeLL128Bws)
+	v.matrix("constants.per_ch_max_tree_bws", c.PerChMaxTreeBws)
+	v.matrix("constants.per_ch_max_nvls_tree_bws", c.PerChMaxNVLSTreeBws)
+}
+
+func validateCorrections(v *validator, c *Corrections) {
+	seen := map[string]int{}
+	for i, cell := range c.Cell {
+		k := fmt.Sprintf("corrections.cell[%d]", i)
+		v.word(k+".coll", collNames, cell.Coll)
+		v.word(k+".algo", algoNames, cell.Algo)
+		v.word(k+".proto", protoNames, cell.Proto)
+		id := cell.Coll + "/" + cell.Algo + "/" + cell.Proto
+		if j, dup := seen[id]; dup {
+			v.add(k, "duplicate cell %s (also corrections.cell[%d])", id, j)
+		} else {
+			seen[id] = i
+		}
+		if len(cell.Factors) == 0 || len(cell.Factors) > correctionBuckets {
+			v.add(k+".factors", "want 1..%d factors, got %d", correctionBuckets, len(cell.Factors))
+		}
+		for j, f := range cell.Factors {
+			if math.IsNaN(f) || math.IsInf(f, 0) || f <= 0 {
+				v.add(fmt.Sprintf("%s.factors[%d]", k, j), "%v must be finite and > 0", f)
+			}
+		}
+	}
+}
+
+func validateProvenance(v *validator, p *Provenance) {
+	for i, f := range p.FittedFrom {
+		k := fmt.Sprintf("provenance.fitted_from[%d]", i)
+		if strings.TrimSpace(f.File) == "" {
+			v.add(k+".file", "must name the sweep file")
+		}
+		if f.SHA256 != "" && !isHexN(f.SHA256, 64) {
+			v.add(k+".sha256", "%q is not 64 hex digits", f.SHA256)
+		}
+	}
+	if r := p.Residual; r != nil {
+		if r.Points < 0 {
+			v.add("provenance.residual.points", "%d must be >= 0", r.Points)
+		}
+		v.bw("provenance.residual.median_rel", r.MedianRel)
+		v.bw("provenance.residual.max_rel", r.MaxRel)
+	}
+}
+
+func isHexN(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -177,22 +178,53 @@ func TestLookupAllocs(t *testing.T) {
 	assert.Zero(t, allocs)
 }
 
-func BenchmarkLookup(b *testing.B) {
-	pl := newPlanner(b, topo(b, "s2"), nil)
-	dt, err := pl.Compile(context.Background(), class(costmodel.AllReduce))
-	require.NoError(b, err)
+func randomSizes() []int64 {
 	rng := rand.New(rand.NewPCG(3, 4))
 	sizes := make([]int64, 4096)
 	for i := range sizes {
 		sizes[i] = int64(math.Exp2(rng.Float64() * 40))
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	var sink int
-	for i := 0; i < b.N; i++ {
-		sink += dt.Lookup(sizes[i&4095]).Channels
+	return sizes
+}
+
+// BenchmarkLookup times DecisionTable.Lookup on log-uniform random sizes up to 2^40, beside a plain
+// binary search over the same entries (slices.BinarySearch), for the ratio.
+func BenchmarkLookup(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		coll costmodel.Coll
+	}{{"s2", costmodel.AllReduce}, {"s1", costmodel.AllGather}, {"s3", costmodel.AllReduce}} {
+		pl := newPlanner(b, topo(b, tc.name), nil)
+		dt, err := pl.Compile(context.Background(), class(tc.coll))
+		require.NoError(b, err)
+		sizes := randomSizes()
+		b.Run(tc.name+"-"+tc.coll.String()+"/table", func(b *testing.B) {
+			b.ReportAllocs()
+			var sink int
+			for i := 0; i < b.N; i++ {
+				sink += dt.Lookup(sizes[i&4095]).Channels
+			}
+			_ = sink
+			b.ReportMetric(float64(len(dt.Entries())), "entries")
+		})
+		es := dt.Entries()
+		starts := make([]int64, len(es))
+		for i, e := range es {
+			starts[i] = e.Lo
+		}
+		b.Run(tc.name+"-"+tc.coll.String()+"/binarysearch", func(b *testing.B) {
+			b.ReportAllocs()
+			var sink int
+			for i := 0; i < b.N; i++ {
+				j, found := slices.BinarySearch(starts, sizes[i&4095])
+				if !found {
+					j--
+				}
+				sink += es[j].Channels
+			}
+			_ = sink
+		})
 	}
-	_ = sink
 }
 
 func BenchmarkCompile(b *testing.B) {
@@ -202,4 +234,21 @@ func BenchmarkCompile(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkDecide is the per-call alternative to a DecisionTable: price the 21 cells, take the
+// argmin and size the plan (what NCCL does on every call), on the same random sizes.
+func BenchmarkDecide(b *testing.B) {
+	pl := newPlanner(b, topo(b, "s2"), nil)
+	m, err := pl.Menu(class(costmodel.AllReduce))
+	require.NoError(b, err)
+	sizes := randomSizes()
+	b.ReportAllocs()
+	b.ResetTimer()
+	var sink int
+	for i := 0; i < b.N; i++ {
+		d, _, _ := pl.decide(m, sizes[i&4095], nil)
+		sink += d.Channels
+	}
+	_ = sink
 }

@@ -38,12 +38,12 @@ type EditKind int
 
 // Edit kinds. Cell edits apply in list order to the cost the argmin sees.
 const (
-	Force    EditKind = iota // cost = 0: the cell wins unless an earlier cell is forced too
-	Disable                  // cost = -1: the cell is skipped
-	AddCost                  // cost += Value (us), a soft preference
-	ScaleCost                // cost *= Value, a soft preference
-	Channels                 // nMaxChannels = Value after NCCL's own sizing (0 keeps it)
-	Chunk                    // chunk bytes = Value, clamped to the buffer and rounded to the grain
+	Force     EditKind = iota // cost = 0: the cell wins unless an earlier cell is forced too
+	Disable                   // cost = -1: the cell is skipped
+	AddCost                   // cost += Value (us), a soft preference
+	ScaleCost                 // cost *= Value, a soft preference
+	Channels                  // nMaxChannels = Value after NCCL's own sizing (0 keeps it)
+	Chunk                     // chunk bytes = Value, clamped to the buffer and rounded to the grain
 )
 
 var editNames = [...]string{"force", "disable", "add", "scale", "channels", "chunk"}

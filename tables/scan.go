@@ -187,19 +187,8 @@ func scanValue(s string, depth int) (code, comment string, _ int) {
 
 // closeBracket returns the index of the "]" (or "]]") closing a header that opens with open brackets.
 func closeBracket(t string, open int) int {
-	var quote byte
-	for i := open; i < len(t); i++ {
-		c := t[i]
-		switch {
-		case quote != 0:
-			if c == quote {
-				quote = 0
-			}
-		case c == '"' || c == '\'':
-			quote = c
-		case c == ']':
-			return i
-		}
+	if i := indexOutsideQuotes(t[open:], ']'); i >= 0 {
+		return open + i
 	}
 	return len(t)
 }

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -31,31 +29,13 @@ func constantsFrom(n *tables.Node) (*costmodel.Constants, error) {
 }
 
 func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("explain", stderr)
-	var tf topoFlags
-	var cf classFlags
-	tf.register(fs)
-	cf.register(fs, true)
-	asJSON := fs.Bool("json", false, "print one JSON object")
-	if err := parseFlags(fs, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	c := newCommand("explain", stderr, true)
+	asJSON := c.fs.Bool("json", false, "print one JSON object")
+	s, cls, pl, help, err := c.parse(args)
+	if help || err != nil {
 		return err
 	}
-	s, err := tf.build(fs)
-	if err != nil {
-		return err
-	}
-	cls, err := cf.class()
-	if err != nil {
-		return err
-	}
-	n, err := parseBytes("--bytes", cf.bytes)
-	if err != nil {
-		return err
-	}
-	pl, err := s.planner()
+	n, err := parseBytes("--bytes", c.cf.bytes)
 	if err != nil {
 		return err
 	}

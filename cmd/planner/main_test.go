@@ -297,6 +297,13 @@ func TestTablesCommand(t *testing.T) {
 	assert.Error(t, err)
 }
 
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"explain", "-h"}, {"query", "-h"}, {"map", "-h"}, {"tables", "-h"}, {"help"}} {
+		_, err := runCLI(t, "", args...)
+		assert.NoError(t, err, args)
+	}
+}
+
 // TestAllTablesExplain: every embedded table plans every collective at 1, 2 and 4 nodes.
 func TestAllTablesExplain(t *testing.T) {
 	clearNCCLEnv(t)

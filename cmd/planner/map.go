@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -20,18 +18,12 @@ import (
 // every crossover (the exact first size of each new algorithm/protocol), and optionally writes an
 // SVG of every legal cell's predicted time with the argmin traced.
 func runMap(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("map", stderr)
-	var tf topoFlags
-	var cf classFlags
-	tf.register(fs)
-	cf.register(fs, false)
-	minS := fs.String("min", "8", "smallest size")
-	maxS := fs.String("max", "4G", "largest size")
-	svgPath := fs.String("svg", "", "write an SVG plot of predicted time per cell to this file")
-	if err := parseFlags(fs, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	c := newCommand("map", stderr, false)
+	minS := c.fs.String("min", "8", "smallest size")
+	maxS := c.fs.String("max", "4G", "largest size")
+	svgPath := c.fs.String("svg", "", "write an SVG plot of predicted time per cell to this file")
+	s, cls, pl, help, err := c.parse(args)
+	if help || err != nil {
 		return err
 	}
 	lo, err := parseBytes("--min", *minS)
@@ -44,18 +36,6 @@ func runMap(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if lo < 1 || hi < lo || hi > planner.MaxBytes {
 		return usagef("--min %d and --max %d: want 1 <= min <= max <= %d", lo, hi, planner.MaxBytes)
-	}
-	s, err := tf.build(fs)
-	if err != nil {
-		return err
-	}
-	cls, err := cf.class()
-	if err != nil {
-		return err
-	}
-	pl, err := s.planner()
-	if err != nil {
-		return err
 	}
 	pr, err := pl.Prepare(ctx, cls)
 	if err != nil {

@@ -6,8 +6,6 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -49,25 +47,12 @@ const csvHeader = "coll,bytes,op,dtype,pipe_ops,algo,proto,time_us,channels,thre
 // (answered with a CSV row; a header line starting with "coll" is skipped). A bad line stops the
 // run with an error naming its line number.
 func runQuery(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlagSet("query", stderr)
-	var tf topoFlags
-	var cf classFlags
-	tf.register(fs)
-	cf.register(fs, false)
-	if err := parseFlags(fs, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
+	c := newCommand("query", stderr, false)
+	_, _, pl, help, err := c.parse(args)
+	if help || err != nil {
 		return err
 	}
-	s, err := tf.build(fs)
-	if err != nil {
-		return err
-	}
-	pl, err := s.planner()
-	if err != nil {
-		return err
-	}
+	cf := &c.cf
 	// One prepared class and DecisionTable per class: the tuner is asked once per class, not per line.
 	type compiled struct {
 		pr *planner.Prepared
@@ -89,12 +74,12 @@ func runQuery(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		var cls planner.Class
 		var n int64
 		if isJSON {
-			cls, n, err = parseJSONQuery(text, &cf)
+			cls, n, err = parseJSONQuery(text, cf)
 		} else {
 			if strings.HasPrefix(strings.ToLower(text), "coll") {
 				continue
 			}
-			cls, n, err = parseCSVQuery(text, &cf)
+			cls, n, err = parseCSVQuery(text, cf)
 		}
 		if err != nil {
 			return usagef("stdin:%d: %v", line, err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -200,4 +201,38 @@ func usedEstimates(all []string, scale string) []string {
 		}
 	}
 	return out
+}
+
+// command is what explain, query and map share: the topology and class flags, parsed into a
+// topology and a planner.
+type command struct {
+	fs *flag.FlagSet
+	tf topoFlags
+	cf classFlags
+}
+
+func newCommand(name string, stderr io.Writer, withBytes bool) *command {
+	c := &command{fs: newFlagSet(name, stderr)}
+	c.tf.register(c.fs)
+	c.cf.register(c.fs, withBytes)
+	return c
+}
+
+// parse parses args and builds the topology, the default class and the planner. help is true
+// (with no error) when -h was asked for.
+func (c *command) parse(args []string) (s *setup, cls planner.Class, pl *planner.Planner, help bool, err error) {
+	if err = parseFlags(c.fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, cls, nil, true, nil
+		}
+		return nil, cls, nil, false, err
+	}
+	if s, err = c.tf.build(c.fs); err != nil {
+		return nil, cls, nil, false, err
+	}
+	if cls, err = c.cf.class(); err != nil {
+		return nil, cls, nil, false, err
+	}
+	pl, err = s.planner()
+	return s, cls, pl, false, err
 }

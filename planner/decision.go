@@ -50,36 +50,48 @@ func (pl *Planner) Compile(ctx context.Context, cls Class) (*DecisionTable, erro
 func (pr *Prepared) Compile() (*DecisionTable, error) {
 	pl, m, po, cls := pr.pl, pr.menu, pr.po, pr.menu.Class
 	dt := &DecisionTable{Class: cls, Tuner: po.name, TunerNote: po.note}
-	decide := func(n int64) (Decision, error) {
+	var err error
+	dt.starts, dt.decs, err = intervals(pl.breakpoints(po), func(n int64) (Decision, error) {
 		d, _, err := pl.decide(m, n, po.edits(n))
 		return d, err
-	}
-	cuts := pl.breakpoints(po)
-	for i := 0; i+1 < len(cuts); i++ {
-		lo, hi := cuts[i], cuts[i+1]
-		for x := lo; x < hi; {
-			d, err := decide(x)
-			if err != nil {
-				return nil, fmt.Errorf("%w (at %d bytes)", err, x)
-			}
-			if k := len(dt.decs); k == 0 || dt.decs[k-1] != d {
-				dt.starts = append(dt.starts, x)
-				dt.decs = append(dt.decs, d)
-			}
-			next, err := lastEqual(x, hi, d, decide)
-			if err != nil {
-				return nil, err
-			}
-			x = next
-		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	dt.index()
 	return dt, nil
 }
 
+// intervals walks [0, MaxBytes) segment by segment between cuts and returns the first size of each
+// run of equal values of decide, with the value. Within a segment each value must hold on one
+// interval, which bisection then finds exactly.
+func intervals[T comparable](cuts []int64, decide func(int64) (T, error)) ([]int64, []T, error) {
+	var starts []int64
+	var vals []T
+	for i := 0; i+1 < len(cuts); i++ {
+		lo, hi := cuts[i], cuts[i+1]
+		for x := lo; x < hi; {
+			d, err := decide(x)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%w (at %d bytes)", err, x)
+			}
+			if k := len(vals); k == 0 || vals[k-1] != d {
+				starts = append(starts, x)
+				vals = append(vals, d)
+			}
+			next, err := lastEqual(x, hi, d, decide)
+			if err != nil {
+				return nil, nil, err
+			}
+			x = next
+		}
+	}
+	return starts, vals, nil
+}
+
 // lastEqual returns the first size in (x, hi] whose decision differs from d (hi when none does),
 // assuming the sizes deciding d form an interval: a doubling probe, then bisection.
-func lastEqual(x, hi int64, d Decision, decide func(int64) (Decision, error)) (int64, error) {
+func lastEqual[T comparable](x, hi int64, d T, decide func(int64) (T, error)) (int64, error) {
 	good, step := x, int64(1)
 	bad := hi
 	for {

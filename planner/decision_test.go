@@ -116,7 +116,7 @@ func TestDecisionTableOracle(t *testing.T) {
 			for i := 0; i < 100000; i++ {
 				sizes = append(sizes, int64(math.Exp2(rng.Float64()*40)))
 			}
-			checked := 0
+			checked, ties := 0, 0
 			for _, n := range sizes {
 				if n < 0 {
 					continue
@@ -124,8 +124,17 @@ func TestDecisionTableOracle(t *testing.T) {
 				want, ok := oracle(pr.Menu(), ivs, n)
 				require.True(t, ok)
 				got := dt.Lookup(n)
-				if !assert.Equal(t, want, Cell{got.Algo, got.Proto}, "size %d", n) {
-					return
+				if want != (Cell{got.Algo, got.Proto}) {
+					// Only a float32 tie may differ (see requireFloatTie).
+					tw := pr.Menu().Time(want.Algo, want.Proto, n)
+					tg := pr.Menu().Time(got.Algo, got.Proto, n)
+					if tc.tuner == nil {
+						require.InDelta(t, tw, tg, 4*ulp32(tw), "size %d: %s vs %s is no float32 tie", n, want, Cell{got.Algo, got.Proto})
+					} else {
+						require.Equal(t, want, Cell{got.Algo, got.Proto}, "size %d", n)
+					}
+					ties++
+					continue
 				}
 				if checked%97 == 0 || n < 1<<12 {
 					p, err := pr.Explain(n)
@@ -134,6 +143,8 @@ func TestDecisionTableOracle(t *testing.T) {
 				}
 				checked++
 			}
+			t.Logf("%d sizes checked, %d float32 ties", checked+ties, ties)
+			assert.Less(t, ties, 10, "ties must stay rare")
 		})
 	}
 }

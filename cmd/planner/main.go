@@ -26,6 +26,7 @@ commands:
   query     read queries (CSV or JSON lines) on stdin, write plans on stdout
   map       the winning plan per size over a range, every crossover, optional SVG plot
   tables    list node tables, or show one: planner tables [NAME]
+  compile   write the decision table of the NCCL tuner shim (docs/tuner-table.md)
 
 Run 'planner COMMAND -h' for a command's flags.
 `
@@ -59,6 +60,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runMap(ctx, args[1:], stdout, stderr)
 	case "tables":
 		return runTables(args[1:], stdout, stderr)
+	case "compile":
+		return runCompile(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

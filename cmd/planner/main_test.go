@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/collplan/collplan/plugin/shimtable"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -314,5 +315,37 @@ func TestAllTablesExplain(t *testing.T) {
 				assert.NotEmpty(t, m["algo"], name, nodes, coll)
 			}
 		}
+	}
+}
+
+func TestCompile(t *testing.T) {
+	clearNCCLEnv(t)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "h100.cptt")
+	text, err := runCLI(t, "", "compile", "--node", "h100", "--nodes", "1,2", "--ranks-per-node", "8", "--constants", "-o", out)
+	require.NoError(t, err)
+	assert.Contains(t, text, "2 blocks")
+	data, err := os.ReadFile(out)
+	require.NoError(t, err)
+	tb, err := shimtable.Decode(data)
+	require.NoError(t, err)
+	require.Len(t, tb.Blocks, 2)
+	// The 1-node block's AllReduce picks agree with explain: RING/LL at 1 MiB, NVLS from 2 MiB.
+	assert.Equal(t, shimtable.Plan{Algo: 1, Proto: 0, Chunk: 32768}, tb.Lookup(1, 8, 4, 1, 1<<20)[0])
+	assert.Equal(t, 4, tb.Lookup(1, 8, 4, 1, 2<<20)[0].Algo)
+
+	_, err = runCLI(t, "", "compile", "--topology", topoDir+"s2.toml", "-o", filepath.Join(dir, "s2.cptt"))
+	require.NoError(t, err)
+	for _, args := range [][]string{
+		{"compile", "--node", "h100"},
+		{"compile", "--node", "h100", "--nodes", "0", "-o", out},
+		{"compile", "--node", "h100", "--topology", topoDir + "s2.toml", "-o", out},
+		{"compile", "--topology", topoDir + "s2.toml", "--nodes", "2", "-o", out},
+		{"compile", "--node", "h100", "--ranked", "9", "-o", out},
+		{"compile", "--node", "nope", "-o", out},
+	} {
+		_, err := runCLI(t, "", args...)
+		var ue usageError
+		assert.True(t, errors.As(err, &ue), "%v: %v", args, err)
 	}
 }

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/plugin/shimtable"
+	"github.com/collplan/collplan/tables"
+)
+
+// runCompile writes the decision table the NCCL tuner shim reads (docs/tuner-table.md).
+func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("compile", stderr)
+	node := fs.String("node", "", "embedded node table, e.g. h100")
+	table := fs.String("table", "", "node table file (TOML) instead of an embedded one")
+	topology := fs.String("topology", "", "one topology file instead of a node table grid (one block)")
+	nodes := fs.String("nodes", "", "node counts, comma-separated (default 1,2,4,...,1024)")
+	rpn := fs.String("ranks-per-node", "", "ranks per node, comma-separated (default the table's GPUs per node, and 1)")
+	pipeOps := fs.Int("pipe-ops", 4, "compile numPipeOps 1..N")
+	ranked := fs.Int("ranked", 4, "ranked plans kept per interval (1..8), the fallbacks when NCCL ignores a cell")
+	consts := fs.Bool("constants", false, "include the model constants for the v5/v6 init")
+	out := fs.String("o", "", "output file (required)")
+	if err := parseFlags(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if *out == "" {
+		return usagef("-o FILE is required")
+	}
+	req := shimtable.Request{MaxPipeOps: *pipeOps, K: *ranked, Constants: *consts}
+	var err error
+	if req.Nodes, err = intList("--nodes", *nodes); err != nil {
+		return err
+	}
+	if req.RanksPerNode, err = intList("--ranks-per-node", *rpn); err != nil {
+		return err
+	}
+	switch {
+	case *topology != "" && *node == "" && *table == "":
+		if *nodes != "" || *rpn != "" {
+			return usagef("--nodes and --ranks-per-node apply to a node table, not --topology")
+		}
+		tp, err := capabilities.LoadTopology(*topology)
+		if err != nil {
+			return usageError{err}
+		}
+		tp.Env.Overlay(capabilities.EnvFromProcess(os.LookupEnv))
+		req.Topology = &tp
+	case *topology == "" && (*node == "") != (*table == ""):
+		if *node != "" {
+			req.Node, err = tables.Load(*node)
+		} else {
+			req.Node, err = tables.LoadFile(*table)
+		}
+		if err != nil {
+			return usageError{err}
+		}
+	default:
+		return usagef("give exactly one of --node, --table or --topology")
+	}
+	t, err := shimtable.Compile(ctx, req)
+	if err != nil {
+		return usageError{err}
+	}
+	data, err := t.Encode()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(*out, data, 0o644); err != nil {
+		return fmt.Errorf("compile: %w", err)
+	}
+	fmt.Fprintf(stdout, "wrote %s: %s, %d blocks, %d bytes, checksum %016x\n", *out, t.Name, len(t.Blocks), len(data), shimtable.Checksum(data))
+	for _, b := range t.Blocks {
+		fmt.Fprintf(stdout, "  %4d nodes %6d ranks  pipe ops %d..%d\n", b.NNodes, b.NRanks, b.MinPipeOps, b.MaxPipeOps)
+	}
+	return nil
+}
+
+func intList(name, s string) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v < 1 {
+			return nil, usagef("%s: %q is not a positive integer", name, f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}

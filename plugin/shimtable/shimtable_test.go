@@ -1,0 +1,151 @@
+package shimtable
+
+import (
+	"context"
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/planner"
+	"github.com/collplan/collplan/tables"
+)
+
+func compileH100(t testing.TB) *Table {
+	t.Helper()
+	n, err := tables.Load("h100")
+	require.NoError(t, err)
+	tb, err := Compile(context.Background(), Request{Node: n, Nodes: []int{1, 2, 4}, Constants: true})
+	require.NoError(t, err)
+	return tb
+}
+
+// TestLookupMatchesPlanner: for every block, collective and pipe-op count, at interval edges and at
+// random sizes, the table's first plan is the planner's pick for that topology (float32 sum).
+func TestLookupMatchesPlanner(t *testing.T) {
+	tb := compileH100(t)
+	require.Len(t, tb.Blocks, 6, "1, 2, 4 nodes x (8, 1) ranks per node")
+	n, err := tables.Load("h100")
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, b := range tb.Blocks {
+		tp, err := blockTopology(n, b.NNodes, b.NRanks/b.NNodes)
+		require.NoError(t, err)
+		pl, err := planner.New(&tp, planner.Config{})
+		require.NoError(t, err)
+		for c := 0; c < 5; c++ {
+			for p := b.MinPipeOps; p <= b.MaxPipeOps; p++ {
+				cls := planner.Class{Coll: costmodel.Coll(c), Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: p}
+				pr, err := pl.Prepare(context.Background(), cls)
+				require.NoError(t, err)
+				sizes := []int64{0, 1, 4096, 1 << 20, 1 << 30}
+				for _, s := range b.Classes[c][p-1].Starts {
+					sizes = append(sizes, s, s+1, max(0, s-1))
+				}
+				for i := 0; i < 200; i++ {
+					sizes = append(sizes, int64(math.Exp2(rng.Float64()*36)))
+				}
+				for _, s := range sizes {
+					want, err := pr.Ranked(s, tb.K)
+					require.NoError(t, err)
+					got := tb.Lookup(b.NNodes, b.NRanks, c, p, s)
+					require.Len(t, got, len(want), "%d nodes %d ranks coll %d pipe %d size %d", b.NNodes, b.NRanks, c, p, s)
+					assert.Equal(t, int(want[0].Algo), got[0].Algo, "size %d", s)
+					assert.Equal(t, int(want[0].Proto), got[0].Proto, "size %d", s)
+					assert.Equal(t, want[0].ChunkBytes, got[0].Chunk, "size %d", s)
+				}
+			}
+		}
+	}
+	assert.Nil(t, tb.Lookup(3, 24, 4, 1, 100), "no block")
+	assert.Nil(t, tb.Lookup(1, 8, 4, 5, 100), "pipe ops outside the compiled range")
+}
+
+func TestEncodeDecodeRoundTrip(t *testing.T) {
+	tb := compileH100(t)
+	data, err := tb.Encode()
+	require.NoError(t, err)
+	back, err := Decode(data)
+	require.NoError(t, err)
+	assert.Equal(t, tb, back)
+	assert.Equal(t, "h100", back.Name)
+	require.NotNil(t, back.Constants)
+	assert.Equal(t, 6.8, back.Constants[0], "baseLatencies[Tree][LL]")
+	assert.Equal(t, 20.9, back.Constants[21+2*21+5*3+2], "hwLatencies[NET][NVLSTree][Simple]")
+	assert.Equal(t, 80.0, back.Constants[NumConstants-1], "perChMaxNVLSTreeBws[3][2]")
+	// The one-rank-per-node blocks have no NVLink domain wider than a GPU.
+	for _, b := range back.Blocks {
+		if b.NRanks == b.NNodes {
+			assert.Equal(t, [3]int{b.NRanks, 1, 1}, [3]int{b.NVLDomains, b.MinRanksPerNVL, b.MaxRanksPerNVL})
+		} else {
+			assert.Equal(t, [3]int{b.NNodes, 8, 8}, [3]int{b.NVLDomains, b.MinRanksPerNVL, b.MaxRanksPerNVL})
+		}
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	tb := compileH100(t)
+	good, err := tb.Encode()
+	require.NoError(t, err)
+	mut := func(f func([]byte) []byte) []byte { return f(append([]byte(nil), good...)) }
+	reseal := func(b []byte) []byte { binary.LittleEndian.PutUint64(b[24:], Checksum(b)); return b }
+	for _, tc := range []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"empty", nil, "truncated"},
+		{"short", good[:40], "truncated"},
+		{"cut", good[:len(good)-8], "header says"},
+		{"magic", mut(func(b []byte) []byte { b[0] = 'X'; return b }), "bad magic"},
+		{"version", mut(func(b []byte) []byte { b[8] = 2; return b }), "version 2"},
+		{"checksum", mut(func(b []byte) []byte { b[len(b)-1] ^= 1; return b }), "checksum"},
+		{"csv", []byte("# NCCL tuner config\nallreduce,0,65536,tree,simple,2,1,-1,-1,1\n"), "NCCL example-tuner CSV"},
+		{"block overrun", mut(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[32:], 1<<20); return reseal(b) }), "overrun"},
+		{"bad K", mut(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[36:], 9); return reseal(b) }), "K 9"},
+		{"class offset", mut(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[64+16:], uint32(len(b))); return reseal(b) }), "class directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Decode(tc.data)
+			assert.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestCompileErrors(t *testing.T) {
+	n, err := tables.Load("h100")
+	require.NoError(t, err)
+	ctx := context.Background()
+	for _, req := range []Request{
+		{},
+		{Node: n, K: 9},
+		{Node: n, MaxPipeOps: 65},
+		{Node: n, RanksPerNode: []int{9}},
+		{Node: n, Nodes: []int{1, 1}},
+	} {
+		_, err := Compile(ctx, req)
+		assert.Error(t, err, "%+v", req)
+	}
+	tp, err := capabilities.FromNode(n, 2)
+	require.NoError(t, err)
+	tb, err := Compile(ctx, Request{Topology: &tp, MaxPipeOps: 1, K: 2})
+	require.NoError(t, err)
+	require.Len(t, tb.Blocks, 1)
+	assert.Equal(t, "topology", tb.Name)
+	assert.Nil(t, tb.Constants)
+}
+
+func BenchmarkCompileH100Grid(b *testing.B) {
+	n, err := tables.Load("h100")
+	require.NoError(b, err)
+	for i := 0; i < b.N; i++ {
+		if _, err := Compile(context.Background(), Request{Node: n}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

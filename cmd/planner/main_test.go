@@ -13,9 +13,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/collplan/collplan/plugin/shimtable"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/collplan/collplan/plugin/shimtable"
 )
 
 const topoDir = "../../capabilities/testdata/topology/"

@@ -12,11 +12,15 @@ import (
 
 var le = binary.LittleEndian
 
-// Checksum is the file's FNV-1a 64 over everything after the header.
+// checksumFrom is where the checksum starts: right after its own field, so that it covers the rest
+// of the header (block count, K, flags, constants offset, name) too.
+const checksumFrom = 32
+
+// Checksum is the file's FNV-1a 64 over bytes [32, end).
 func Checksum(file []byte) uint64 {
 	h := fnv.New64a()
-	if len(file) > headerBytes {
-		h.Write(file[headerBytes:])
+	if len(file) > checksumFrom {
+		h.Write(file[checksumFrom:])
 	}
 	return h.Sum64()
 }

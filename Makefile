@@ -1,0 +1,66 @@
+# Builds the NCCL tuner shim (plugin/ncclshim, C) and its conformance harness.
+#   make shim      -> $(BUILD)/libnccl-tuner-collplan.so
+#   make harness   -> $(BUILD)/collplan-harness
+#   make asan      -> both, with -fsanitize=address,undefined, under $(BUILD)/asan
+#   make fuzz      -> $(BUILD)/asan/collplan-fuzz-table (table reader mutation fuzzer, sanitized)
+#   make test      -> go test ./plugin/ (builds its own copies in a temp dir, runs valgrind)
+#   make clean
+# Override BUILD=dir to build elsewhere (the Go test does).
+
+BUILD ?= build
+ifeq ($(origin CC),default)
+CC := gcc
+endif
+
+SHIM_DIR := plugin/ncclshim
+SHIM_SRCS := $(SHIM_DIR)/shim.c $(SHIM_DIR)/cptable.c
+SHIM_HDRS := $(SHIM_DIR)/cptable.h $(SHIM_DIR)/nccl_tuner_abi.h
+HARNESS_SRCS := $(SHIM_DIR)/test/harness.c
+FUZZ_SRCS := $(SHIM_DIR)/test/fuzz_table.c $(SHIM_DIR)/cptable.c
+
+WARN := -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wformat=2
+SHIM_CFLAGS := -O2 -g -fPIC -fvisibility=hidden $(WARN) -pthread
+SHIM_LDFLAGS := -shared -pthread -Wl,-z,defs -Wl,-z,relro -Wl,-z,now
+HARNESS_CFLAGS := -O2 -g $(WARN) -pthread
+HARNESS_LDLIBS := -ldl -pthread
+SAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+
+SHIM := $(BUILD)/libnccl-tuner-collplan.so
+HARNESS := $(BUILD)/collplan-harness
+
+.PHONY: all shim harness asan fuzz test clean
+
+all: shim harness
+
+shim: $(SHIM)
+harness: $(HARNESS)
+
+$(SHIM): $(SHIM_SRCS) $(SHIM_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(SHIM_CFLAGS) $(CFLAGS) -o $@ $(SHIM_SRCS) $(SHIM_LDFLAGS) $(LDFLAGS)
+
+$(HARNESS): $(HARNESS_SRCS) $(SHIM_DIR)/nccl_tuner_abi.h
+	@mkdir -p $(dir $@)
+	$(CC) $(HARNESS_CFLAGS) $(CFLAGS) -o $@ $(HARNESS_SRCS) $(HARNESS_LDLIBS) $(LDFLAGS)
+
+asan: $(BUILD)/asan/libnccl-tuner-collplan.so $(BUILD)/asan/collplan-harness
+
+$(BUILD)/asan/libnccl-tuner-collplan.so: $(SHIM_SRCS) $(SHIM_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(SHIM_CFLAGS) $(SAN) $(CFLAGS) -o $@ $(SHIM_SRCS) -shared -pthread $(LDFLAGS)
+
+$(BUILD)/asan/collplan-harness: $(HARNESS_SRCS) $(SHIM_DIR)/nccl_tuner_abi.h
+	@mkdir -p $(dir $@)
+	$(CC) $(HARNESS_CFLAGS) $(SAN) $(CFLAGS) -o $@ $(HARNESS_SRCS) $(HARNESS_LDLIBS) $(LDFLAGS)
+
+fuzz: $(BUILD)/asan/collplan-fuzz-table
+
+$(BUILD)/asan/collplan-fuzz-table: $(FUZZ_SRCS) $(SHIM_DIR)/cptable.h
+	@mkdir -p $(dir $@)
+	$(CC) $(HARNESS_CFLAGS) $(SAN) $(CFLAGS) -o $@ $(FUZZ_SRCS) $(LDFLAGS)
+
+test:
+	go test ./plugin/
+
+clean:
+	rm -rf $(BUILD)

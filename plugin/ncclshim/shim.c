@@ -1,0 +1,495 @@
+/*
+ * libnccl-tuner-collplan.so: the NCCL tuner plugin (ABI v2..v6) that applies a compiled collplan
+ * table (docs/tuner-table.md). Pure C: no Go runtime ever runs inside NCCL's process.
+ *
+ * - init reads the table named by COLLPLAN_TUNER_TABLE (else NCCL_TUNER_CONFIG_FILE) once per
+ *   process and shares it between communicators through a refcounted cache (the only mutable
+ *   global state, under a mutex), picks the block of the communicator's exact (nNodes, nRanks), and
+ *   never fails: any problem is logged and the context passes through (NCCL's table untouched).
+ * - getCollInfo forces the first ranked plan whose cell NCCL did not mark IGNORE by setting it to
+ *   0.0; it always returns ncclSuccess and logs per decision only under NCCL_DEBUG=TRACE.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cptable.h"
+#include "nccl_tuner_abi.h"
+
+#define CP_EXPORT __attribute__((visibility("default")))
+#define CP_NAME "collplan"
+
+_Static_assert(sizeof(ncclTunerConstants_v5_t) == CP_NUM_CONSTANTS * sizeof(double), "constants block size");
+
+static const char* const kCollNames[CP_NUM_COLLS] = {"Broadcast", "Reduce", "AllGather", "ReduceScatter",
+                                                     "AllReduce"};
+static const char* const kAlgoNames[CP_NUM_ALGOS] = {"Tree", "Ring", "CollNetDirect", "CollNetChain",
+                                                     "NVLS", "NVLSTree", "PAT"};
+static const char* const kProtoNames[CP_NUM_PROTOS] = {"LL", "LL128", "Simple"};
+
+/* ---------------------------------------------------------------------------------------------
+ * Shared table cache: one entry per file identity (device, inode, size, mtime), refcounted by the
+ * contexts that use it. A file replaced on disk gets a new entry; the old one lives on until its
+ * last communicator is finalized.
+ */
+typedef struct cp_entry {
+  struct cp_entry* next;
+  dev_t dev;
+  ino_t ino;
+  off_t size;
+  struct timespec mtime;
+  unsigned refs;
+  cp_table* table;
+} cp_entry;
+
+static pthread_mutex_t g_cacheMu = PTHREAD_MUTEX_INITIALIZER;
+static cp_entry* g_cache; /* guarded by g_cacheMu */
+
+/* Returns a referenced entry, or NULL with err set. *loaded tells whether this call read the file. */
+static cp_entry* cache_acquire(const char* path, int* loaded, char* err, size_t errLen) {
+  *loaded = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    snprintf(err, errLen, "cannot open: %s", strerror(errno));
+    return NULL;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    snprintf(err, errLen, "cannot stat: %s", strerror(errno));
+    close(fd);
+    return NULL;
+  }
+  cp_entry* e = NULL;
+  pthread_mutex_lock(&g_cacheMu);
+  for (cp_entry* it = g_cache; it != NULL; it = it->next) {
+    if (it->dev == st.st_dev && it->ino == st.st_ino && it->size == st.st_size &&
+        it->mtime.tv_sec == st.st_mtim.tv_sec && it->mtime.tv_nsec == st.st_mtim.tv_nsec) {
+      e = it;
+      break;
+    }
+  }
+  if (e != NULL) {
+    e->refs++;
+  } else {
+    /* Read under the lock: concurrent inits of the same file wait for one load. */
+    cp_table* t = cp_table_read_fd(fd, err, errLen);
+    if (t != NULL) {
+      e = calloc(1, sizeof *e);
+      if (e == NULL) {
+        snprintf(err, errLen, "out of memory");
+        cp_table_free(t);
+      } else {
+        e->dev = st.st_dev;
+        e->ino = st.st_ino;
+        e->size = st.st_size;
+        e->mtime = st.st_mtim;
+        e->refs = 1;
+        e->table = t;
+        e->next = g_cache;
+        g_cache = e;
+        *loaded = 1;
+      }
+    }
+  }
+  pthread_mutex_unlock(&g_cacheMu);
+  close(fd);
+  return e;
+}
+
+static void cache_release(cp_entry* e) {
+  if (e == NULL) return;
+  cp_table* dead = NULL;
+  pthread_mutex_lock(&g_cacheMu);
+  if (--e->refs == 0) {
+    for (cp_entry** pp = &g_cache; *pp != NULL; pp = &(*pp)->next) {
+      if (*pp == e) {
+        *pp = e->next;
+        break;
+      }
+    }
+    dead = e->table;
+  } else {
+    e = NULL;
+  }
+  pthread_mutex_unlock(&g_cacheMu);
+  if (e != NULL) {
+    cp_table_free(dead);
+    free(e);
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Per-communicator context.
+ */
+enum {
+  ONCE_PIPEOPS = 1u << 0,
+  ONCE_COLL = 1u << 1,
+  ONCE_NO_TABLE_PTR = 1u << 2,
+};
+
+typedef struct {
+  ncclDebugLogger_t log; /* may be NULL: no logging */
+  int trace;             /* NCCL_DEBUG=TRACE at init */
+  int abi;
+  uint64_t commId;
+  size_t nRanks, nNodes;
+  cp_entry* entry;        /* referenced cache entry (kept by a pass-through context too), or NULL */
+  const cp_table* table;  /* entry->table */
+  const cp_block* block;  /* the matched block, NULL when passing through */
+  atomic_uint once;       /* ONCE_* warnings already logged */
+} cp_ctx;
+
+__attribute__((format(printf, 5, 6))) static void cp_log(ncclDebugLogger_t log, ncclDebugLogLevel level,
+                                                        const char* file, int line, const char* fmt, ...) {
+  if (log == NULL) return;
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  log(level, NCCL_TUNING, file, line, "%s", buf); /* never hand our text to NCCL as a format */
+}
+
+#define LOGF(c, level, ...) cp_log((c)->log, (level), __FILE__, __LINE__, __VA_ARGS__)
+
+/* Logs once per context (the message says so): the hot path never logs otherwise. */
+#define LOG_ONCE(c, level, bit, ...)                                                                \
+  do {                                                                                              \
+    if ((c)->log != NULL && !(atomic_load_explicit(&(c)->once, memory_order_relaxed) & (bit)) &&    \
+        !(atomic_fetch_or_explicit(&(c)->once, (bit), memory_order_relaxed) & (bit)))               \
+      LOGF(c, (level), __VA_ARGS__);                                                                \
+  } while (0)
+
+static int env_is(const char* name, const char* value) {
+  const char* v = getenv(name);
+  return v != NULL && strcasecmp(v, value) == 0;
+}
+
+static void describe_blocks(const cp_table* t, char* buf, size_t len) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (uint32_t b = 0; b < t->nBlocks && used + 32 < len; b++) {
+    if (b == 8) {
+      snprintf(buf + used, len - used, " ... (%u blocks)", t->nBlocks);
+      return;
+    }
+    int n = snprintf(buf + used, len - used, "%s%ux%u", b ? " " : "", t->blocks[b].nNodes, t->blocks[b].nRanks);
+    if (n < 0) return;
+    used += (size_t)n;
+  }
+  if (t->nBlocks == 0) snprintf(buf, len, "none");
+}
+
+static void* ctx_init(int abi, uint64_t commId, size_t nRanks, size_t nNodes, ncclDebugLogger_t log,
+                      const ncclNvlDomainInfo_v5_t* nvl, ncclTunerConstants_v5_t* constants) {
+  cp_ctx* c = calloc(1, sizeof *c);
+  if (c == NULL) {
+    cp_log(log, NCCL_LOG_WARN, __FILE__, __LINE__, "collplan: out of memory at init: passing through");
+    return NULL; /* every entry point treats a NULL context as pass-through */
+  }
+  c->log = log;
+  c->abi = abi;
+  c->commId = commId;
+  c->nRanks = nRanks;
+  c->nNodes = nNodes;
+  c->trace = env_is("NCCL_DEBUG", "TRACE");
+  atomic_init(&c->once, 0u);
+
+  static const char* const filters[] = {"NCCL_ALGO", "NCCL_PROTO"};
+  for (size_t i = 0; i < sizeof filters / sizeof filters[0]; i++) {
+    const char* v = getenv(filters[i]);
+    if (v != NULL && *v)
+      LOGF(c, NCCL_LOG_INFO,
+           "collplan: %s=%s is set: NCCL applies it first, cells it disables stay IGNORE and collplan takes its "
+           "next ranked plan",
+           filters[i], v);
+  }
+
+  const char* path = getenv("COLLPLAN_TUNER_TABLE");
+  const char* var = "COLLPLAN_TUNER_TABLE";
+  if (path == NULL || *path == '\0') {
+    path = getenv("NCCL_TUNER_CONFIG_FILE");
+    var = "NCCL_TUNER_CONFIG_FILE";
+  }
+  if (path == NULL || *path == '\0') {
+    LOGF(c, NCCL_LOG_INFO,
+         "collplan: no table (set COLLPLAN_TUNER_TABLE to a `planner compile` output): passing through, NCCL "
+         "tunes alone (ABI v%d)",
+         abi);
+    return c;
+  }
+
+  char err[512];
+  int loaded = 0;
+  cp_entry* e = cache_acquire(path, &loaded, err, sizeof err);
+  if (e == NULL) {
+    LOGF(c, NCCL_LOG_WARN, "collplan: table %s (from %s) refused: %s; passing through, NCCL tunes alone", path, var,
+         err);
+    return c;
+  }
+  const cp_table* t = e->table;
+  if (loaded)
+    LOGF(c, NCCL_LOG_INFO, "collplan: loaded table %s: node %s, %u blocks, K %u, %zu bytes, checksum %016llx%s",
+         path, t->node, t->nBlocks, t->k, t->size, (unsigned long long)t->checksum,
+         t->hasConstants ? ", with model constants" : "");
+
+  const cp_block* b = cp_table_find_block(t, nNodes, nRanks);
+  if (b == NULL) {
+    char blocks[256];
+    describe_blocks(t, blocks, sizeof blocks);
+    LOGF(c, NCCL_LOG_INFO, /* routine for sub-communicators outside the compiled grid */
+         "collplan: table %s (node %s, checksum %016llx) has no block for nNodes %zu nRanks %zu (blocks nNodes x "
+         "nRanks: %s); passing through",
+         path, t->node, (unsigned long long)t->checksum, nNodes, nRanks, blocks);
+    c->entry = e; /* keep the table cached for the process's other communicators */
+    return c;
+  }
+  unsigned blockIdx = (unsigned)(b - t->blocks);
+
+  if (nvl != NULL) {
+    int match = (uint64_t)(int64_t)nvl->nNvlDomains == b->nNvlDomains &&
+                (uint64_t)(int64_t)nvl->minRanksPerNvlDomain == b->minRanksPerNvlDomain &&
+                (uint64_t)(int64_t)nvl->maxRanksPerNvlDomain == b->maxRanksPerNvlDomain;
+    if (!match) {
+      int strict = env_is("COLLPLAN_TUNER_STRICT", "1");
+      LOGF(c, strict ? NCCL_LOG_WARN : NCCL_LOG_INFO,
+           "collplan: NVL domains differ from block %u of %s: NCCL sees %d domains of %d..%d ranks, the table was "
+           "compiled for %u of %u..%u%s",
+           blockIdx, path, nvl->nNvlDomains, nvl->minRanksPerNvlDomain, nvl->maxRanksPerNvlDomain, b->nNvlDomains,
+           b->minRanksPerNvlDomain, b->maxRanksPerNvlDomain,
+           strict ? "; COLLPLAN_TUNER_STRICT=1 refuses the block: passing through" : "; using it anyway");
+      if (strict) {
+        c->entry = e;
+        return c;
+      }
+    }
+  } else if (env_is("COLLPLAN_TUNER_STRICT", "1")) {
+    LOGF(c, NCCL_LOG_INFO, "collplan: ABI v%d gives no NVL domain info: COLLPLAN_TUNER_STRICT cannot check it", abi);
+  }
+
+  c->entry = e;
+  c->table = t;
+  c->block = b;
+  if (constants != NULL && t->hasConstants) {
+    memcpy(constants, t->constants, sizeof *constants);
+    LOGF(c, NCCL_LOG_INFO, "collplan: replaced NCCL's model constants with the table's");
+  }
+  char comm[40] = "comm"; /* v2..v4 init gets no commId */
+  if (abi >= 5) snprintf(comm, sizeof comm, "comm %#llx", (unsigned long long)commId);
+  LOGF(c, NCCL_LOG_INFO,
+       "collplan: %s (ABI v%d) nNodes %zu nRanks %zu uses table %s: node %s, block %u, numPipeOps %u..%u "
+       "(others pass through), K %u, checksum %016llx%s",
+       comm, abi, nNodes, nRanks, path, t->node, blockIdx, b->p0, b->p1, t->k, (unsigned long long)t->checksum,
+       c->trace ? ", tracing every decision" : "");
+  return c;
+}
+
+static ncclResult_t ctx_finalize(void* ctx) {
+  cp_ctx* c = ctx;
+  if (c == NULL) return ncclSuccess;
+  cache_release(c->entry);
+  free(c);
+  return ncclSuccess;
+}
+
+/* The plan slots for a call, or NULL (pass through) with the reason logged as the rules say. */
+static const uint8_t* ctx_plans(cp_ctx* c, ncclFunc_t collType, size_t nBytes, int numPipeOps) {
+  unsigned coll = (unsigned)collType;
+  if (coll >= CP_NUM_COLLS) {
+    LOG_ONCE(c, NCCL_LOG_INFO, ONCE_COLL,
+             "collplan: no table for collective %d, passing it through (logged once per communicator)",
+             (int)collType);
+    return NULL;
+  }
+  const cp_class* cls = cp_block_class(c->block, coll, numPipeOps);
+  if (cls == NULL) {
+    LOG_ONCE(c, NCCL_LOG_INFO, ONCE_PIPEOPS,
+             "collplan: numPipeOps %d outside the compiled range %u..%u: such calls pass through (logged once per "
+             "communicator)",
+             numPipeOps, c->block->p0, c->block->p1);
+    return NULL;
+  }
+  return cp_class_plans(c->table, cls, (uint64_t)nBytes);
+}
+
+static ncclResult_t cost_table_info(void* ctx, ncclFunc_t collType, size_t nBytes, int numPipeOps,
+                                    float** collCostTable, int numAlgo, int numProto, int* nChannels) {
+  cp_ctx* c = ctx;
+  if (c == NULL || c->block == NULL) return ncclSuccess;
+  if (collCostTable == NULL || numAlgo <= 0 || numProto <= 0) {
+    LOG_ONCE(c, NCCL_LOG_WARN, ONCE_NO_TABLE_PTR,
+             "collplan: NCCL passed no cost table (numAlgo %d numProto %d): passing through (logged once per "
+             "communicator)",
+             numAlgo, numProto);
+    return ncclSuccess;
+  }
+  const uint8_t* plans = ctx_plans(c, collType, nBytes, numPipeOps);
+  if (plans == NULL) {
+    if (c->trace)
+      LOGF(c, NCCL_LOG_TRACE, "collplan: coll %d nBytes %zu numPipeOps %d: pass through", (int)collType, nBytes,
+           numPipeOps);
+    return ncclSuccess;
+  }
+  float* table = (float*)collCostTable; /* NCCL's float[numAlgo][numProto], not row pointers */
+  for (unsigned s = 0; s < c->table->k; s++) {
+    cp_plan p = cp_plan_at(plans + (size_t)s * CP_PLAN_BYTES);
+    if (p.algo == CP_NO_PLAN) break;
+    if (p.algo >= (unsigned)numAlgo || p.proto >= (unsigned)numProto) continue;
+    float* cell = &table[(size_t)p.algo * (size_t)numProto + p.proto];
+    if (!(*cell >= 0.0f)) continue; /* IGNORE: -1, -1024 (fp8), any negative, NaN */
+    *cell = 0.0f;
+    if (p.channels != 0 && nChannels != NULL) *nChannels = (int)p.channels;
+    if (c->trace)
+      LOGF(c, NCCL_LOG_TRACE, "collplan: %s nBytes %zu numPipeOps %d -> %s/%s (rank %u), nChannels %u",
+           kCollNames[collType], nBytes, numPipeOps, kAlgoNames[p.algo], kProtoNames[p.proto], s + 1, p.channels);
+    return ncclSuccess;
+  }
+  if (c->trace)
+    LOGF(c, NCCL_LOG_TRACE, "collplan: %s nBytes %zu numPipeOps %d: every ranked plan is IGNORE, NCCL decides",
+         kCollNames[collType], nBytes, numPipeOps);
+  return ncclSuccess;
+}
+
+/* ---- v6 / v5 ---- */
+static ncclResult_t init_v6(void** ctx, uint64_t commId, size_t nRanks, size_t nNodes, ncclDebugLogger_t log,
+                            ncclNvlDomainInfo_v6_t* nvl, ncclTunerConstants_v6_t* constants) {
+  if (ctx != NULL) *ctx = ctx_init(6, commId, nRanks, nNodes, log, nvl, constants);
+  return ncclSuccess;
+}
+
+static ncclResult_t init_v5(void** ctx, uint64_t commId, size_t nRanks, size_t nNodes, ncclDebugLogger_t log,
+                            ncclNvlDomainInfo_v5_t* nvl, ncclTunerConstants_v5_t* constants) {
+  if (ctx != NULL) *ctx = ctx_init(5, commId, nRanks, nNodes, log, nvl, constants);
+  return ncclSuccess;
+}
+
+static ncclResult_t get_coll_info_v5(void* ctx, ncclFunc_t collType, size_t nBytes, int numPipeOps,
+                                     float** collCostTable, int numAlgo, int numProto, int regBuff, int* nChannels) {
+  (void)regBuff; /* the table does not depend on it */
+  return cost_table_info(ctx, collType, nBytes, numPipeOps, collCostTable, numAlgo, numProto, nChannels);
+}
+
+static ncclResult_t get_chunk_size_v6(void* ctx, ncclFunc_t collType, size_t nBytes, int algo, int proto,
+                                      int nChannels, size_t* chunkSize) {
+  (void)nChannels;
+  cp_ctx* c = ctx;
+  if (c == NULL || c->block == NULL || chunkSize == NULL || (unsigned)collType >= CP_NUM_COLLS) return ncclSuccess;
+  /* The call carries no numPipeOps: use the smallest compiled one. */
+  const cp_class* cls = cp_block_class(c->block, (unsigned)collType, (int)c->block->p0);
+  if (cls == NULL) return ncclSuccess;
+  const uint8_t* plans = cp_class_plans(c->table, cls, (uint64_t)nBytes);
+  for (unsigned s = 0; s < c->table->k; s++) {
+    cp_plan p = cp_plan_at(plans + (size_t)s * CP_PLAN_BYTES);
+    if (p.algo == CP_NO_PLAN) break;
+    if ((int)p.algo != algo || (int)p.proto != proto) continue;
+    if (p.chunk != 0) {
+      if (c->trace)
+        LOGF(c, NCCL_LOG_TRACE, "collplan: %s nBytes %zu %s/%s: chunk %zu -> %u", kCollNames[collType], nBytes,
+             kAlgoNames[p.algo], kProtoNames[p.proto], *chunkSize, p.chunk);
+      *chunkSize = p.chunk;
+    }
+    return ncclSuccess;
+  }
+  return ncclSuccess;
+}
+
+/* ---- v4 / v3 / v2 (2.21 .. 2.27) ---- */
+static ncclResult_t init_v4(size_t nRanks, size_t nNodes, ncclDebugLogger_t log, void** ctx) {
+  if (ctx != NULL) *ctx = ctx_init(4, 0, nRanks, nNodes, log, NULL, NULL);
+  return ncclSuccess;
+}
+
+static ncclResult_t init_v3(size_t nRanks, size_t nNodes, ncclDebugLogger_t log, void** ctx) {
+  if (ctx != NULL) *ctx = ctx_init(3, 0, nRanks, nNodes, log, NULL, NULL);
+  return ncclSuccess;
+}
+
+static ncclResult_t init_v2(size_t nRanks, size_t nNodes, ncclDebugLogger_t log, void** ctx) {
+  if (ctx != NULL) *ctx = ctx_init(2, 0, nRanks, nNodes, log, NULL, NULL);
+  return ncclSuccess;
+}
+
+static ncclResult_t get_coll_info_v3(void* ctx, ncclFunc_t collType, size_t nBytes, int numPipeOps,
+                                     float** collCostTable, int numAlgo, int numProto, int* nChannels) {
+  return cost_table_info(ctx, collType, nBytes, numPipeOps, collCostTable, numAlgo, numProto, nChannels);
+}
+
+/* v2 has no cost table: return the first ranked plan the support flags allow, else UNDEF (NCCL decides). */
+static ncclResult_t get_coll_info_v2(void* ctx, ncclFunc_t collType, size_t nBytes, int collNetSupport,
+                                     int nvlsSupport, int numPipeOps, int* algorithm, int* protocol, int* nChannels) {
+  cp_ctx* c = ctx;
+  int algo = NCCL_ALGO_UNDEF, proto = NCCL_PROTO_UNDEF;
+  unsigned channels = 0;
+  if (c != NULL && c->block != NULL) {
+    const uint8_t* plans = ctx_plans(c, collType, nBytes, numPipeOps);
+    for (unsigned s = 0; plans != NULL && s < c->table->k; s++) {
+      cp_plan p = cp_plan_at(plans + (size_t)s * CP_PLAN_BYTES);
+      if (p.algo == CP_NO_PLAN) break;
+      int collNet = p.algo == NCCL_ALGO_COLLNET_DIRECT || p.algo == NCCL_ALGO_COLLNET_CHAIN;
+      int nvls = p.algo == NCCL_ALGO_NVLS || p.algo == NCCL_ALGO_NVLS_TREE;
+      if ((collNet && !collNetSupport) || (nvls && !nvlsSupport)) continue;
+      algo = (int)p.algo;
+      proto = (int)p.proto;
+      channels = p.channels;
+      break;
+    }
+    if (c->trace) {
+      if (algo >= 0)
+        LOGF(c, NCCL_LOG_TRACE, "collplan: coll %d nBytes %zu numPipeOps %d -> %s/%s, nChannels %u", (int)collType,
+             nBytes, numPipeOps, kAlgoNames[algo], kProtoNames[proto], channels);
+      else
+        LOGF(c, NCCL_LOG_TRACE, "collplan: coll %d nBytes %zu numPipeOps %d: NCCL decides", (int)collType, nBytes,
+             numPipeOps);
+    }
+  }
+  if (algorithm != NULL) *algorithm = algo;
+  if (protocol != NULL) *protocol = proto;
+  if (channels != 0 && nChannels != NULL) *nChannels = (int)channels;
+  return ncclSuccess;
+}
+
+/* ---- exported plugin symbols: NCCL probes v6, v5, v4, v3, v2 in that order ---- */
+CP_EXPORT const ncclTuner_v6_t ncclTunerPlugin_v6 = {
+    .name = CP_NAME,
+    .init = init_v6,
+    .getCollInfo = get_coll_info_v5,
+    .finalize = ctx_finalize,
+    .getChunkSize = get_chunk_size_v6,
+};
+
+CP_EXPORT const ncclTuner_v5_t ncclTunerPlugin_v5 = {
+    .name = CP_NAME,
+    .init = init_v5,
+    .getCollInfo = get_coll_info_v5,
+    .finalize = ctx_finalize,
+};
+
+CP_EXPORT const ncclTuner_v4_t ncclTunerPlugin_v4 = {
+    .name = CP_NAME,
+    .init = init_v4,
+    .getCollInfo = get_coll_info_v5,
+    .destroy = ctx_finalize,
+};
+
+CP_EXPORT const ncclTuner_v3_t ncclTunerPlugin_v3 = {
+    .name = CP_NAME,
+    .init = init_v3,
+    .getCollInfo = get_coll_info_v3,
+    .destroy = ctx_finalize,
+};
+
+CP_EXPORT const ncclTuner_v2_t ncclTunerPlugin_v2 = {
+    .name = CP_NAME,
+    .init = init_v2,
+    .getCollInfo = get_coll_info_v2,
+    .destroy = ctx_finalize,
+};

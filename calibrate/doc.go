@@ -1,0 +1,28 @@
+// Package calibrate reads measured collective performance and fits the cost model to it.
+//
+// This part holds the parsers; the fit comes later. The inputs are text that real clusters
+// produce, so every parser accepts the mess around the data and names the file and line of every
+// line it rejects:
+//
+//   - nccl-tests tables (ParseSweep, ParseSweeps) in the layouts of reference/nccl-costmodel.md §12
+//     and its addendum: current (v2.19.6), pre-2.19.6 widths and the older 12-column form (no root
+//     column, a float error column), with -I per-iteration columns and -S timestamps. The same
+//     parser reads collbench output, whose preamble names the pinned NCCL_ALGO/NCCL_PROTO.
+//   - NCCL's TUNING log (ParseTuning): the per-call decision lines in the three historical formats
+//     of §8.1 and the model table NCCL prints at init (§7).
+//   - NCCL's GRAPH log lines (ParseGraphs), turned into the [graphs.*] tables of a topology file
+//     (TopologyGraphs, WriteTopologyGraphs).
+//   - A sweeps.toml manifest (LoadManifest, DecodeManifest) and whole directories (LoadSweeps),
+//     which decide each sweep's Pin: the manifest first, then NCCL_ALGO/NCCL_PROTO lines in the
+//     file, else free choice.
+//
+// Launcher prefixes are removed before parsing: mpirun --tag-output's "[1,0]<stdout>:" (which
+// may appear several times on one physical line when a row reached mpirun in pieces; the pieces
+// are joined per rank) and srun --label's "0: ". NCCL INFO/WARN lines between table rows are
+// skipped, after reading what they say about the NCCL version and the NCCL_ALGO/NCCL_PROTO
+// environment.
+//
+// Sizes are recorded as printed. For nccl-tests that is the full buffer for AllGather and
+// ReduceScatter (the count column is per rank, §15 item 10), which is NCCL's model nBytes. NCCL's
+// own TUNING lines print count*elt instead, per rank for AllGather and ReduceScatter (§8.1).
+package calibrate

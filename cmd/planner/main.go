@@ -34,6 +34,7 @@ Run 'planner COMMAND -h' for a command's flags.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	openTuners.closeAll()
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "planner:", err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,14 +12,16 @@ import (
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/internal/bytesize"
 	"github.com/collplan/collplan/planner"
+	"github.com/collplan/collplan/plugin"
 	"github.com/collplan/collplan/tables"
 )
 
-// topoFlags are the flags that choose a topology and its env filters.
+// topoFlags are the flags that choose a topology, its env filters and the tuner plugin.
 type topoFlags struct {
 	node, table, topology string
 	nodes                 int
 	algo, proto           string
+	tuner                 tunerFlags
 }
 
 func (f *topoFlags) register(fs *flag.FlagSet) {
@@ -28,6 +31,7 @@ func (f *topoFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.topology, "topology", "", "topology file (TOML, the schema of design/topology-example.toml)")
 	fs.StringVar(&f.algo, "algo", "", "NCCL_ALGO filter; wins over the topology's [env] and the process environment")
 	fs.StringVar(&f.proto, "proto", "", "NCCL_PROTO filter; wins over the topology's [env] and the process environment")
+	f.tuner.register(fs)
 }
 
 // setup is a built topology with what explains it.
@@ -36,6 +40,7 @@ type setup struct {
 	source    string   // "node h100 x2", "topology FILE"
 	estimated []string // estimated inputs of the node table
 	node      *tables.Node
+	tuner     *plugin.Client // nil: no tuner
 }
 
 // build resolves the topology: a topology file, or a node table at --nodes; then env from the
@@ -91,10 +96,14 @@ func (f *topoFlags) build(fs *flag.FlagSet) (*setup, error) {
 	flags.Overlay(s.topo.Env)
 	flags.Overlay(capabilities.EnvFromProcess(os.LookupEnv))
 	s.topo.Env = flags
+	if s.tuner, err = f.tuner.client(fs.Output()); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
-// planner builds the planner over the topology, with the node table's corrections when it has any.
+// planner builds the planner over the topology, with the node table's corrections when it has any,
+// and the tuner plugin when one was given (its Init may replace the model; see plugin.Client.Planner).
 func (s *setup) planner() (*planner.Planner, error) {
 	cfg := planner.Config{}
 	if s.node != nil && s.node.Corrections != nil {
@@ -111,7 +120,13 @@ func (s *setup) planner() (*planner.Planner, error) {
 		}
 		cfg.Constants = k
 	}
-	pl, err := planner.New(&s.topo, cfg)
+	var pl *planner.Planner
+	var err error
+	if s.tuner != nil {
+		pl, err = s.tuner.Planner(context.Background(), &s.topo, cfg)
+	} else {
+		pl, err = planner.New(&s.topo, cfg)
+	}
 	if err != nil {
 		return nil, usageError{err}
 	}

@@ -27,6 +27,7 @@ commands:
   map       the winning plan per size over a range, every crossover, optional SVG plot
   tables    list node tables, or show one: planner tables [NAME]
   compile   write the decision table of the NCCL tuner shim (docs/tuner-table.md)
+  compare   score two tuners against pinned sweeps: each one's pick and regret per size
 
 Run 'planner COMMAND -h' for a command's flags.
 `
@@ -63,6 +64,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runTables(args[1:], stdout, stderr)
 	case "compile":
 		return runCompile(ctx, args[1:], stdout, stderr)
+	case "compare":
+		return runCompare(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

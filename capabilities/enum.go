@@ -137,21 +137,22 @@ func ParseProto(s string) (Proto, error) {
 	return 0, fmt.Errorf("unknown protocol %q", s)
 }
 
-// Op is a reduction operation as the user names it.
+// Op is a reduction operation as the user names it, with ncclRedOp_t's index (ncclSum 0, ncclProd 1,
+// ncclMax 2, ncclMin 3, ncclAvg 4; user-created PreMulSum ops start at 5).
 type Op int
 
 // Reduction operations.
 const (
 	Sum Op = iota
 	Prod
-	Min
 	Max
+	Min
 	Avg
 	PreMulSum
 	NumOps = 6
 )
 
-var opNames = [NumOps]string{"sum", "prod", "min", "max", "avg", "premulsum"}
+var opNames = [NumOps]string{"sum", "prod", "max", "min", "avg", "premulsum"}
 
 func (o Op) String() string {
 	if o < 0 || o >= NumOps {

@@ -1,0 +1,694 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/kernels"
+	"github.com/collplan/collplan/planner"
+)
+
+// Comm is one rank of a communicator. Its collectives must be called by every rank of the
+// communicator in the same order, each rank from its own goroutine (or process); a Comm runs one
+// collective at a time. Close may be called from any goroutine.
+type Comm struct {
+	rank, n int
+	cfg     Config
+	topo    vtopo
+	tr      Transport
+	layout  connLayout
+	cfgWord uint64
+
+	ctrl  []byte
+	abort *uint64
+	state []*uint64     // per rank: bit 0 closed
+	desc  [][2][]uint64 // per rank, per sequence parity: descWords words
+
+	rings  [][]int // per channel, built on first use
+	ringIx []int
+	tree   [2][]capabilities.TreeLinks
+
+	eps     map[epKey]*endpoint
+	workers [][2]*worker // per channel: role 0 (ring, tree root, tree reduce-up), role 1 (tree broadcast-down)
+	tasks   []*worker    // the workers of the current call
+
+	callMu    sync.Mutex // one call at a time; held by Close while it tears down
+	closed    atomic.Bool
+	closeErr  error
+	closeOnce sync.Once
+
+	seq      uint64
+	override Override
+	premul   []premulOp
+	last     planner.Decision
+
+	statsMu sync.Mutex
+	stats   []ChannelStats
+}
+
+type epKey struct{ ch, from, to int }
+
+type premulOp struct {
+	dt     kernels.Dtype
+	scalar []byte
+	live   bool
+}
+
+// ChannelStats is the traffic one rank sent and received on one channel.
+type ChannelStats struct {
+	Steps        uint64 // FIFO steps sent
+	PayloadBytes uint64 // payload bytes sent
+	WireBytes    uint64 // bytes written into peers' FIFO slots: payload plus LL/LL128 flags and padding
+	RecvBytes    uint64 // payload bytes received
+}
+
+func (s *ChannelStats) add(o ChannelStats) {
+	s.Steps += o.Steps
+	s.PayloadBytes += o.PayloadBytes
+	s.WireBytes += o.WireBytes
+	s.RecvBytes += o.RecvBytes
+}
+
+const stateClosed = 1
+
+// Call descriptor words (ctrl region, one cache line per rank and sequence parity).
+const (
+	dSeq = iota
+	dColl
+	dCount
+	dDtype
+	dOp
+	dRoot
+	dStatus
+	dAlgo
+	dProto
+	dChannels
+	dChunk
+	dPiece
+	dConfig
+	descWords
+)
+
+// NewInProcess returns the n ranks of a communicator whose ranks are goroutines of this process,
+// sharing memory through an in-process Transport. Call each rank's collectives from its own
+// goroutine and Close every rank when done.
+func NewInProcess(n int, cfg Config) ([]*Comm, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("%w: %d ranks", ErrInvalid, n)
+	}
+	tr := newInProcess()
+	comms := make([]*Comm, n)
+	for r := range comms {
+		c, err := New(r, n, rankTransport{tr}, cfg)
+		if err != nil {
+			for _, d := range comms[:r] {
+				d.Close()
+			}
+			return nil, err
+		}
+		comms[r] = c
+	}
+	return comms, nil
+}
+
+// New returns rank rank of an n-rank communicator whose ranks share memory through tr (each rank
+// has its own Transport value, over the same regions). It touches only the control region; the
+// connections are set up by the first call that uses them.
+func New(rank, n int, tr Transport, cfg Config) (*Comm, error) {
+	if n < 1 || rank < 0 || rank >= n {
+		return nil, fmt.Errorf("%w: rank %d of %d", ErrInvalid, rank, n)
+	}
+	if tr == nil {
+		return nil, fmt.Errorf("%w: nil transport", ErrInvalid)
+	}
+	if x := uint16(1); *(*byte)(unsafe.Pointer(&x)) != 1 {
+		return nil, errors.New("engine: the wire formats need a little-endian host")
+	}
+	cfg, err := cfg.normalize(n)
+	if err != nil {
+		return nil, err
+	}
+	b := cfg.Buffers
+	c := &Comm{
+		rank: rank, n: n, cfg: cfg, tr: tr,
+		topo:     newVtopo(n, cfg.RanksPerNode),
+		layout:   connLayout{llBytes: int(b.LL), ll128Bytes: int(b.LL128), simpleBytes: int(b.Simple)},
+		eps:      make(map[epKey]*endpoint),
+		override: cfg.Override,
+	}
+	c.cfgWord = layoutWord("config", uint64(n), uint64(cfg.RanksPerNode), uint64(b.LL), uint64(b.LL128), uint64(b.Simple))
+	c.tree[0], c.tree[1] = c.topo.trees()
+	size := ctrlSize(n)
+	ctrl, err := tr.Region(CtrlRegion, size)
+	if err == nil {
+		err = checkRegion(ctrl, CtrlRegion, size)
+	}
+	if err == nil {
+		err = claimLayout(ctrl, CtrlRegion, layoutWord("ctrl", uint64(n), c.cfgWord))
+	}
+	if err != nil {
+		tr.Close()
+		return nil, err
+	}
+	c.ctrl = ctrl
+	c.abort = wordAt(ctrl, ctrlAbortOff)
+	c.state = make([]*uint64, n)
+	c.desc = make([][2][]uint64, n)
+	for r := 0; r < n; r++ {
+		base := ctrlRankOff + r*ctrlRankSize
+		c.state[r] = wordAt(ctrl, base)
+		c.desc[r][0] = wordsOf(ctrl[base+lineBytes : base+lineBytes+descWords*8])
+		c.desc[r][1] = wordsOf(ctrl[base+2*lineBytes : base+2*lineBytes+descWords*8])
+	}
+	return c, nil
+}
+
+// Rank returns the Comm's rank.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size returns the number of ranks.
+func (c *Comm) Size() int { return c.n }
+
+// SetOverride replaces the Override of later calls. Every rank must make the same change between
+// the same two calls (the handshake reports a plan that differs across ranks as a mismatch).
+func (c *Comm) SetOverride(o Override) {
+	c.callMu.Lock()
+	c.override = o
+	c.callMu.Unlock()
+}
+
+// LastPlan returns the plan of the last call that ran on more than one rank, as run: Channels is
+// the channel count split across, ChunkBytes the chunk, SliceBytes the payload of one FIFO step.
+// Threads is not used by the engine (a channel is one goroutine).
+func (c *Comm) LastPlan() planner.Decision {
+	c.callMu.Lock()
+	defer c.callMu.Unlock()
+	return c.last
+}
+
+// Stats returns, per channel, the traffic this rank sent and received since the Comm was made or
+// ResetStats last ran.
+func (c *Comm) Stats() []ChannelStats {
+	c.statsMu.Lock()
+	defer c.statsMu.Unlock()
+	return append([]ChannelStats(nil), c.stats...)
+}
+
+// ResetStats zeroes the traffic counters.
+func (c *Comm) ResetStats() {
+	c.statsMu.Lock()
+	c.stats = nil
+	c.statsMu.Unlock()
+}
+
+// RedOpCreatePreMulSum returns an operator for dt that multiplies every rank's contribution by
+// scalar (one element of dt, little-endian) as it is loaded, like ncclRedOpCreatePreMulSum: the
+// first handle is kernels.PreMulSum, later ones count up from it. Each rank creates its own, with
+// its own scalar. The handle is valid on this Comm only, for dt only.
+func (c *Comm) RedOpCreatePreMulSum(scalar []byte, dt kernels.Dtype) (kernels.Op, error) {
+	if _, err := kernels.NewReducer(dt, kernels.PreMulSum, 1, scalar); err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	c.callMu.Lock()
+	defer c.callMu.Unlock()
+	c.premul = append(c.premul, premulOp{dt: dt, scalar: append([]byte(nil), scalar...), live: true})
+	return kernels.PreMulSum + kernels.Op(len(c.premul)-1), nil
+}
+
+// RedOpDestroy releases an operator made by RedOpCreatePreMulSum.
+func (c *Comm) RedOpDestroy(op kernels.Op) error {
+	c.callMu.Lock()
+	defer c.callMu.Unlock()
+	i := int(op - kernels.PreMulSum)
+	if i < 0 || i >= len(c.premul) || !c.premul[i].live {
+		return fmt.Errorf("%w: op %d is not a live PreMulSum operator", ErrInvalid, int(op))
+	}
+	c.premul[i] = premulOp{}
+	return nil
+}
+
+// Close releases the rank. A collective this rank is running at that moment fails at its next
+// wait with ErrClosed and aborts the communicator; ranks waiting for this one to join a later call
+// get ErrPeerClosed. Close waits for the rank's goroutines to stop and is idempotent.
+func (c *Comm) Close() error {
+	c.closeOnce.Do(func() {
+		c.closed.Store(true)
+		c.callMu.Lock()
+		defer c.callMu.Unlock()
+		atomic.OrUint64(c.state[c.rank], stateClosed)
+		c.closeErr = c.tr.Close()
+	})
+	return c.closeErr
+}
+
+// Abort aborts the communicator, like ncclCommAbort: every rank's current and later calls fail
+// with an *AbortError naming this rank. Then it closes this rank.
+func (c *Comm) Abort() error {
+	c.setAbort(abortUser)
+	return c.Close()
+}
+
+// setAbort aborts the communicator on behalf of this rank, unless it is already aborted.
+func (c *Comm) setAbort(reason int) {
+	atomic.CompareAndSwapUint64(c.abort, 0, abortWord(c.rank, reason))
+}
+
+// AllReduce reduces count elements of send across the ranks with op and leaves the result in recv
+// on every rank. send and recv may be the same buffer (in place), and must otherwise not overlap.
+func (c *Comm) AllReduce(ctx context.Context, send, recv []byte, count int, dt kernels.Dtype, op kernels.Op) error {
+	return c.collective(ctx, args{coll: costmodel.AllReduce, send: send, recv: recv, count: count, dt: dt, op: op})
+}
+
+// AllGather gathers count elements from every rank's send into recv (n*count elements, rank r's at
+// element r*count) on every rank. In place: send is recv's block of this rank.
+func (c *Comm) AllGather(ctx context.Context, send, recv []byte, count int, dt kernels.Dtype) error {
+	return c.collective(ctx, args{coll: costmodel.AllGather, send: send, recv: recv, count: count, dt: dt})
+}
+
+// ReduceScatter reduces n*count elements of send across the ranks with op and leaves block r
+// (count elements at element r*count) of the result in rank r's recv. In place: recv is send's
+// block of this rank.
+func (c *Comm) ReduceScatter(ctx context.Context, send, recv []byte, count int, dt kernels.Dtype, op kernels.Op) error {
+	return c.collective(ctx, args{coll: costmodel.ReduceScatter, send: send, recv: recv, count: count, dt: dt, op: op})
+}
+
+// Broadcast copies count elements of root's send into recv on every rank. send is read on root
+// only (other ranks may pass nil); root may pass the same buffer twice (in place).
+func (c *Comm) Broadcast(ctx context.Context, send, recv []byte, count int, dt kernels.Dtype, root int) error {
+	return c.collective(ctx, args{coll: costmodel.Broadcast, send: send, recv: recv, count: count, dt: dt, root: root})
+}
+
+// Reduce reduces count elements of send across the ranks with op into root's recv. recv is
+// written on root only (other ranks may pass nil).
+func (c *Comm) Reduce(ctx context.Context, send, recv []byte, count int, dt kernels.Dtype, op kernels.Op, root int) error {
+	return c.collective(ctx, args{coll: costmodel.Reduce, send: send, recv: recv, count: count, dt: dt, op: op, root: root})
+}
+
+// args are a call's arguments as the user gave them.
+type args struct {
+	coll       costmodel.Coll
+	send, recv []byte
+	count      int
+	dt         kernels.Dtype
+	op         kernels.Op
+	root       int
+}
+
+// call is a validated, planned call.
+type call struct {
+	args
+	es        int
+	opKind    kernels.Op // op, with PreMulSum handles folded to PreMulSum
+	red, comb kernels.Reducer
+	inPlace   bool
+	plan      plan
+}
+
+func (a *args) reduces() bool {
+	return a.coll == costmodel.AllReduce || a.coll == costmodel.ReduceScatter || a.coll == costmodel.Reduce
+}
+
+// collective runs one call: validate and plan it locally, agree on it with every rank (the
+// handshake), then run it.
+func (c *Comm) collective(ctx context.Context, a args) error {
+	c.callMu.Lock()
+	defer c.callMu.Unlock()
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	if w := atomic.LoadUint64(c.abort); w != 0 {
+		return abortErr(w)
+	}
+	if err := ctx.Err(); err != nil {
+		c.setAbort(abortCancel)
+		return err
+	}
+	w := newWaiter(c, ctx)
+	cl := call{args: a}
+	localErr := c.prepare(&cl)
+	if err := c.handshake(&w, &cl, localErr); err != nil {
+		return err
+	}
+	if cl.count == 0 {
+		return nil
+	}
+	if c.n == 1 {
+		c.local(&cl)
+		return nil
+	}
+	c.last = cl.plan.Decision
+	return c.execute(&w, &cl)
+}
+
+// prepare validates the call, slices its buffers to size and plans it.
+func (c *Comm) prepare(cl *call) error {
+	if cl.coll < 0 || cl.coll >= costmodel.NumColls {
+		return fmt.Errorf("%w: collective %d", ErrInvalid, int(cl.coll))
+	}
+	if !cl.dt.Valid() {
+		return fmt.Errorf("%w: dtype %d", ErrInvalid, int(cl.dt))
+	}
+	if cl.count < 0 {
+		return fmt.Errorf("%w: count %d", ErrInvalid, cl.count)
+	}
+	cl.es = cl.dt.Size()
+	if cl.coll == costmodel.Broadcast || cl.coll == costmodel.Reduce {
+		if cl.root < 0 || cl.root >= c.n {
+			return fmt.Errorf("%w: root %d of %d ranks", ErrInvalid, cl.root, c.n)
+		}
+	} else {
+		cl.root = 0
+	}
+	if cl.reduces() {
+		var scalar []byte
+		cl.opKind = cl.op
+		if cl.op >= kernels.PreMulSum {
+			i := int(cl.op - kernels.PreMulSum)
+			if i >= len(c.premul) || !c.premul[i].live {
+				return fmt.Errorf("%w: op %d: PreMulSum operators come from RedOpCreatePreMulSum", ErrInvalid, int(cl.op))
+			}
+			if c.premul[i].dt != cl.dt {
+				return fmt.Errorf("%w: PreMulSum operator %d was made for %v, not %v", ErrInvalid, int(cl.op), c.premul[i].dt, cl.dt)
+			}
+			cl.opKind, scalar = kernels.PreMulSum, c.premul[i].scalar
+		}
+		red, err := kernels.NewReducer(cl.dt, cl.opKind, c.n, scalar)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+		cl.red, cl.comb = red, red
+		if red.DevOp() == kernels.DevPreMulSum {
+			// Partial results from peers are already scaled: they combine with a plain sum.
+			cl.comb, _ = kernels.NewReducer(cl.dt, kernels.Sum, c.n, nil)
+		}
+	} else {
+		cl.op, cl.opKind = 0, 0
+	}
+	if cl.count > (1<<62)/(c.n*cl.es) {
+		return fmt.Errorf("%w: count %d is too large", ErrInvalid, cl.count)
+	}
+	if err := c.sliceBuffers(cl); err != nil {
+		return err
+	}
+	p, err := c.resolve(cl.coll, cl.dt, cl.opKind, cl.count)
+	if err != nil {
+		return err
+	}
+	cl.plan = p
+	return nil
+}
+
+// sliceBuffers checks the buffer sizes, cuts them to size, and finds in-place calls.
+func (c *Comm) sliceBuffers(cl *call) error {
+	one := cl.count * cl.es
+	all := one * c.n
+	sendNeed, recvNeed := one, one
+	switch cl.coll {
+	case costmodel.AllGather:
+		recvNeed = all
+	case costmodel.ReduceScatter:
+		sendNeed = all
+	case costmodel.Broadcast:
+		if c.rank != cl.root {
+			sendNeed = -1
+		}
+	case costmodel.Reduce:
+		if c.rank != cl.root {
+			recvNeed = -1
+		}
+	}
+	cut := func(name string, b []byte, need int) ([]byte, error) {
+		if need < 0 {
+			return nil, nil
+		}
+		if len(b) < need {
+			return nil, fmt.Errorf("%w: %v %s buffer of %d bytes, need %d", ErrInvalid, cl.coll, name, len(b), need)
+		}
+		return b[:need:need], nil
+	}
+	var err error
+	if cl.send, err = cut("send", cl.send, sendNeed); err != nil {
+		return err
+	}
+	if cl.recv, err = cut("recv", cl.recv, recvNeed); err != nil {
+		return err
+	}
+	if cl.send == nil || cl.recv == nil || one == 0 {
+		return nil
+	}
+	// In place: the smaller buffer is this rank's block of the larger one (or they are the same).
+	s, r := cl.send, cl.recv
+	off := c.rank * one
+	switch cl.coll {
+	case costmodel.AllGather:
+		r = r[off : off+one]
+	case costmodel.ReduceScatter:
+		s = s[off : off+one]
+	}
+	if sameBytes(s, r) {
+		cl.inPlace = true
+		return nil
+	}
+	if overlap(cl.send, cl.recv) {
+		return fmt.Errorf("%w: %v send and recv buffers overlap without being in place", ErrInvalid, cl.coll)
+	}
+	return nil
+}
+
+func overlap(a, b []byte) bool {
+	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
+}
+
+// local runs a call on a single rank: NCCL's one-rank path, which still applies the operator's
+// pre- and post-operations.
+func (c *Comm) local(cl *call) {
+	switch cl.coll {
+	case costmodel.AllReduce, costmodel.ReduceScatter, costmodel.Reduce:
+		cl.red.Load(cl.recv, cl.send)
+		cl.red.Finish(cl.recv)
+	default:
+		if !cl.inPlace {
+			copy(cl.recv, cl.send)
+		}
+	}
+}
+
+// handshake posts this rank's call descriptor and waits for every rank's: the ranks agree on the
+// call (collective, count, dtype, op, root) and its plan before any data moves, so a mismatch is an
+// error on every rank, never a hang. Descriptors alternate between two lines by sequence parity: a
+// rank cannot post call k+2 before every rank has posted call k+1, which each does only after
+// reading call k.
+func (c *Comm) handshake(w *waiter, cl *call, localErr error) error {
+	var d [descWords]uint64
+	d[dColl] = uint64(cl.coll)
+	d[dCount] = uint64(int64(cl.count))
+	d[dDtype] = uint64(cl.dt)
+	d[dOp] = uint64(cl.opKind)
+	d[dRoot] = uint64(cl.root)
+	d[dConfig] = c.cfgWord
+	if localErr != nil {
+		d[dStatus] = 1
+	} else {
+		p := cl.plan
+		d[dAlgo], d[dProto] = uint64(p.Algo), uint64(p.Proto)
+		d[dChannels], d[dChunk], d[dPiece] = uint64(p.Channels), uint64(p.ChunkBytes), uint64(p.SliceBytes)
+	}
+	c.seq++
+	seq := c.seq
+	mine := c.desc[c.rank][seq%2]
+	for i := 1; i < descWords; i++ {
+		atomic.StoreUint64(&mine[i], d[i])
+	}
+	atomic.StoreUint64(&mine[dSeq], seq)
+
+	for p := 0; p < c.n; p++ {
+		pd := c.desc[p][seq%2]
+		for i := 0; atomic.LoadUint64(&pd[dSeq]) != seq; i++ {
+			if err := w.idle(i); err != nil {
+				return err
+			}
+			if atomic.LoadUint64(c.state[p])&stateClosed != 0 {
+				if a := atomic.LoadUint64(c.abort); a != 0 {
+					return abortErr(a) // Abort closes after aborting
+				}
+				return fmt.Errorf("%w (rank %d)", ErrPeerClosed, p)
+			}
+		}
+	}
+	if localErr != nil {
+		return localErr
+	}
+	var ref [descWords]uint64
+	for i := range ref {
+		ref[i] = atomic.LoadUint64(&c.desc[0][seq%2][i])
+	}
+	for _, f := range descFields {
+		for p := 1; p < c.n; p++ {
+			if v := atomic.LoadUint64(&c.desc[p][seq%2][f.word]); v != ref[f.word] {
+				if f.word == dStatus {
+					return fmt.Errorf("%w (rank %d)", ErrRejected, p)
+				}
+				return &MismatchError{Field: f.name, Rank: p, Got: f.format(v), Want: f.format(ref[f.word])}
+			}
+		}
+	}
+	if ref[dStatus] != 0 {
+		return fmt.Errorf("%w (rank 0)", ErrRejected)
+	}
+	return nil
+}
+
+// descFields are the descriptor words compared across ranks, in the order mismatches are reported.
+var descFields = []struct {
+	name   string
+	word   int
+	format func(uint64) string
+}{
+	{"collective", dColl, func(v uint64) string { return costmodel.Coll(v).String() }},
+	{"count", dCount, func(v uint64) string { return fmt.Sprint(int64(v)) }},
+	{"dtype", dDtype, func(v uint64) string { return kernels.Dtype(v).String() }},
+	{"op", dOp, func(v uint64) string { return kernels.Op(v).String() }},
+	{"root", dRoot, func(v uint64) string { return fmt.Sprint(int64(v)) }},
+	{"configuration", dConfig, func(v uint64) string { return fmt.Sprintf("%#x", v) }},
+	{"status", dStatus, nil},
+	{"algorithm", dAlgo, func(v uint64) string { return costmodel.Algo(v).String() }},
+	{"protocol", dProto, func(v uint64) string { return costmodel.Proto(v).String() }},
+	{"channels", dChannels, func(v uint64) string { return fmt.Sprint(v) }},
+	{"chunk bytes", dChunk, func(v uint64) string { return fmt.Sprint(v) }},
+	{"step bytes", dPiece, func(v uint64) string { return fmt.Sprint(v) }},
+}
+
+// endpoint returns this rank's side of the connection from rank from to rank to on channel ch,
+// mapping its region on first use.
+func (c *Comm) endpoint(ch, from, to int) (*endpoint, error) {
+	k := epKey{ch, from, to}
+	if e := c.eps[k]; e != nil {
+		return e, nil
+	}
+	name := ConnRegion(ch, from, to)
+	size := c.layout.size()
+	r, err := c.tr.Region(name, size)
+	if err == nil {
+		err = checkRegion(r, name, size)
+	}
+	if err == nil {
+		err = claimLayout(r, name, c.layout.word())
+	}
+	if err != nil {
+		return nil, err
+	}
+	e := newEndpoint(r, c.layout)
+	c.eps[k] = e
+	return e, nil
+}
+
+// ring returns channel ch's ring and this rank's position in it.
+func (c *Comm) ring(ch int) ([]int, int) {
+	for len(c.rings) <= ch {
+		r := c.topo.ring(len(c.rings))
+		ix := 0
+		for i, x := range r {
+			if x == c.rank {
+				ix = i
+			}
+		}
+		c.rings = append(c.rings, r)
+		c.ringIx = append(c.ringIx, ix)
+	}
+	return c.rings[ch], c.ringIx[ch]
+}
+
+// worker returns channel ch's worker of the given role, set up for cl.
+func (c *Comm) worker(w *waiter, cl *call, ch, role int) *worker {
+	for len(c.workers) <= ch {
+		c.workers = append(c.workers, [2]*worker{})
+	}
+	wk := c.workers[ch][role]
+	if wk == nil {
+		wk = &worker{c: c, ch: ch}
+		c.workers[ch][role] = wk
+	}
+	wk.w = *w
+	wk.proto = cl.plan.Proto
+	wk.red, wk.comb = cl.red, cl.comb
+	wk.reducing = cl.reduces()
+	wk.preMul = wk.reducing && cl.red.DevOp() == kernels.DevPreMulSum
+	wk.postDiv = wk.reducing && cl.red.DevOp() == kernels.DevSumPostDiv
+	wk.pieceBytes = cl.plan.pieceElems * cl.es
+	wk.stats = ChannelStats{}
+	wk.err = nil
+	return wk
+}
+
+// execute splits the call across its channels (contiguous element ranges, as ncclCollCbdPart
+// does), sets up each channel's connections and workers, and runs every worker on its own
+// goroutine (the first on the calling one).
+func (c *Comm) execute(w *waiter, cl *call) error {
+	total := cl.count
+	nc := cl.plan.Channels
+	per := roundUp(divUp(total, nc), alignElems(cl.es))
+	tasks := c.tasks[:0]
+	for ch := 0; ch < nc; ch++ {
+		lo := ch * per
+		if lo >= total {
+			break
+		}
+		hi := min(total, lo+per)
+		var err error
+		if cl.plan.Algo == costmodel.Tree {
+			tasks, err = c.treeTasks(w, cl, ch, lo, hi, tasks)
+		} else {
+			tasks, err = c.ringTasks(w, cl, ch, lo, hi, tasks)
+		}
+		if err != nil {
+			c.setAbort(abortInternal)
+			return err
+		}
+	}
+	c.tasks = tasks
+	var wg sync.WaitGroup
+	wg.Add(len(tasks) - 1)
+	for _, wk := range tasks[1:] {
+		go wk.runJob(&wg)
+	}
+	tasks[0].runJob(nil)
+	wg.Wait()
+
+	c.statsMu.Lock()
+	for _, wk := range tasks {
+		for len(c.stats) <= wk.ch {
+			c.stats = append(c.stats, ChannelStats{})
+		}
+		c.stats[wk.ch].add(wk.stats)
+	}
+	c.statsMu.Unlock()
+
+	// This rank's own cause (context, Close) before the abort it caused in the other workers.
+	var abortE error
+	for _, wk := range tasks {
+		switch {
+		case wk.err == nil:
+		case isAbort(wk.err):
+			abortE = wk.err
+		default:
+			return wk.err
+		}
+	}
+	return abortE
+}
+
+func isAbort(err error) bool {
+	var ae *AbortError
+	return errors.As(err, &ae)
+}
+
+func divUp(a, b int) int   { return (a + b - 1) / b }
+func roundUp(a, b int) int { return divUp(a, b) * b }
+func mod(a, n int) int     { return ((a % n) + n) % n }

@@ -1,0 +1,86 @@
+// Package engine executes collectives the way NCCL does, on CPUs: a communicator of n ranks; each
+// call split across channels, each channel with its own ring order, tree and connections; each
+// connection a FIFO of NCCL_STEPS = 8 slots with head and tail counters; three real wire
+// protocols; algorithms built from NCCL's primitives.
+//
+// # Communicators
+//
+// A Comm is one rank. NewInProcess makes the n ranks of a communicator whose ranks are goroutines
+// of one process; New makes one rank over any Transport (a shared-memory transport runs one rank
+// per process). Every rank calls the same collectives in the same order, each from its own
+// goroutine: AllReduce, AllGather, ReduceScatter, Broadcast and Reduce, in place or out of place,
+// with NCCL's counts (per rank for AllGather and ReduceScatter) on byte slices of little-endian
+// elements. The dtypes and operators are the kernels package's, with NCCL's semantics (float avg
+// pre-multiplies every input by 1/n as it is loaded; integer avg sums in the element type and
+// divides once; RedOpCreatePreMulSum makes per-rank scalar operators).
+//
+// # Agreement before data
+//
+// Before any data moves, every rank posts a descriptor of its call (collective, count, dtype, op,
+// root, plan, configuration) in the control region and reads everyone's. A difference is a
+// *MismatchError on every rank; an argument one rank rejects is ErrInvalid there and ErrRejected
+// elsewhere. Either way no FIFO is touched and the communicator stays usable. The descriptors
+// alternate between two lines by call parity, which is safe because no rank can post call k+2
+// before every rank has read call k.
+//
+// # Channels and virtual nodes
+//
+// A call's elements are cut into contiguous ranges, one per channel (the plan's channel count);
+// each channel runs on its own goroutine per rank. Config.RanksPerNode groups consecutive ranks
+// into virtual nodes: rings visit the nodes in order (each channel rotates the ranks inside the
+// nodes, odd channels run backwards), and the trees are NCCL's double binary tree over the nodes
+// (capabilities.Dtree) with a chain inside each node, even channels on tree 0 and odd channels on
+// tree 1.
+//
+// # Connections and protocols
+//
+// A connection (one channel, one sender, one receiver) is a region of NCCL_STEPS slots per
+// protocol plus a head counter (written by the receiver) and a tail counter (written by the
+// sender). A step fills one slot; the sender waits for head > step-8, so it never runs more than 8
+// slots ahead and the staging memory of a connection is fixed, whatever the message size. The
+// formats (see conn.go and layout.go for the bytes):
+//
+//   - Simple: the payload, then a release store of tail = step+1; the receiver acquires the tail.
+//   - LL: 16-byte lines {data 4 B, flag 4 B, data 4 B, flag 4 B}, each 8-byte half one atomic
+//     store with flag = step+1; the receiver polls the halves and needs neither fence nor tail.
+//   - LL128: 128-byte lines of 120 payload bytes and an 8-byte flag (the last word), stored with
+//     release after the payload; the receiver acquires the flag, then reads the payload.
+//
+// Receivers poll without allocating: a few plain polls, then for a millisecond polls with
+// runtime.Gosched (so that with more ranks and channels than cores the rank being waited for runs),
+// then polls separated by sleeps that double up to 256 us.
+//
+// # Algorithms
+//
+// Ring, for all five collectives, as NCCL's runRing: AllReduce is reduce-scatter fused with
+// all-gather in one loop (send, recvReduceSend..., recvReduceCopySend, recvCopySend..., recv).
+// Tree, for AllReduce, as runTreeSplit: the root receives, reduces and sends back down in one
+// primitive; every other rank runs reduce-up (recvReduceSend, or send at a leaf) and
+// broadcast-down (recvCopySend, or recv at a leaf) concurrently on two goroutines, chunk by chunk.
+// Chunk and step sizes come from the plan, capped by the connection buffers as NCCL's
+// calcCollChunking caps them (and, on a cycling ring, at half the FIFO so every rank's first chunk
+// fits before it receives).
+//
+// # Plans
+//
+// Each call's plan comes from Config.Plan (a function of collective and model byte count), else
+// the first matching Config.Tables (compiled planner.DecisionTables), else Ring/Simple on
+// Config.Channels; Config.Override (or SetOverride) pins the algorithm, protocol or channel count.
+// NVLS, NVLSTree, CollNet and PAT, and Tree outside AllReduce, are refused with ErrNotImplemented
+// ("not implemented in the engine") on every rank.
+//
+// # Failures
+//
+// A rank whose context is done, or whose Comm is closed, while it takes part in a call aborts the
+// communicator: it stores its rank and reason in the shared abort word, which every wait checks,
+// so every rank's call ends with an error (the cause on that rank, *AbortError elsewhere) and every
+// later call fails. Comm.Abort does the same on purpose (ncclCommAbort), and a launcher can store
+// AbortWord at CtrlAbortOffset of the control region for a rank whose process died. A rank waiting
+// for a peer that closed without joining gets ErrPeerClosed.
+//
+// # Transports
+//
+// Transport is the seam for other memories (see its documentation): regions named "ctrl" and
+// "conn/C/FROM-TO", zeroed, aligned, identical for every rank that asks, holding nothing but bytes
+// and 64-bit words used with sync/atomic, so they can live in a file mapped by several processes.
+package engine

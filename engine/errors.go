@@ -1,0 +1,88 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned by the engine. Match them with errors.Is.
+var (
+	// ErrInvalid: a call's arguments are invalid on this rank (count, buffer sizes, dtype, op,
+	// root). Every other rank of the call gets ErrRejected.
+	ErrInvalid = errors.New("engine: invalid argument")
+	// ErrRejected: another rank found the call's arguments invalid (see ErrInvalid) or could not
+	// plan it.
+	ErrRejected = errors.New("engine: call rejected by another rank")
+	// ErrMismatch: the ranks called with different collectives, counts, dtypes, ops, roots or
+	// plans. Every rank of the call gets it (as a *MismatchError); the communicator stays usable.
+	ErrMismatch = errors.New("engine: call mismatch across ranks")
+	// ErrNotImplemented: the plan names an algorithm (or an algorithm for a collective) the engine
+	// does not run.
+	ErrNotImplemented = errors.New("not implemented in the engine")
+	// ErrAborted: the communicator was aborted (a rank's context was cancelled or a rank was closed
+	// during a collective); every later call fails with it.
+	ErrAborted = errors.New("engine: communicator aborted")
+	// ErrClosed: the Comm was closed.
+	ErrClosed = errors.New("engine: communicator closed")
+	// ErrPeerClosed: another rank closed its Comm while this rank waited for it to join a call.
+	ErrPeerClosed = errors.New("engine: a peer rank closed the communicator")
+	// ErrConfig: the ranks were built with different configurations, or the transport's regions
+	// do not fit them.
+	ErrConfig = errors.New("engine: configuration mismatch")
+)
+
+// MismatchError describes the first field in which some rank's call differs from rank 0's. Every
+// rank of the call gets the same MismatchError.
+type MismatchError struct {
+	Field string // "collective", "count", "dtype", "op", "root", "algorithm", ...
+	Rank  int    // the lowest rank that differs from rank 0
+	Got   string // that rank's value
+	Want  string // rank 0's value
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("engine: call mismatch across ranks: %s: rank %d has %s, rank 0 has %s", e.Field, e.Rank, e.Got, e.Want)
+}
+
+// Is makes errors.Is(err, ErrMismatch) true.
+func (e *MismatchError) Is(target error) bool { return target == ErrMismatch }
+
+// AbortError says which rank aborted the communicator and why.
+type AbortError struct {
+	Rank   int
+	Reason string
+}
+
+func (e *AbortError) Error() string {
+	return fmt.Sprintf("engine: communicator aborted by rank %d (%s)", e.Rank, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrAborted) true.
+func (e *AbortError) Is(target error) bool { return target == ErrAborted }
+
+// Abort reasons, stored in the abort word.
+const (
+	abortCancel   = 1 // the rank's context was done
+	abortClosed   = 2 // the rank's Comm was closed during a call
+	abortInternal = 3 // the rank failed (transport error, ...)
+	abortUser     = 4 // Comm.Abort, or AbortWord stored by a launcher
+)
+
+var abortReasons = [...]string{"", "context done", "closed during a collective", "internal error", "aborted"}
+
+// AbortWord returns the value that, stored with an atomic 8-byte store at byte CtrlAbortOffset of
+// the "ctrl" region while the word is still 0, aborts the communicator on behalf of rank: every
+// rank's waits end with an *AbortError naming it. A launcher that sees a rank's process die uses
+// it, since a dead process cannot abort for itself.
+func AbortWord(rank int) uint64 { return abortWord(rank, abortUser) }
+
+func abortWord(rank, reason int) uint64 { return uint64(rank+1)<<8 | uint64(reason) }
+
+func abortErr(w uint64) error {
+	reason := int(w & 0xff)
+	r := "unknown"
+	if reason < len(abortReasons) {
+		r = abortReasons[reason]
+	}
+	return &AbortError{Rank: int(w>>8) - 1, Reason: r}
+}

@@ -1,0 +1,259 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/kernels"
+	"github.com/collplan/collplan/planner"
+)
+
+// MaxChannels is the most channels a call runs on (NCCL's MAXCHANNELS).
+const MaxChannels = 64
+
+// Config is a communicator's configuration. Zero values take the defaults given per field. Every
+// rank of a communicator must use the same configuration (the per-call handshake checks it).
+type Config struct {
+	// RanksPerNode groups consecutive ranks into virtual nodes: node k holds ranks
+	// [k*RanksPerNode, (k+1)*RanksPerNode), the last node possibly fewer. Rings visit the nodes in
+	// order; trees are the double binary tree over the nodes with a chain inside each, as NCCL builds
+	// them across hosts. 0 (or anything above n) means one node.
+	RanksPerNode int
+
+	// Buffers are the per-connection buffer sizes of each protocol, each cut into NCCL_STEPS
+	// slots: Simple (NCCL_BUFFSIZE, 4 MiB), LL (NCCL_LL_BUFFSIZE, 512 KiB), LL128
+	// (NCCL_LL128_BUFFSIZE, 4.6875 MiB). Zero fields take NCCL's defaults; NVLSChunk is ignored. LL
+	// must be a multiple of 8 x 16 bytes (whole lines per slot), LL128 of 8 x 128, Simple of 8 x 8.
+	// Tests make them tiny so that every call wraps the FIFOs.
+	Buffers planner.Buffers
+
+	// Plan, when set, gives each call's plan from its collective and model byte count (count times
+	// the element size, times n for AllGather and ReduceScatter, as NCCL's model counts). A
+	// planner.DecisionTable's Lookup fits (see TablePlan).
+	Plan PlanFunc
+	// Tables are consulted when Plan is nil: the first table whose class has the call's collective,
+	// op and dtype, else the first with its collective.
+	Tables []*planner.DecisionTable
+	// Channels is the channel count of calls that no Plan or table plans; 0 means 2. Such calls run
+	// Ring with Simple unless Override pins them.
+	Channels int
+	// Override pins parts of every call's plan, over the planner's choice.
+	Override Override
+}
+
+// PlanFunc returns the plan for a call of collective coll on nBytes bytes (the model byte count).
+type PlanFunc func(coll costmodel.Coll, nBytes int64) planner.Decision
+
+// TablePlan returns a PlanFunc that looks every call up in dt, whatever its collective.
+func TablePlan(dt *planner.DecisionTable) PlanFunc {
+	return func(_ costmodel.Coll, nBytes int64) planner.Decision { return dt.Lookup(nBytes) }
+}
+
+// Override pins parts of every call's plan, like NCCL_ALGO and NCCL_PROTO pin NCCL's. When a pin
+// changes the planned algorithm or protocol, the chunk and slice sizes are the engine's defaults for
+// the pinned cell (the planner's were sized for another cell).
+type Override struct {
+	Algo     costmodel.Algo
+	PinAlgo  bool
+	Proto    costmodel.Proto
+	PinProto bool
+	Channels int // > 0 pins the channel count
+}
+
+// Pin returns an Override that pins both the algorithm and the protocol.
+func Pin(a costmodel.Algo, p costmodel.Proto) Override {
+	return Override{Algo: a, PinAlgo: true, Proto: p, PinProto: true}
+}
+
+// normalize fills defaults and checks the configuration for n ranks.
+func (cfg Config) normalize(n int) (Config, error) {
+	if cfg.RanksPerNode < 0 {
+		return cfg, fmt.Errorf("%w: RanksPerNode %d", ErrInvalid, cfg.RanksPerNode)
+	}
+	if cfg.RanksPerNode == 0 || cfg.RanksPerNode > n {
+		cfg.RanksPerNode = n
+	}
+	d := planner.DefaultBuffers()
+	b := &cfg.Buffers
+	if b.Simple == 0 {
+		b.Simple = d.Simple
+	}
+	if b.LL == 0 {
+		b.LL = d.LL
+	}
+	if b.LL128 == 0 {
+		b.LL128 = d.LL128
+	}
+	for _, f := range []struct {
+		name  string
+		v     int64
+		quant int64
+	}{
+		{"LL", b.LL, NCCLSteps * llLineBytes},
+		{"LL128", b.LL128, NCCLSteps * ll128LineBytes},
+		{"Simple", b.Simple, NCCLSteps * 8},
+	} {
+		if f.v < 0 || f.v%f.quant != 0 || f.v > 1<<30 {
+			return cfg, fmt.Errorf("%w: %s buffer of %d bytes: want a positive multiple of %d up to 1 GiB",
+				ErrInvalid, f.name, f.v, f.quant)
+		}
+	}
+	if cfg.Channels == 0 {
+		cfg.Channels = 2
+	}
+	if cfg.Channels < 0 || cfg.Channels > MaxChannels {
+		return cfg, fmt.Errorf("%w: Channels %d (want 1..%d)", ErrInvalid, cfg.Channels, MaxChannels)
+	}
+	return cfg, nil
+}
+
+// plan is a call's plan as the engine runs it.
+type plan struct {
+	planner.Decision       // Channels, ChunkBytes and SliceBytes as run (SliceBytes: one FIFO step)
+	chunkElems, pieceElems int
+}
+
+// capOp maps a kernels operator to the capabilities one (the two enums order Min and Max
+// differently).
+func capOp(op kernels.Op) capabilities.Op {
+	switch op {
+	case kernels.Prod:
+		return capabilities.Prod
+	case kernels.Max:
+		return capabilities.Max
+	case kernels.Min:
+		return capabilities.Min
+	case kernels.Avg:
+		return capabilities.Avg
+	case kernels.PreMulSum:
+		return capabilities.PreMulSum
+	}
+	return capabilities.Sum
+}
+
+// modelBytes is NCCL's model byte count of a call: the full buffer.
+func modelBytes(coll costmodel.Coll, count, es, n int) int64 {
+	b := int64(count) * int64(es)
+	if coll == costmodel.AllGather || coll == costmodel.ReduceScatter {
+		b *= int64(n)
+	}
+	return b
+}
+
+// resolve returns the plan of a call: the planner's decision (Plan, else Tables, else Ring/Simple
+// on cfg.Channels), the override applied, the algorithm checked, and chunk and step sizes fitted to
+// the connection buffers.
+func (c *Comm) resolve(coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, count int) (plan, error) {
+	cfg := &c.cfg
+	es := dt.Size()
+	nBytes := modelBytes(coll, count, es, c.n)
+	var d planner.Decision
+	planned := true
+	switch {
+	case cfg.Plan != nil:
+		d = cfg.Plan(coll, nBytes)
+	case len(cfg.Tables) > 0:
+		if t := c.table(coll, op, dt); t != nil {
+			d = t.Lookup(nBytes)
+		} else {
+			planned = false
+		}
+	default:
+		planned = false
+	}
+	if !planned {
+		d = planner.Decision{Algo: costmodel.Ring, Proto: costmodel.Simple, Channels: cfg.Channels}
+	}
+	base := d
+	o := c.override
+	if o.PinAlgo {
+		d.Algo = o.Algo
+	}
+	if o.PinProto {
+		d.Proto = o.Proto
+	}
+	if o.Channels > 0 {
+		d.Channels = o.Channels
+	}
+	if !planned || d.Algo != base.Algo || d.Proto != base.Proto {
+		d.ChunkBytes, d.SliceBytes = 0, 0
+	}
+	switch {
+	case d.Algo == costmodel.Ring:
+	case d.Algo == costmodel.Tree && coll == costmodel.AllReduce:
+	case d.Algo == costmodel.Tree:
+		return plan{}, fmt.Errorf("engine: %v for %v: %w (NCCL runs Tree for AllReduce only)", d.Algo, coll, ErrNotImplemented)
+	case d.Algo >= 0 && d.Algo < costmodel.NumAlgos:
+		return plan{}, fmt.Errorf("engine: algorithm %v for %v: %w", d.Algo, coll, ErrNotImplemented)
+	default:
+		return plan{}, fmt.Errorf("%w: algorithm %d", ErrInvalid, int(d.Algo))
+	}
+	if d.Proto < 0 || d.Proto >= costmodel.NumProtos {
+		return plan{}, fmt.Errorf("%w: protocol %d", ErrInvalid, int(d.Proto))
+	}
+	d.Channels = min(max(d.Channels, 1), MaxChannels)
+
+	// One FIFO step carries at most a slot's payload, and at most a slice.
+	payload := c.slotPayload(d.Proto)
+	piece := payload
+	if d.SliceBytes > 0 && d.SliceBytes < piece {
+		piece = d.SliceBytes
+	}
+	p := plan{pieceElems: max(1, int(piece)/es)}
+	// A chunk is at most NCCL's ceiling for the buffers (calcCollChunking's base: chunkSteps slots
+	// for Simple, one slot's payload for LL and LL128). On a ring that cycles (AllReduce,
+	// AllGather, ReduceScatter) it is also at most half the FIFO: every rank injects a chunk before
+	// it first receives, and a chunk of NCCL_STEPS steps on every link would fill the whole ring.
+	ceiling := payload
+	chunkSteps := int64(1)
+	if d.Algo == costmodel.Ring && (coll == costmodel.AllReduce || coll == costmodel.AllGather || coll == costmodel.ReduceScatter) {
+		if d.Proto == costmodel.Simple {
+			chunkSteps = 4 // ALLREDUCE_CHUNKSTEPS etc.
+		}
+		ceiling = min(payload*chunkSteps, int64(p.pieceElems*es)*NCCLSteps/2)
+	} else {
+		ceiling = payload * chunkSteps
+	}
+	chunk := d.ChunkBytes
+	if chunk <= 0 || chunk > ceiling {
+		chunk = ceiling
+	}
+	ce := max(1, int(chunk)/es)
+	p.chunkElems = ce
+	d.ChunkBytes, d.SliceBytes = int64(ce*es), int64(p.pieceElems*es)
+	p.Decision = d
+	return p, nil
+}
+
+// slotPayload is the payload bytes of one FIFO slot: Simple carries the slot, LL half of it (the
+// rest is flags), LL128 120 of every 128 bytes.
+func (c *Comm) slotPayload(p costmodel.Proto) int64 {
+	b := c.cfg.Buffers
+	switch p {
+	case costmodel.LL:
+		return b.LL / NCCLSteps / llLineBytes * llLinePayload
+	case costmodel.LL128:
+		return b.LL128 / NCCLSteps / ll128LineBytes * ll128LinePayload
+	}
+	return b.Simple / NCCLSteps
+}
+
+func (c *Comm) table(coll costmodel.Coll, op kernels.Op, dt kernels.Dtype) *planner.DecisionTable {
+	var first *planner.DecisionTable
+	for _, t := range c.cfg.Tables {
+		if t == nil || t.Class.Coll != coll {
+			continue
+		}
+		if t.Class.Op == capOp(op) && int(t.Class.Dtype) == int(dt) {
+			return t
+		}
+		if first == nil {
+			first = t
+		}
+	}
+	return first
+}
+
+// alignElems is NCCL's chunk alignment in elements: 16 bytes' worth.
+func alignElems(es int) int { return max(1, 16/es) }

@@ -1,0 +1,178 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/kernels"
+	"github.com/collplan/collplan/planner"
+	"github.com/collplan/collplan/tables"
+)
+
+// cpuTable compiles the planner's AllReduce decision table for the CPU node table on 4 nodes of 2
+// ranks: Tree/LL at the smallest sizes, then Ring/LL on 1 and 2 channels, then Ring/Simple.
+func cpuTable(t *testing.T, coll costmodel.Coll) *planner.DecisionTable {
+	node, err := tables.Load("cpu")
+	require.NoError(t, err)
+	topo, err := capabilities.FromNode(node, 4)
+	require.NoError(t, err)
+	pl, err := planner.New(&topo, planner.Config{})
+	require.NoError(t, err)
+	dt, err := pl.Compile(context.Background(), planner.Class{Coll: coll, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1})
+	require.NoError(t, err)
+	return dt
+}
+
+// TestPlannerInTheLoop: a communicator given the planner's DecisionTable runs each call on the
+// table's plan for its size (algorithm, protocol, channels; chunk and slice as the planner sized
+// them, fitted to the connection buffers), and gets the right answer on every plan.
+func TestPlannerInTheLoop(t *testing.T) {
+	table := cpuTable(t, costmodel.AllReduce)
+	const n = 8
+	comms, err := NewInProcess(n, Config{RanksPerNode: 2, Tables: []*planner.DecisionTable{table}})
+	require.NoError(t, err)
+	defer closeAll(comms)
+	seen := map[planner.Decision]bool{}
+	for _, e := range table.Entries() {
+		if e.Lo > 1<<20 {
+			break
+		}
+		for _, nBytes := range []int64{e.Lo, (e.Lo + min(e.Hi, 1<<20)) / 2} {
+			count := int(nBytes / 4)
+			if count == 0 {
+				continue
+			}
+			want := table.Lookup(int64(count * 4))
+			outs := make([][]byte, n)
+			errs := runRanks(t, comms, 30*time.Second, func(r int, c *Comm) error {
+				send := make([]byte, count*4)
+				fillInput(send, kernels.Float32, kernels.Sum, 3, r, 0, count)
+				outs[r] = make([]byte, count*4)
+				return c.AllReduce(bg, send, outs[r], count, kernels.Float32, kernels.Sum)
+			})
+			for r, err := range errs {
+				require.NoError(t, err, "rank %d at %d bytes", r, count*4)
+			}
+			got := comms[0].LastPlan()
+			assert.Equal(t, want.Algo, got.Algo, "%d bytes", count*4)
+			assert.Equal(t, want.Proto, got.Proto, "%d bytes", count*4)
+			assert.Equal(t, want.Channels, got.Channels, "%d bytes", count*4)
+			assert.LessOrEqual(t, got.ChunkBytes, want.ChunkBytes, "%d bytes", count*4)
+			seen[planner.Decision{Algo: got.Algo, Proto: got.Proto}] = true
+			ins := make([][]byte, n)
+			for r := range ins {
+				ins[r] = make([]byte, count*4)
+				fillInput(ins[r], kernels.Float32, kernels.Sum, 3, r, 0, count)
+			}
+			for i := 0; i < count; i++ {
+				if err := checkElem(kernels.Float32, kernels.Sum, outs[n-1][i*4:], ins, i*4, nil); err != nil {
+					t.Fatalf("%d bytes, element %d: %v", count*4, i, err)
+				}
+			}
+		}
+	}
+	assert.True(t, seen[planner.Decision{Algo: costmodel.Tree, Proto: costmodel.LL}], "the table's Tree/LL plan ran")
+	assert.True(t, seen[planner.Decision{Algo: costmodel.Ring, Proto: costmodel.Simple}], "the table's Ring/Simple plan ran")
+
+	// The NCCL defaults: Ring/Simple runs NCCL's 2 MiB chunk in 512 KiB steps.
+	big := 1 << 20
+	runRanks(t, comms, 30*time.Second, func(r int, c *Comm) error {
+		b := make([]byte, big*4)
+		return c.AllReduce(bg, b, b, big, kernels.Float32, kernels.Sum)
+	})
+	got := comms[0].LastPlan()
+	got.Threads = 0 // the planner's, unused by the engine
+	assert.Equal(t, planner.Decision{Algo: costmodel.Ring, Proto: costmodel.Simple, Channels: 2, ChunkBytes: 2 << 20, SliceBytes: 512 << 10}, got)
+}
+
+// TestOverridePins: an override pins the algorithm and protocol over the table's choice, with the
+// engine's chunk for the pinned cell; a pinned channel count wins too.
+func TestOverridePins(t *testing.T) {
+	table := cpuTable(t, costmodel.AllReduce)
+	cfg := Config{RanksPerNode: 2, Tables: []*planner.DecisionTable{table}, Override: Pin(costmodel.Tree, costmodel.LL128)}
+	cfg.Override.Channels = 3
+	comms, err := NewInProcess(4, cfg)
+	require.NoError(t, err)
+	defer closeAll(comms)
+	count := 1 << 18
+	errs := runRanks(t, comms, 30*time.Second, func(r int, c *Comm) error {
+		b := make([]byte, count*4)
+		return c.AllReduce(bg, b, b, count, kernels.Float32, kernels.Sum)
+	})
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	got := comms[0].LastPlan()
+	assert.Equal(t, costmodel.Tree, got.Algo)
+	assert.Equal(t, costmodel.LL128, got.Proto)
+	assert.Equal(t, 3, got.Channels)
+	// One LL128 slot's payload: 4915200/8/128*120.
+	assert.Equal(t, int64(576000), got.ChunkBytes)
+}
+
+// TestNotImplemented: plans the engine cannot run are refused on every rank with
+// ErrNotImplemented ("not implemented in the engine"), without a hang.
+func TestNotImplemented(t *testing.T) {
+	type tc struct {
+		coll costmodel.Coll
+		algo costmodel.Algo
+	}
+	var cases []tc
+	for _, a := range []costmodel.Algo{costmodel.NVLS, costmodel.NVLSTree, costmodel.CollNetDirect, costmodel.CollNetChain, costmodel.PAT} {
+		cases = append(cases, tc{costmodel.AllReduce, a}, tc{costmodel.AllGather, a})
+	}
+	cases = append(cases, tc{costmodel.AllGather, costmodel.Tree}, tc{costmodel.Broadcast, costmodel.Tree})
+	for _, k := range cases {
+		t.Run(fmt.Sprintf("%v/%v", k.coll, k.algo), func(t *testing.T) {
+			plan := func(costmodel.Coll, int64) planner.Decision {
+				return planner.Decision{Algo: k.algo, Proto: costmodel.Simple, Channels: 2}
+			}
+			comms, err := NewInProcess(3, Config{Buffers: tinyBuffers(), Plan: plan})
+			require.NoError(t, err)
+			defer closeAll(comms)
+			errs := runRanks(t, comms, 10*time.Second, func(r int, c *Comm) error {
+				if k.coll == costmodel.AllGather {
+					return c.AllGather(bg, make([]byte, 40), make([]byte, 120), 10, kernels.Float32)
+				}
+				if k.coll == costmodel.Broadcast {
+					b := make([]byte, 40)
+					return c.Broadcast(bg, b, b, 10, kernels.Float32, 0)
+				}
+				b := make([]byte, 40)
+				return c.AllReduce(bg, b, b, 10, kernels.Float32, kernels.Sum)
+			})
+			for r, err := range errs {
+				require.ErrorIs(t, err, ErrNotImplemented, "rank %d", r)
+				assert.Contains(t, err.Error(), "not implemented in the engine")
+			}
+		})
+	}
+}
+
+// TestPlanFuncBytes: the PlanFunc sees NCCL's model byte count (x n for AllGather and
+// ReduceScatter).
+func TestPlanFuncBytes(t *testing.T) {
+	var got [costmodel.NumColls]int64
+	plan := func(c costmodel.Coll, nBytes int64) planner.Decision {
+		got[c] = nBytes // every rank writes the same value; read after the calls
+		return planner.Decision{Algo: costmodel.Ring, Proto: costmodel.LL, Channels: 1}
+	}
+	comms, err := NewInProcess(1, Config{Plan: plan})
+	require.NoError(t, err)
+	defer closeAll(comms)
+	c := comms[0]
+	b := make([]byte, 400)
+	require.NoError(t, c.AllGather(bg, b[:40], b, 10, kernels.Float32))
+	require.NoError(t, c.ReduceScatter(bg, b, b[:40], 10, kernels.Float32, kernels.Sum))
+	require.NoError(t, c.AllReduce(bg, b, b, 10, kernels.Float64, kernels.Sum))
+	assert.Equal(t, int64(40), got[costmodel.AllGather])
+	assert.Equal(t, int64(40), got[costmodel.ReduceScatter])
+	assert.Equal(t, int64(80), got[costmodel.AllReduce])
+}

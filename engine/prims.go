@@ -1,0 +1,276 @@
+package engine
+
+import (
+	"sync"
+
+	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/kernels"
+)
+
+// A worker runs one channel's share of a call on one goroutine: NCCL's thread block. A tree
+// channel of a non-root rank has two (reduce-up and broadcast-down), like runTreeSplit's two teams.
+// It talks to its peers through endpoints and moves data with the primitives below.
+type worker struct {
+	c     *Comm
+	ch    int
+	w     waiter
+	proto costmodel.Proto
+
+	red, comb kernels.Reducer
+	reducing  bool // the call reduces: the local input is pre-multiplied as it is loaded
+	preMul    bool // red's device op is PreMulSum (Load is not a copy)
+	postDiv   bool // red's device op is SumPostDiv (Finish divides)
+
+	pieceBytes int // payload bytes of one FIFO step (a multiple of the element size)
+
+	recvs, sends []*endpoint
+	recvBuf      [maxPeers]*endpoint
+	sendBuf      [maxPeers]*endpoint
+
+	scratch [maxPeers + 1][]byte // unpacked LL/LL128 receives, and the accumulator
+	views   [maxPeers][]byte
+
+	stats ChannelStats // this call's traffic, added to the Comm's at the end
+
+	job  job // what the worker runs in this call
+	ring ringRun
+	tree treeRun
+	err  error
+}
+
+// job is a worker's schedule in a call.
+type job uint8
+
+const (
+	jobRingAllReduce job = iota
+	jobRingAllGather
+	jobRingReduceScatter
+	jobRingBroadcast
+	jobRingReduce
+	jobTreeRoot
+	jobTreeUp
+	jobTreeDown
+	jobTreeLeafUp
+	jobTreeLeafDown
+)
+
+// runJob runs the worker's job, records its error and, when wg is not nil, marks it done.
+func (w *worker) runJob(wg *sync.WaitGroup) {
+	switch w.job {
+	case jobRingAllReduce:
+		w.err = w.ring.allReduce(w)
+	case jobRingAllGather:
+		w.err = w.ring.allGather(w)
+	case jobRingReduceScatter:
+		w.err = w.ring.reduceScatter(w)
+	case jobRingBroadcast:
+		w.err = w.ring.broadcast(w)
+	case jobRingReduce:
+		w.err = w.ring.reduce(w)
+	case jobTreeRoot:
+		w.err = w.tree.each(w, recvReduceCopySend)
+	case jobTreeUp:
+		w.err = w.tree.each(w, recvReduceSend)
+	case jobTreeDown:
+		w.err = w.tree.each(w, recvCopySend)
+	case jobTreeLeafUp:
+		w.err = w.tree.each(w, send)
+	case jobTreeLeafDown:
+		w.err = w.tree.each(w, recv)
+	}
+	if wg != nil {
+		wg.Done()
+	}
+}
+
+// maxPeers is NCCL_MAX_TREE_ARITY: a tree rank receives from or sends to at most three peers.
+const maxPeers = 3
+
+// prim is a primitive: which of receive, local input, local output and send a FIFO step
+// involves, and whether the reduction completes there (postOp).
+type prim uint8
+
+const (
+	primIn prim = 1 << iota
+	primOut
+	primRecv
+	primSend
+	primPost
+)
+
+// NCCL's primitives (src/device/prims_*.h).
+const (
+	send               = primIn | primSend
+	copySend           = primIn | primOut | primSend
+	recv               = primRecv | primOut
+	recvReduceSend     = primRecv | primIn | primSend
+	recvReduceCopy     = primRecv | primIn | primOut | primPost
+	recvReduceCopySend = primRecv | primIn | primOut | primSend | primPost
+	recvCopySend       = primRecv | primOut | primSend
+)
+
+// setPeers sets the endpoints the next primitives receive from and send to.
+func (w *worker) setPeers(recvs, sends []*endpoint) {
+	w.recvs = append(w.recvBuf[:0], recvs...)
+	w.sends = append(w.sendBuf[:0], sends...)
+}
+
+// run applies primitive p to in and out (byte ranges of the user's buffers of equal length, nil
+// where p does not use them), one FIFO step per piece of w.pieceBytes.
+func (w *worker) run(p prim, in, out []byte) error {
+	nb := max(len(in), len(out))
+	for off := 0; off < nb; off += w.pieceBytes {
+		end := min(off+w.pieceBytes, nb)
+		var pi, po []byte
+		if p&primIn != 0 {
+			pi = in[off:end]
+		}
+		if p&primOut != 0 {
+			po = out[off:end]
+		}
+		if err := w.piece(p, pi, po, end-off); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// piece performs one FIFO step of primitive p on nb bytes: receive from every recv peer, combine
+// with the local input, apply the postOp, store to the local output, send to every send peer,
+// then hand the received slots back.
+//
+// Where the result is built: in the output when there is one; else, with Simple, directly in the
+// first send peer's slot; else in the accumulator scratch (LL and LL128 pack from it). Simple
+// receives are read in place from the slot; LL and LL128 receives are unpacked first.
+func (w *worker) piece(p prim, in, out []byte, nb int) error {
+	simple := w.proto == costmodel.Simple
+	var recvs, sends []*endpoint
+	if p&primRecv != 0 {
+		recvs = w.recvs
+	}
+	if p&primSend != 0 {
+		sends = w.sends
+	}
+
+	// Receive.
+	views := w.views[:len(recvs)]
+	for i, e := range recvs {
+		if simple {
+			v, err := e.waitSimple(&w.w, nb)
+			if err != nil {
+				return err
+			}
+			views[i] = v
+			continue
+		}
+		dst := w.scratch[i][:nb]
+		if in == nil && out != nil && len(recvs) == 1 {
+			dst = out // a copy: unpack straight into the output
+		}
+		var err error
+		if w.proto == costmodel.LL {
+			err = e.getLL(&w.w, dst)
+		} else {
+			err = e.getLL128(&w.w, dst)
+		}
+		if err != nil {
+			return err
+		}
+		views[i] = dst
+	}
+
+	// Choose where the result is built.
+	var res []byte
+	inSlot := false
+	switch {
+	case out != nil:
+		res = out
+	case simple && len(sends) > 0:
+		if err := sends[0].reserve(&w.w); err != nil {
+			return err
+		}
+		res, inSlot = sends[0].simpleSlotBytes(nb), true
+	default:
+		res = w.scratch[maxPeers][:nb]
+	}
+
+	// Combine.
+	switch {
+	case len(views) == 0: // send or copySend: the local input alone
+		switch {
+		case w.reducing && w.preMul:
+			w.red.Load(res, in)
+		case out == nil && !inSlot:
+			res = in // pack straight from the input
+		case !sameBytes(res, in):
+			copy(res, in)
+		}
+	case in != nil: // recvReduce*: the first peer's partial, my input pre-multiplied, then the rest
+		w.red.Reduce(res, views[0], in)
+		for _, v := range views[1:] {
+			w.comb.Reduce(res, res, v)
+		}
+		if p&primPost != 0 && w.postDiv {
+			w.red.Finish(res)
+		}
+	default: // recv or recvCopySend: one peer's data
+		switch {
+		case out == nil && !inSlot:
+			res = views[0]
+		case !sameBytes(res, views[0]):
+			copy(res, views[0])
+		}
+	}
+
+	// Send.
+	for i, e := range sends {
+		if i > 0 || !inSlot {
+			if err := e.reserve(&w.w); err != nil {
+				return err
+			}
+		}
+		switch w.proto {
+		case costmodel.Simple:
+			if i > 0 || !inSlot {
+				copy(e.simpleSlotBytes(nb), res)
+			}
+			e.publishSimple()
+			w.stats.WireBytes += uint64(nb)
+		case costmodel.LL:
+			e.putLL(res)
+			w.stats.WireBytes += uint64(llLines(nb) * llLineBytes)
+		default:
+			e.putLL128(res)
+			w.stats.WireBytes += uint64(ll128Lines(nb) * ll128LineBytes)
+		}
+		w.stats.Steps++
+		w.stats.PayloadBytes += uint64(nb)
+	}
+
+	// Hand the received slots back (after the sends: a Simple result may have been read from one).
+	for _, e := range recvs {
+		e.release()
+		w.stats.RecvBytes += uint64(nb)
+	}
+	return nil
+}
+
+// sameBytes reports whether a and b start at the same address (both non-empty).
+func sameBytes(a, b []byte) bool {
+	return len(a) > 0 && len(b) > 0 && &a[0] == &b[0]
+}
+
+// ensureScratch sizes the scratch buffers for pieces of nb bytes and nRecv receive peers.
+func (w *worker) ensureScratch(nb, nRecv int) {
+	if w.proto == costmodel.Simple {
+		nRecv = 0 // Simple receives are read in place
+	}
+	for i := 0; i < nRecv; i++ {
+		if len(w.scratch[i]) < nb {
+			w.scratch[i] = make([]byte, nb)
+		}
+	}
+	if len(w.scratch[maxPeers]) < nb {
+		w.scratch[maxPeers] = make([]byte, nb)
+	}
+}

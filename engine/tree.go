@@ -1,0 +1,82 @@
+package engine
+
+// treeTasks sets up channel ch's tree connections for a Tree AllReduce and appends its workers.
+// Even channels run on tree 0, odd channels on tree 1, so half the channels climb each tree of the
+// double binary tree. The root reduces and turns the sums around in one primitive; every other rank
+// runs reduce-up and broadcast-down concurrently on two goroutines, chunk by chunk (NCCL's
+// runTreeSplit, src/device/all_reduce.h).
+func (c *Comm) treeTasks(w *waiter, cl *call, ch, lo, hi int, tasks []*worker) ([]*worker, error) {
+	links := c.tree[ch%2][c.rank]
+	var fromBuf, toBuf [maxPeers]*endpoint
+	fromKids, toKids := fromBuf[:0], toBuf[:0]
+	for _, k := range links.Down {
+		if k < 0 {
+			continue
+		}
+		rx, err := c.endpoint(ch, k, c.rank)
+		if err != nil {
+			return tasks, err
+		}
+		tx, err := c.endpoint(ch, c.rank, k)
+		if err != nil {
+			return tasks, err
+		}
+		fromKids, toKids = append(fromKids, rx), append(toKids, tx)
+	}
+	t := treeRun{cl: cl, lo: lo, hi: hi}
+	if links.Up < 0 {
+		wk := c.worker(w, cl, ch, 0)
+		wk.setPeers(fromKids, toKids)
+		wk.ensureScratch(wk.pieceBytes, len(fromKids))
+		wk.tree, wk.job = t, jobTreeRoot
+		return append(tasks, wk), nil
+	}
+	fromUp, err := c.endpoint(ch, links.Up, c.rank)
+	if err != nil {
+		return tasks, err
+	}
+	toUp, err := c.endpoint(ch, c.rank, links.Up)
+	if err != nil {
+		return tasks, err
+	}
+	up := c.worker(w, cl, ch, 0)
+	up.setPeers(fromKids, []*endpoint{toUp})
+	up.ensureScratch(up.pieceBytes, len(fromKids))
+	down := c.worker(w, cl, ch, 1)
+	down.setPeers([]*endpoint{fromUp}, toKids)
+	down.ensureScratch(down.pieceBytes, 1)
+	up.tree, down.tree = t, t
+	up.job, down.job = jobTreeUp, jobTreeDown
+	if len(fromKids) == 0 {
+		up.job, down.job = jobTreeLeafUp, jobTreeLeafDown
+	}
+	return append(tasks, up, down), nil
+}
+
+// treeRun is one channel's tree schedule over its element range [lo, hi), chunk by chunk: the
+// root runs recvReduceCopySend (receive the children's partial sums, add its input, complete the
+// reduction into its output, send the result back down); a non-root rank runs recvReduceSend up
+// and recvCopySend down (send and recv at a leaf).
+type treeRun struct {
+	cl     *call
+	lo, hi int
+}
+
+func (t *treeRun) each(w *worker, p prim) error {
+	cl := t.cl
+	ce := cl.plan.chunkElems
+	for e0 := t.lo; e0 < t.hi; e0 += ce {
+		nel := min(ce, t.hi-e0)
+		var in, out []byte
+		if p&primIn != 0 {
+			in = span(cl.send, e0, nel, cl.es)
+		}
+		if p&primOut != 0 {
+			out = span(cl.recv, e0, nel, cl.es)
+		}
+		if err := w.run(p, in, out); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,119 @@
+package engine
+
+import (
+	"context"
+	"runtime"
+	"sync/atomic"
+	"time"
+)
+
+// Waiting. Every wait in the engine is a poll of one word in a shared region (a head or tail
+// counter, a line's flag, a peer's call descriptor) with the same bounded backoff: spinPolls plain
+// polls; then, for yieldTime, polls each followed by runtime.Gosched (so that with more ranks and
+// channels than cores the rank being waited for gets the CPU); then polls separated by sleeps that
+// double from minSleep to maxSleep. Past the spin phase every poll also checks the communicator's
+// abort word, this Comm's closed flag and the call's context.
+//
+// The yield phase is long (a millisecond) because a sleep is expensive: Go's timers wake a
+// sleeping goroutine 50 us to 1 ms late, and a sleeping producer stalls its whole pipeline.
+const (
+	spinPolls = 64
+	yieldTime = time.Millisecond
+	minSleep  = time.Microsecond
+	maxSleep  = 256 * time.Microsecond
+)
+
+// waiter carries what a wait loop checks besides its word.
+type waiter struct {
+	c    *Comm
+	ctx  context.Context
+	done <-chan struct{}
+
+	yieldEnd int64 // nanotime at which the current wait stops yielding and starts sleeping
+	sleep    time.Duration
+}
+
+func newWaiter(c *Comm, ctx context.Context) waiter {
+	return waiter{c: c, ctx: ctx, done: ctx.Done()}
+}
+
+// idle is called after the i-th unsuccessful poll (i from 0). It returns an error when the wait
+// must end: the communicator was aborted, this Comm closed, or the context done (the last two abort
+// the communicator, since this rank will not play its part in the call).
+func (w *waiter) idle(i int) error {
+	if i < spinPolls {
+		return nil
+	}
+	if err := w.check(); err != nil {
+		return err
+	}
+	if i == spinPolls {
+		w.yieldEnd, w.sleep = nanotime()+int64(yieldTime), minSleep
+	}
+	if nanotime() < w.yieldEnd {
+		runtime.Gosched()
+		return nil
+	}
+	time.Sleep(w.sleep)
+	w.sleep = min(2*w.sleep, maxSleep)
+	return nil
+}
+
+// nanotime is a monotonic clock in nanoseconds.
+func nanotime() int64 { return int64(time.Since(clockBase)) }
+
+var clockBase = time.Now()
+
+// check returns the error that ends a wait, if any.
+func (w *waiter) check() error {
+	c := w.c
+	if a := atomic.LoadUint64(c.abort); a != 0 {
+		return abortErr(a)
+	}
+	if c.closed.Load() {
+		c.setAbort(abortClosed)
+		return ErrClosed
+	}
+	if w.done != nil {
+		select {
+		case <-w.done:
+			c.setAbort(abortCancel)
+			return w.ctx.Err()
+		default:
+		}
+	}
+	return nil
+}
+
+// waitGE waits until *p >= v.
+func (w *waiter) waitGE(p *uint64, v uint64) error {
+	for i := 0; atomic.LoadUint64(p) < v; i++ {
+		if err := w.idle(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitEq waits until *p == v.
+func (w *waiter) waitEq(p *uint64, v uint64) error {
+	for i := 0; atomic.LoadUint64(p) != v; i++ {
+		if err := w.idle(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitLL waits until the LL half-line *p carries flag in its upper 32 bits and returns it.
+func (w *waiter) waitLL(p *uint64, flag uint32) (uint64, error) {
+	for i := 0; ; i++ {
+		v := atomic.LoadUint64(p)
+		if uint32(v>>32) == flag {
+			return v, nil
+		}
+		if err := w.idle(i); err != nil {
+			return 0, err
+		}
+	}
+}

@@ -1,0 +1,45 @@
+// Command collbench runs the engine's collectives with nccl-tests' interface and prints
+// nccl-tests' table, so that calibrate.ParseSweep reads its output like an nccl-tests sweep.
+//
+//	collbench allreduce|allgather|reducescatter|broadcast|reduce [-b 8] [-e 128M] [-f 2] [-n 20]
+//	    [-w 5] [-c 1] [-o sum] [-d float] [-np 4] [--ranks-per-node 2] [--transport shm|inproc]
+//	    [--algo Ring] [--proto LL128]
+//
+// With --transport shm (the default) the ranks are processes: collbench starts -np copies of
+// itself (or runs as one rank when COLLPLAN_RANK/OMPI_COMM_WORLD_RANK/PMI_RANK/RANK is set) that
+// meet over a loopback TCP rendezvous and share memory through /dev/shm. With inproc the ranks
+// are goroutines of one process.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// The first SIGINT/SIGTERM stops the run at the next size (-N 0 runs until then). Copies
+		// arriving within a second (ctrl-C reaches the ranks both from the terminal and from the
+		// launcher) are absorbed; a later one kills the process.
+		<-sigs
+		first := time.Now()
+		cancel()
+		for s := range sigs {
+			if time.Since(first) > time.Second {
+				signal.Stop(sigs)
+				syscall.Kill(os.Getpid(), s.(syscall.Signal))
+			}
+		}
+	}()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "collbench:", err)
+		os.Exit(1)
+	}
+}

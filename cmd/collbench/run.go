@@ -1,0 +1,413 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine"
+	"github.com/collplan/collplan/kernels"
+	"github.com/collplan/collplan/planner"
+	"github.com/collplan/collplan/tables"
+)
+
+const version = "0.1.0"
+
+// ncclCode is the NCCL version whose semantics the engine follows (2.30.7), printed as nccl-tests
+// prints its nccl-headers and nccl-library codes.
+const ncclCode = 23007
+
+// rendezvousTimeout bounds how long a rank waits for the others to show up.
+var rendezvousTimeout = 30 * time.Second
+
+// selfExe is the program the launcher starts as ranks (tests replace it).
+var selfExe = os.Executable
+
+// options are the parsed command line.
+type options struct {
+	coll     costmodel.Coll
+	program  string
+	minBytes int64
+	maxBytes int64
+	stepF    int64
+	stepB    int64
+	iters    int
+	warmup   int
+	agg      int
+	cycles   int
+	check    int
+	op       kernels.Op
+	opName   string
+	dt       kernels.Dtype
+	dtName   string
+	root     int
+	perIter  bool
+	average  int
+
+	np        int
+	rpn       int
+	transport string
+	algo      string // NCCL_ALGO as given ("" when free)
+	proto     string
+	channels  int
+	usePlan   bool
+	buffers   planner.Buffers
+}
+
+var colls = map[string]struct {
+	c    costmodel.Coll
+	prog string
+}{
+	"allreduce":     {costmodel.AllReduce, "all_reduce_perf"},
+	"allgather":     {costmodel.AllGather, "all_gather_perf"},
+	"reducescatter": {costmodel.ReduceScatter, "reduce_scatter_perf"},
+	"broadcast":     {costmodel.Broadcast, "broadcast_perf"},
+	"reduce":        {costmodel.Reduce, "reduce_perf"},
+}
+
+// nccl-tests' type and op names.
+var dtypes = map[string]kernels.Dtype{
+	"int8": kernels.Int8, "uint8": kernels.Uint8, "int32": kernels.Int32, "uint32": kernels.Uint32,
+	"int64": kernels.Int64, "uint64": kernels.Uint64, "half": kernels.Float16, "float": kernels.Float32,
+	"double": kernels.Float64, "bfloat16": kernels.Bfloat16, "f8e4m3": kernels.Fp8E4M3, "f8e5m2": kernels.Fp8E5M2,
+}
+
+var ops = map[string]kernels.Op{"sum": kernels.Sum, "prod": kernels.Prod, "max": kernels.Max, "min": kernels.Min, "avg": kernels.Avg}
+
+// parseSize reads nccl-tests sizes: an integer with an optional K, M or G suffix (1024-based).
+func parseSize(s string) (int64, error) {
+	mult := int64(1)
+	if s != "" {
+		switch s[len(s)-1] {
+		case 'k', 'K':
+			mult = 1 << 10
+		case 'm', 'M':
+			mult = 1 << 20
+		case 'g', 'G':
+			mult = 1 << 30
+		}
+		if mult > 1 {
+			s = s[:len(s)-1]
+		}
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("size %q: want a non-negative integer with an optional K, M or G suffix", s)
+	}
+	return v * mult, nil
+}
+
+type sizeFlag struct{ v *int64 }
+
+func (f sizeFlag) String() string {
+	if f.v == nil {
+		return ""
+	}
+	return strconv.FormatInt(*f.v, 10)
+}
+func (f sizeFlag) Set(s string) error {
+	v, err := parseSize(s)
+	if err == nil {
+		*f.v = v
+	}
+	return err
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: collbench allreduce|allgather|reducescatter|broadcast|reduce [flags]")
+}
+
+// parseArgs reads the command line: the collective, then nccl-tests' flags and collbench's own.
+func parseArgs(args []string, stderr io.Writer) (*options, error) {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		usage(stderr)
+		return nil, errors.New("missing collective")
+	}
+	cc, ok := colls[strings.ToLower(args[0])]
+	if !ok {
+		usage(stderr)
+		return nil, fmt.Errorf("unknown collective %q", args[0])
+	}
+	o := &options{coll: cc.c, program: cc.prog, minBytes: 32 << 20, maxBytes: 32 << 20, stepF: 1, stepB: 1 << 20,
+		iters: 20, warmup: 1, agg: 1, cycles: 1, check: 1, average: 1}
+	fs := flag.NewFlagSet("collbench "+args[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	sz := func(p *int64, short, long, usage string) {
+		fs.Var(sizeFlag{p}, short, usage)
+		fs.Var(sizeFlag{p}, long, usage)
+	}
+	num := func(p *int, short, long string, def int, usage string) {
+		fs.IntVar(p, short, def, usage)
+		fs.IntVar(p, long, def, usage)
+	}
+	str := func(p *string, short, long, def, usage string) {
+		fs.StringVar(p, short, def, usage)
+		fs.StringVar(p, long, def, usage)
+	}
+	sz(&o.minBytes, "b", "minbytes", "minimum size in bytes (K/M/G suffix) [32M]")
+	sz(&o.maxBytes, "e", "maxbytes", "maximum size in bytes [32M]")
+	sz(&o.stepB, "i", "stepbytes", "additive size step [1M]")
+	sz(&o.stepF, "f", "stepfactor", "multiplicative size step, used if > 1 [1]")
+	num(&o.iters, "n", "iters", 20, "timed iterations")
+	num(&o.warmup, "w", "warmup_iters", 1, "warmup iterations")
+	num(&o.agg, "m", "agg_iters", 1, "operations per timed iteration")
+	num(&o.cycles, "N", "run_cycles", 1, "size sweeps to run; 0 runs until interrupted")
+	num(&o.check, "c", "check", 1, "validation iterations; 0 prints N/A")
+	str(&o.opName, "o", "op", "sum", "sum|prod|max|min|avg")
+	str(&o.dtName, "d", "datatype", "float", "int8|uint8|int32|uint32|int64|uint64|half|float|double|bfloat16|f8e4m3|f8e5m2")
+	num(&o.root, "r", "root", 0, "root of broadcast and reduce")
+	var perIter int
+	num(&perIter, "I", "per_iter_timing", 0, "1 adds i_min i_max i_p99 i_cv% columns")
+	num(&o.average, "a", "average", 1, "time across ranks: 0 rank 0, 1 avg, 2 min, 3 max")
+	fs.IntVar(&o.np, "np", 0, "ranks (default: from the environment, else 2)")
+	fs.IntVar(&o.rpn, "ranks-per-node", 0, "ranks per virtual node (0: one node)")
+	fs.StringVar(&o.transport, "transport", "shm", "shm (ranks are processes) or inproc (goroutines)")
+	fs.StringVar(&o.algo, "algo", "", "pin the algorithm (NCCL_ALGO; Ring, Tree)")
+	fs.StringVar(&o.proto, "proto", "", "pin the protocol (NCCL_PROTO; LL, LL128, Simple)")
+	fs.IntVar(&o.channels, "channels", 0, "pin the channel count")
+	fs.BoolVar(&o.usePlan, "planner", true, "plan calls with the planner's DecisionTable for the cpu node table (unless pinned)")
+	fs.Var(sizeFlag{&o.buffers.Simple}, "buffsize", "Simple connection buffer (NCCL_BUFFSIZE; default 4M)")
+	fs.Var(sizeFlag{&o.buffers.LL}, "ll-buffsize", "LL connection buffer (default 512K)")
+	fs.Var(sizeFlag{&o.buffers.LL128}, "ll128-buffsize", "LL128 connection buffer")
+	if err := fs.Parse(args[1:]); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	o.perIter = perIter != 0
+	if o.op, ok = ops[o.opName]; !ok {
+		return nil, fmt.Errorf("-o %q: want sum, prod, max, min or avg", o.opName)
+	}
+	if o.dt, ok = dtypes[o.dtName]; !ok {
+		return nil, fmt.Errorf("-d %q: unknown type", o.dtName)
+	}
+	if o.coll == costmodel.AllGather || o.coll == costmodel.Broadcast {
+		o.opName = "none"
+	}
+	switch {
+	case o.minBytes > o.maxBytes:
+		return nil, fmt.Errorf("-b %d is above -e %d", o.minBytes, o.maxBytes)
+	case o.stepF <= 1 && o.stepB <= 0:
+		return nil, errors.New("-f must be above 1 or -i above 0")
+	case o.iters < 1 || o.warmup < 0 || o.agg < 1 || o.cycles < 0 || o.check < 0:
+		return nil, errors.New("-n and -m must be at least 1; -w, -N and -c at least 0")
+	case o.average < 0 || o.average > 3:
+		return nil, fmt.Errorf("-a %d: want 0, 1, 2 or 3", o.average)
+	case o.transport != "shm" && o.transport != "inproc":
+		return nil, fmt.Errorf("--transport %q: want shm or inproc", o.transport)
+	}
+	// NCCL_ALGO / NCCL_PROTO from the environment unless given as flags.
+	if o.algo == "" {
+		o.algo = os.Getenv("NCCL_ALGO")
+	}
+	if o.proto == "" {
+		o.proto = os.Getenv("NCCL_PROTO")
+	}
+	return o, nil
+}
+
+// engineConfig turns the options into the engine's configuration for n ranks.
+func (o *options) engineConfig(n int) (engine.Config, string, error) {
+	cfg := engine.Config{RanksPerNode: o.rpn, Buffers: o.buffers}
+	if o.algo != "" {
+		a, err := parseEnum(o.algo, "algorithm", costmodel.NumAlgos, func(i int) string { return costmodel.Algo(i).String() })
+		if err != nil {
+			return cfg, "", err
+		}
+		cfg.Override.Algo, cfg.Override.PinAlgo = costmodel.Algo(a), true
+	}
+	if o.proto != "" {
+		p, err := parseEnum(o.proto, "protocol", costmodel.NumProtos, func(i int) string { return costmodel.Proto(i).String() })
+		if err != nil {
+			return cfg, "", err
+		}
+		cfg.Override.Proto, cfg.Override.PinProto = costmodel.Proto(p), true
+	}
+	cfg.Override.Channels = o.channels
+	if o.channels > 0 {
+		cfg.Channels = o.channels
+	}
+	plans := "engine default (Ring/Simple, 2 channels)"
+	if o.usePlan && !(cfg.Override.PinAlgo && cfg.Override.PinProto && o.channels > 0) && n > 1 {
+		dt, err := cpuTable(o.coll, n, o.rpn)
+		if err != nil {
+			return cfg, "", err
+		}
+		cfg.Tables = []*planner.DecisionTable{dt}
+		plans = "planner DecisionTable for the cpu node table"
+	}
+	return cfg, plans, nil
+}
+
+func parseEnum(s, what string, num int, name func(int) string) (int, error) {
+	for i := 0; i < num; i++ {
+		if strings.EqualFold(name(i), s) {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("%s %q: collbench pins one value (e.g. Ring, Tree, LL, LL128, Simple)", what, s)
+}
+
+// cpuTable compiles the planner's DecisionTable for coll on the cpu node table, with the node
+// table's ranks per node set to the communicator's virtual nodes.
+func cpuTable(coll costmodel.Coll, n, rpn int) (*planner.DecisionTable, error) {
+	if rpn <= 0 || rpn > n {
+		rpn = n
+	}
+	node, err := tables.Load("cpu")
+	if err != nil {
+		return nil, fmt.Errorf("loading the cpu node table: %w", err)
+	}
+	node.Node.GPUsPerNode = rpn
+	topo, err := capabilities.FromNode(node, (n+rpn-1)/rpn)
+	if err != nil {
+		return nil, fmt.Errorf("topology for %d ranks, %d per node: %w", n, rpn, err)
+	}
+	pl, err := planner.New(&topo, planner.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("planner for %d ranks: %w", n, err)
+	}
+	dt, err := pl.Compile(context.Background(), planner.Class{Coll: coll, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1})
+	if err != nil {
+		return nil, fmt.Errorf("compiling the %v decision table: %w (pin --algo and --proto, or pass --planner=false)", coll, err)
+	}
+	return dt, nil
+}
+
+// run is collbench: a launcher of rank processes, one rank of a multi-process job, or (inproc)
+// every rank of a job in this process.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseArgs(args, stderr)
+	if err != nil {
+		return err
+	}
+	env, isRank, err := engine.EnvFrom(os.Getenv)
+	if err != nil {
+		return err
+	}
+	if o.transport == "inproc" {
+		n := o.np
+		if n == 0 {
+			n = 2
+		}
+		return runInProcess(ctx, o, n, stdout)
+	}
+	if isRank {
+		if o.np != 0 && o.np != env.Size {
+			return fmt.Errorf("-np %d, but the environment (%s) says %d ranks", o.np, env.Source, env.Size)
+		}
+		return runRankProcess(ctx, o, env, stdout)
+	}
+	n := o.np
+	if n == 0 {
+		n = 2
+	}
+	exe, err := selfExe()
+	if err != nil {
+		return fmt.Errorf("finding collbench's executable: %w", err)
+	}
+	l := &engine.Launcher{N: n, Argv: append([]string{exe}, args...), Stdout: stdout, Stderr: stderr, Grace: 5 * time.Second}
+	if err := l.Run(ctx); err != nil {
+		return fmt.Errorf("%d-rank job: %w", n, err)
+	}
+	return nil
+}
+
+// runRankProcess is one rank of a multi-process job over shared memory.
+func runRankProcess(ctx context.Context, o *options, env engine.Env, stdout io.Writer) error {
+	cfg, plans, err := o.engineConfig(env.Size)
+	if err != nil {
+		return fmt.Errorf("rank %d: %w", env.Rank, err)
+	}
+	h, err := engine.ConfigHash(env.Size, cfg, o.fingerprint())
+	if err != nil {
+		return fmt.Errorf("rank %d: %w", env.Rank, err)
+	}
+	if env.Rank == 0 && env.Job == "" {
+		// No launcher: rank 0 owns the job and clears crashed jobs' segments.
+		if _, err := engine.RemoveStaleShm(); err != nil {
+			fmt.Fprintln(os.Stderr, "collbench: warning:", err)
+		}
+	}
+	job, err := engine.Rendezvous(ctx, env.Rank, env.Size, env.Addr, h, env.Job, rendezvousTimeout)
+	if err != nil {
+		return fmt.Errorf("rank %d: %w", env.Rank, err)
+	}
+	// Without a launcher rank 0 removes the segments when it closes.
+	tr, err := engine.NewShmTransport(job, env.Job == "" && env.Rank == 0)
+	if err != nil {
+		return fmt.Errorf("rank %d: %w", env.Rank, err)
+	}
+	c, err := engine.New(env.Rank, env.Size, tr, cfg)
+	if err != nil {
+		return fmt.Errorf("rank %d: %w", env.Rank, err)
+	}
+	out := io.Discard
+	if env.Rank == 0 {
+		out = stdout
+	}
+	b := &bench{o: o, c: c, out: out, plans: plans, transport: "shm", override: cfg.Override}
+	err = b.run(ctx)
+	if cerr := c.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("rank %d: %w", env.Rank, err)
+	}
+	return nil
+}
+
+// runInProcess runs every rank as a goroutine of this process.
+func runInProcess(ctx context.Context, o *options, n int, stdout io.Writer) error {
+	cfg, plans, err := o.engineConfig(n)
+	if err != nil {
+		return err
+	}
+	comms, err := engine.NewInProcess(n, cfg)
+	if err != nil {
+		return err
+	}
+	errs := make([]error, n)
+	done := make(chan int, n)
+	for r, c := range comms {
+		out := io.Discard
+		if r == 0 {
+			out = stdout
+		}
+		b := &bench{o: o, c: c, out: out, plans: plans, transport: "inproc", override: cfg.Override}
+		go func() {
+			errs[r] = b.run(ctx)
+			if errs[r] != nil {
+				c.Abort()
+			}
+			done <- r
+		}()
+	}
+	for range comms {
+		<-done
+	}
+	for _, c := range comms {
+		c.Close()
+	}
+	for r, err := range errs {
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", r, err)
+		}
+	}
+	return nil
+}
+
+// fingerprint is what, besides the engine's configuration, every rank must agree on.
+func (o *options) fingerprint() string {
+	return fmt.Sprintf("%v %d %d %d %d %d %d %d %d %d %v %v %d %t %d %s %s", o.coll, o.minBytes, o.maxBytes, o.stepF, o.stepB,
+		o.iters, o.warmup, o.agg, o.cycles, o.check, o.op, o.dt, o.root, o.perIter, o.average, o.algo, o.proto)
+}

@@ -1,0 +1,185 @@
+//go:build unix
+
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Launcher starts the n ranks of a job as local processes (like mpirun -np n on one host) and
+// watches them: when a rank exits with an error or dies, it aborts the communicator on that rank's
+// behalf (AbortShm), so that every other rank's waits fail, and kills the ranks still running
+// after Grace. At the end it removes the job's shared-memory segments.
+type Launcher struct {
+	N      int
+	Argv   []string  // program and arguments, the same for every rank
+	Env    []string  // environment of every rank (os.Environ() when nil), before the rank variables
+	Stdout io.Writer // every rank's standard output and error (os.Stdout, os.Stderr when nil)
+	Stderr io.Writer
+	Grace  time.Duration // how long ranks may run on after a failure or cancellation; 0 means 5 s
+	// Job is the job id handed to the ranks (COLLPLAN_JOB); "" makes one owned by this process.
+	Job string
+}
+
+// LaunchError names the rank whose failure ended the job.
+type LaunchError struct {
+	Rank int
+	Err  error
+}
+
+func (e *LaunchError) Error() string {
+	return fmt.Sprintf("engine: launch: rank %d: %v", e.Rank, e.Err)
+}
+func (e *LaunchError) Unwrap() error { return e.Err }
+
+// Launch runs argv as n local ranks with env (see Launcher).
+func Launch(ctx context.Context, n int, argv, env []string) error {
+	return (&Launcher{N: n, Argv: argv, Env: env}).Run(ctx)
+}
+
+// Run starts the ranks, waits for all of them and returns the first failure as a *LaunchError.
+// When ctx is done the ranks get SIGINT (a request to stop), then SIGKILL after Grace; ranks that
+// stop cleanly on the request are not a failure.
+func (l *Launcher) Run(ctx context.Context) (err error) {
+	if l.N < 1 || len(l.Argv) == 0 {
+		return fmt.Errorf("%w: launch of %d ranks of %q", ErrInvalid, l.N, l.Argv)
+	}
+	grace := l.Grace
+	if grace == 0 {
+		grace = 5 * time.Second
+	}
+	stdout, stderr := l.Stdout, l.Stderr
+	if stdout == nil {
+		stdout = os.Stdout
+	}
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	env := l.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	if _, err := RemoveStaleShm(); err != nil {
+		fmt.Fprintf(stderr, "collplan: warning: %v\n", err)
+	}
+	job := l.Job
+	if job == "" {
+		job = NewJobID(os.Getpid())
+	}
+	if err := validJobID(job); err != nil {
+		return err
+	}
+	defer func() {
+		if _, rerr := RemoveShm(job); rerr != nil && err == nil {
+			err = rerr
+		}
+	}()
+	addr, err := FreeLoopbackAddr()
+	if err != nil {
+		return err
+	}
+	// Serialize the ranks' writes so that lines do not interleave mid-write.
+	var outMu sync.Mutex
+	out := &lockedWriter{w: stdout, mu: &outMu}
+	errw := &lockedWriter{w: stderr, mu: &outMu}
+
+	cmds := make([]*exec.Cmd, l.N)
+	for r := range cmds {
+		cmd := exec.Command(l.Argv[0], l.Argv[1:]...)
+		cmd.Env = append(append([]string(nil), env...),
+			"COLLPLAN_RANK="+strconv.Itoa(r), "COLLPLAN_WORLD_SIZE="+strconv.Itoa(l.N),
+			"COLLPLAN_ADDR="+addr, "COLLPLAN_JOB="+job)
+		cmd.Stdout, cmd.Stderr = out, errw
+		if err := cmd.Start(); err != nil {
+			for _, c := range cmds[:r] {
+				c.Process.Kill()
+				c.Wait()
+			}
+			return &LaunchError{Rank: r, Err: fmt.Errorf("starting %s: %w", l.Argv[0], err)}
+		}
+		cmds[r] = cmd
+	}
+
+	type exit struct {
+		rank int
+		err  error
+	}
+	exits := make(chan exit, l.N)
+	for r, cmd := range cmds {
+		go func() { exits <- exit{r, cmd.Wait()} }()
+	}
+	running := l.N
+	alive := make([]bool, l.N)
+	for r := range alive {
+		alive[r] = true
+	}
+	var first *LaunchError
+	var killTimer <-chan time.Time
+	startGrace := func() {
+		if killTimer == nil {
+			killTimer = time.After(grace)
+		}
+	}
+	ctxDone := ctx.Done()
+	for running > 0 {
+		select {
+		case e := <-exits:
+			running--
+			alive[e.rank] = false
+			if e.err != nil && first == nil {
+				first = &LaunchError{Rank: e.rank, Err: e.err}
+				if _, aerr := AbortShm(job, e.rank); aerr != nil {
+					fmt.Fprintf(errw, "collplan: aborting job %s for rank %d: %v\n", job, e.rank, aerr)
+				}
+				startGrace()
+			}
+		case <-ctxDone:
+			ctxDone = nil
+			for r, cmd := range cmds {
+				if alive[r] {
+					cmd.Process.Signal(syscall.SIGINT)
+				}
+			}
+			startGrace()
+		case <-killTimer:
+			for r, cmd := range cmds {
+				if alive[r] {
+					cmd.Process.Kill()
+				}
+			}
+		}
+	}
+	if first != nil {
+		return first
+	}
+	return nil // every rank exited cleanly, stopped by ctx or not
+}
+
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(p)
+}
+
+// IsLaunchError reports whether err comes from a rank of a launched job, and which.
+func IsLaunchError(err error) (int, bool) {
+	var le *LaunchError
+	if errors.As(err, &le) {
+		return le.Rank, true
+	}
+	return -1, false
+}

@@ -1,0 +1,298 @@
+package engine
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Env describes a rank of a multi-process job as its environment gives it.
+type Env struct {
+	Rank, Size int
+	Addr       string // rendezvous address, host:port on loopback
+	Job        string // job id handed down by a launcher (COLLPLAN_JOB), "" otherwise
+	Source     string // which variables gave rank and size
+}
+
+// DefaultRendezvousPort is the port used when the environment names an address without one.
+const DefaultRendezvousPort = 29517
+
+// EnvFrom reads the rank, size and rendezvous address of this process from getenv: COLLPLAN_RANK,
+// COLLPLAN_WORLD_SIZE, COLLPLAN_ADDR (and COLLPLAN_JOB); else OMPI_COMM_WORLD_RANK/_SIZE; else
+// PMI_RANK/PMI_SIZE; else RANK/WORLD_SIZE. The address is COLLPLAN_ADDR, else
+// MASTER_ADDR:MASTER_PORT, else 127.0.0.1:DefaultRendezvousPort. ok is false when no variable
+// names a rank.
+func EnvFrom(getenv func(string) string) (e Env, ok bool, err error) {
+	for _, p := range [][3]string{
+		{"COLLPLAN_RANK", "COLLPLAN_WORLD_SIZE", "COLLPLAN"},
+		{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI"},
+		{"PMI_RANK", "PMI_SIZE", "PMI"},
+		{"RANK", "WORLD_SIZE", "torch"},
+	} {
+		rs, ss := getenv(p[0]), getenv(p[1])
+		if rs == "" {
+			continue
+		}
+		e.Source = p[2]
+		if e.Rank, err = strconv.Atoi(rs); err != nil {
+			return e, false, fmt.Errorf("%w: %s=%q", ErrInvalid, p[0], rs)
+		}
+		if e.Size, err = strconv.Atoi(ss); err != nil {
+			return e, false, fmt.Errorf("%w: %s=%q with %s set", ErrInvalid, p[1], ss, p[0])
+		}
+		if e.Size < 1 || e.Rank < 0 || e.Rank >= e.Size {
+			return e, false, fmt.Errorf("%w: rank %d of %d from %s/%s", ErrInvalid, e.Rank, e.Size, p[0], p[1])
+		}
+		ok = true
+		break
+	}
+	if !ok {
+		return e, false, nil
+	}
+	e.Job = getenv("COLLPLAN_JOB")
+	switch {
+	case getenv("COLLPLAN_ADDR") != "":
+		e.Addr = getenv("COLLPLAN_ADDR")
+	case getenv("MASTER_ADDR") != "":
+		port := getenv("MASTER_PORT")
+		if port == "" {
+			port = strconv.Itoa(DefaultRendezvousPort)
+		}
+		e.Addr = net.JoinHostPort(getenv("MASTER_ADDR"), port)
+	default:
+		e.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(DefaultRendezvousPort))
+	}
+	host, _, err := net.SplitHostPort(e.Addr)
+	if err != nil {
+		return e, false, fmt.Errorf("%w: rendezvous address %q: %v", ErrInvalid, e.Addr, err)
+	}
+	if host == "localhost" {
+		e.Addr = strings.Replace(e.Addr, "localhost", "127.0.0.1", 1)
+	} else if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return e, false, fmt.Errorf("%w: rendezvous address %q: only loopback (127.0.0.1) is supported", ErrInvalid, e.Addr)
+	}
+	return e, true, nil
+}
+
+// ConfigHash hashes what every rank of a communicator must agree on before it starts: n, the
+// normalized configuration (ranks per node, buffers, channels, override), its decision tables, and
+// extra values the caller adds (benchmark parameters, ...). A Config.Plan function cannot be
+// hashed; callers that use one should add what determines it to extra.
+func ConfigHash(n int, cfg Config, extra ...string) (uint64, error) {
+	c, err := cfg.normalize(n)
+	if err != nil {
+		return 0, err
+	}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "n=%d rpn=%d buf=%d/%d/%d ch=%d override=%+v plan=%t\n", n, c.RanksPerNode,
+		c.Buffers.LL, c.Buffers.LL128, c.Buffers.Simple, c.Channels, c.Override, c.Plan != nil)
+	for i, t := range c.Tables {
+		if t == nil {
+			fmt.Fprintf(h, "table %d nil\n", i)
+			continue
+		}
+		fmt.Fprintf(h, "table %d %+v\n", i, t.Entries())
+	}
+	for _, x := range extra {
+		fmt.Fprintf(h, "%q\n", x)
+	}
+	return h.Sum64(), nil
+}
+
+// RendezvousError is a refusal to start: a rank's configuration hash, size or rank differs.
+type RendezvousError struct{ Msg string }
+
+func (e *RendezvousError) Error() string { return "engine: rendezvous: " + e.Msg }
+
+// Is makes errors.Is(err, ErrConfig) true.
+func (e *RendezvousError) Is(target error) bool { return target == ErrConfig }
+
+// Rendezvous brings the ranks of a job together over TCP on loopback: rank 0 listens on addr, the
+// others connect (retrying until the deadline) and send their rank, size and configuration hash;
+// rank 0 checks every rank's against its own and hands out the job id (job, or a fresh one owned
+// by this process when job is ""), or refuses every rank with the same error naming the first
+// difference. Every rank returns the job id, or an error; none waits past timeout.
+func Rendezvous(ctx context.Context, rank, size int, addr string, cfgHash uint64, job string, timeout time.Duration) (string, error) {
+	if size < 1 || rank < 0 || rank >= size {
+		return "", fmt.Errorf("%w: rank %d of %d", ErrInvalid, rank, size)
+	}
+	if job != "" {
+		if err := validJobID(job); err != nil {
+			return "", err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if size == 1 {
+		if job == "" {
+			job = NewJobID(os.Getpid())
+		}
+		return job, nil
+	}
+	if rank == 0 {
+		return rendezvousRoot(ctx, size, addr, cfgHash, job)
+	}
+	return rendezvousPeer(ctx, rank, size, addr, cfgHash)
+}
+
+func rendezvousRoot(ctx context.Context, size int, addr string, cfgHash uint64, job string) (string, error) {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("engine: rendezvous: rank 0 listening on %s: %w", addr, err)
+	}
+	defer ln.Close()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	if job == "" {
+		job = NewJobID(os.Getpid())
+	}
+	conns := make([]net.Conn, size)
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	var refusal string
+	joined := 1
+	for joined < size {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				var missing []string
+				for r := 1; r < size; r++ {
+					if conns[r] == nil {
+						missing = append(missing, strconv.Itoa(r))
+					}
+				}
+				return "", fmt.Errorf("engine: rendezvous at %s: ranks %s did not join: %w", addr, strings.Join(missing, ","), ctx.Err())
+			}
+			return "", fmt.Errorf("engine: rendezvous at %s: %w", addr, err)
+		}
+		deadline, _ := ctx.Deadline()
+		c.SetDeadline(deadline)
+		line, err := bufio.NewReader(c).ReadString('\n')
+		var r, n int
+		var h uint64
+		if err == nil {
+			_, err = fmt.Sscanf(line, "HELLO %d %d %x\n", &r, &n, &h)
+		}
+		if err != nil || r < 1 || r >= size || conns[r] != nil {
+			c.Close() // not one of ours, or a duplicate: ignore it
+			continue
+		}
+		conns[r] = c
+		joined++
+		if refusal != "" {
+			continue
+		}
+		switch {
+		case n != size:
+			refusal = fmt.Sprintf("rank %d was started for %d ranks, rank 0 for %d", r, n, size)
+		case h != cfgHash:
+			refusal = fmt.Sprintf("rank %d has configuration hash %#x, rank 0 has %#x: every rank must run with the same configuration", r, h, cfgHash)
+		}
+	}
+	reply := "OK " + job + "\n"
+	if refusal != "" {
+		reply = "ERR " + refusal + "\n"
+	}
+	for _, c := range conns[1:] {
+		c.Write([]byte(reply))
+	}
+	if refusal != "" {
+		return "", &RendezvousError{Msg: refusal}
+	}
+	return job, nil
+}
+
+func rendezvousPeer(ctx context.Context, rank, size int, addr string, cfgHash uint64) (string, error) {
+	var d net.Dialer
+	var c net.Conn
+	var err error
+	for {
+		c, err = d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("engine: rendezvous: rank %d could not reach rank 0 at %s: %w (last: %v)", rank, addr, ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	if deadline, ok := ctx.Deadline(); ok {
+		c.SetDeadline(deadline)
+	}
+	if _, err := fmt.Fprintf(c, "HELLO %d %d %x\n", rank, size, cfgHash); err != nil {
+		return "", fmt.Errorf("engine: rendezvous: rank %d: %w", rank, err)
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return "", fmt.Errorf("engine: rendezvous: rank %d waiting for rank 0 at %s: %w", rank, addr, err)
+	}
+	line = strings.TrimSpace(line)
+	switch {
+	case strings.HasPrefix(line, "OK "):
+		job := strings.TrimPrefix(line, "OK ")
+		if err := validJobID(job); err != nil {
+			return "", fmt.Errorf("engine: rendezvous: rank 0 sent %w", err)
+		}
+		return job, nil
+	case strings.HasPrefix(line, "ERR "):
+		return "", &RendezvousError{Msg: strings.TrimPrefix(line, "ERR ")}
+	}
+	return "", fmt.Errorf("engine: rendezvous: rank %d: unexpected reply %q", rank, line)
+}
+
+// FreeLoopbackAddr returns a 127.0.0.1 address whose port was free a moment ago.
+func FreeLoopbackAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("engine: finding a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// NewJobID returns a fresh job id owned by process pid.
+func NewJobID(pid int) string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on supported systems
+	}
+	return strconv.Itoa(pid) + "." + hex.EncodeToString(b[:])
+}
+
+// jobOwner returns the owner pid of a job id made by NewJobID.
+func jobOwner(jobID string) (int, bool) {
+	p, _, ok := strings.Cut(jobID, ".")
+	if !ok {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(p)
+	return pid, err == nil && pid > 0
+}
+
+func validJobID(jobID string) error {
+	if _, ok := jobOwner(jobID); !ok || strings.ContainsAny(jobID, "/-\x00") {
+		return fmt.Errorf("%w: job id %q (want <pid>.<hex>)", ErrInvalid, jobID)
+	}
+	return nil
+}

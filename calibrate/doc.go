@@ -1,8 +1,13 @@
 // Package calibrate reads measured collective performance and fits the cost model to it.
 //
-// This part holds the parsers; the fit comes later. The inputs are text that real clusters
-// produce, so every parser accepts the mess around the data and names the file and line of every
-// line it rejects:
+// Fit (fit.go) adjusts the effective latency and bandwidth of each pinned cell to the measured
+// points with gonum/optimize (a robust loss on log(predicted/measured), regularised toward the
+// prior table; protocol-free sweeps constrain the minimum over the cells they allow), with an
+// uncertainty per parameter; WriteOverlay writes the result as a node table's fitted overlay and
+// BuildReport scores the prior and fitted pickers against the measurements (report.go).
+//
+// The inputs are text that real clusters produce, so every parser accepts the mess around the data
+// and names the file and line of every line it rejects:
 //
 //   - nccl-tests tables (ParseSweep, ParseSweeps) in the layouts of reference/nccl-costmodel.md §12
 //     and its addendum: current (v2.19.6), pre-2.19.6 widths and the older 12-column form (no root

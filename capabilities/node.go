@@ -164,3 +164,40 @@ func NodeScaleKey(nNodes int) string {
 	}
 	return "4"
 }
+
+// FitCell is one [[fit.cell]] of a node table, parsed: the fitted latency (us) and algorithm
+// bandwidth (GB/s) of a cell.
+type FitCell struct {
+	Coll   Coll
+	Algo   Algo
+	Proto  Proto
+	LatUS  float64
+	BWGBps float64
+}
+
+// NodeFitCells returns the node table's fitted cells whose node count is nNodes (a cell fitted at
+// 2 nodes says nothing about 4), in table order. Names that do not parse are errors naming the
+// table file and the key.
+func NodeFitCells(n *tables.Node, nNodes int) ([]FitCell, error) {
+	if n == nil || n.Fit == nil {
+		return nil, nil
+	}
+	var out []FitCell
+	for i, c := range n.Fit.Cell {
+		if c.Nodes != nNodes {
+			continue
+		}
+		fc := FitCell{LatUS: c.LatUS, BWGBps: c.BWGBps}
+		var err error
+		if fc.Coll, err = ParseColl(c.Coll); err == nil {
+			if fc.Algo, err = ParseAlgo(c.Algo); err == nil {
+				fc.Proto, err = ParseProto(c.Proto)
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("capabilities: %s: fit.cell[%d]: %w", n.File, i, err)
+		}
+		out = append(out, fc)
+	}
+	return out, nil
+}

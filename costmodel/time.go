@@ -1,6 +1,11 @@
 package costmodel
 
-import "github.com/collplan/collplan/capabilities"
+import (
+	"fmt"
+	"math"
+
+	"github.com/collplan/collplan/capabilities"
+)
 
 // Time is NCCL's ncclTopoGetAlgoTime (reference §6):
 //
@@ -41,4 +46,30 @@ func FP8Penalty(time float32, a Algo, dt capabilities.Dtype, nRanks int) float32
 		return time * 1024
 	}
 	return time
+}
+
+// Override replaces one cell's latency (us) and algorithm bandwidth (GB/s) after Build, as a fitted
+// node table does. It refuses cells the model left unusable (bandwidth 0 stays 0, so a fit cannot
+// revive an illegal cell), indices out of range, and values that are not finite with latency >= 0
+// and bandwidth > 0.
+func (tb *Table) Override(c Coll, a Algo, p Proto, latUS, bwGBps float32) error {
+	if c < 0 || c >= NumColls || a < 0 || a >= NumAlgos || p < 0 || p >= NumProtos {
+		return fmt.Errorf("costmodel: override of cell (%d, %d, %d): out of range", int(c), int(a), int(p))
+	}
+	if tb.BW[c][a][p] == 0 || tb.BW[c][a][p] != tb.BW[c][a][p] {
+		why := tb.Reason[c][a][p]
+		if why == "" {
+			why = "bandwidth is not usable"
+		}
+		return fmt.Errorf("costmodel: override of %s/%s/%s: the cell is not usable (%s)", c, a, p, why)
+	}
+	bad := func(x float32) bool { return x != x || math.IsInf(float64(x), 0) }
+	if bad(latUS) || latUS < 0 {
+		return fmt.Errorf("costmodel: override of %s/%s/%s: latency %v must be finite and >= 0", c, a, p, latUS)
+	}
+	if bad(bwGBps) || bwGBps <= 0 {
+		return fmt.Errorf("costmodel: override of %s/%s/%s: bandwidth %v must be finite and > 0", c, a, p, bwGBps)
+	}
+	tb.Lat[c][a][p], tb.BW[c][a][p] = latUS, bwGBps
+	return nil
 }

@@ -45,6 +45,18 @@ type Config struct {
 	Factors   *correction.Factors  // nil: correction.Default(topology)
 	Tuner     Tuner                // nil: no edits
 	Buffers   Buffers              // zero: NCCL's buffer sizes
+	// Cells replace cells' latency and bandwidth after the model is built (a fitted node table's
+	// [[fit.cell]]); an override of a cell the model left unusable is an error.
+	Cells []CellOverride
+}
+
+// CellOverride is a fitted latency and bandwidth for one (collective, algorithm, protocol) cell.
+type CellOverride struct {
+	Coll   costmodel.Coll
+	Algo   costmodel.Algo
+	Proto  costmodel.Proto
+	LatUS  float32 // us
+	BWGBps float32 // algorithm bandwidth, GB/s
 }
 
 // Planner prices and picks plans for one topology. It is safe for concurrent use.
@@ -66,6 +78,11 @@ func New(t *capabilities.Topology, cfg Config) (*Planner, error) {
 	table, err := costmodel.Build(t, k)
 	if err != nil {
 		return nil, fmt.Errorf("planner: %w", err)
+	}
+	for _, o := range cfg.Cells {
+		if err := table.Override(o.Coll, o.Algo, o.Proto, o.LatUS, o.BWGBps); err != nil {
+			return nil, fmt.Errorf("planner: %w", err)
+		}
 	}
 	f := cfg.Factors
 	if f == nil {
@@ -347,3 +364,6 @@ func (pr *Prepared) Explain(nBytes int64) (*Plan, error) {
 	}
 	return plan, nil
 }
+
+// Table returns the cost model the menu was priced with.
+func (m *Menu) Table() *costmodel.Table { return m.table }

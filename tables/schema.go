@@ -9,6 +9,7 @@ type Node struct {
 	Constants   *Constants       `toml:"constants"`
 	Scale       map[string]Scale `toml:"scale"` // keys "1", "2", "4": 1 node, 2 nodes, 3 or more (NCCL's index2; ScaleFor)
 	Corrections *Corrections     `toml:"corrections"`
+	Fit         *Fit             `toml:"fit"`
 	Provenance  Provenance       `toml:"provenance"`
 
 	// Name is the table's name (file name without .toml); File is where it was read from.
@@ -84,6 +85,28 @@ type CorrectionCell struct {
 	Algo    string    `toml:"algo"`
 	Proto   string    `toml:"proto"`
 	Factors []float64 `toml:"factors"`
+}
+
+// Fit is the optional [fit] table that calibrate writes into NAME.fit.toml: the effective latency
+// and bandwidth of measured cells, which replace the model's after it is built. Each cell applies to
+// the node count it was fitted at only.
+type Fit struct {
+	Cell []FitCell `toml:"cell"`
+}
+
+// FitCell is one fitted (coll, algo, proto) cell at one node count. Algo and proto use the tables'
+// names (e.g. "tree", "ll128"); lat_us >= 0, bw_gbps > 0, sigmas >= 0 (1-sigma uncertainties in the
+// same units; 0 when not estimated), points >= 1 is the number of measured points behind the cell.
+type FitCell struct {
+	Coll     string  `toml:"coll"`
+	Algo     string  `toml:"algo"`
+	Proto    string  `toml:"proto"`
+	Nodes    int     `toml:"nodes"`
+	LatUS    float64 `toml:"lat_us"`
+	BWGBps   float64 `toml:"bw_gbps"`
+	LatSigma float64 `toml:"lat_sigma"`
+	BWSigma  float64 `toml:"bw_sigma"`
+	Points   int     `toml:"points"`
 }
 
 // Provenance records where a table's numbers come from.

@@ -154,6 +154,9 @@ func validate(n *Node) []problem {
 	if c := n.Corrections; c != nil {
 		validateCorrections(v, c)
 	}
+	if f := n.Fit; f != nil {
+		validateFit(v, f)
+	}
 	validateProvenance(v, &n.Provenance)
 	return v.ps
 }
@@ -240,6 +243,35 @@ func validateCorrections(v *validator, c *Corrections) {
 			if math.IsNaN(f) || math.IsInf(f, 0) || f <= 0 {
 				v.add(fmt.Sprintf("%s.factors[%d]", k, j), "%v must be finite and > 0", f)
 			}
+		}
+	}
+}
+
+// maxFitNodes bounds [[fit.cell]].nodes (NCCL's node counts fit comfortably below it).
+const maxFitNodes = 1 << 16
+
+func validateFit(v *validator, f *Fit) {
+	seen := map[string]int{}
+	for i, cell := range f.Cell {
+		k := fmt.Sprintf("fit.cell[%d]", i)
+		v.word(k+".coll", collNames, cell.Coll)
+		v.word(k+".algo", algoNames, cell.Algo)
+		v.word(k+".proto", protoNames, cell.Proto)
+		v.intRange(k+".nodes", cell.Nodes, 1, maxFitNodes)
+		id := fmt.Sprintf("%s/%s/%s at %d nodes", cell.Coll, cell.Algo, cell.Proto, cell.Nodes)
+		if j, dup := seen[id]; dup {
+			v.add(k, "duplicate cell %s (also fit.cell[%d])", id, j)
+		} else {
+			seen[id] = i
+		}
+		v.bw(k+".lat_us", cell.LatUS)
+		if !finiteNonNeg(cell.BWGBps) || cell.BWGBps == 0 {
+			v.add(k+".bw_gbps", "%v must be finite and > 0", cell.BWGBps)
+		}
+		v.bw(k+".lat_sigma", cell.LatSigma)
+		v.bw(k+".bw_sigma", cell.BWSigma)
+		if cell.Points < 1 {
+			v.add(k+".points", "%d must be >= 1", cell.Points)
 		}
 	}
 }

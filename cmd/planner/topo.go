@@ -103,6 +103,7 @@ func (f *topoFlags) build(fs *flag.FlagSet) (*setup, error) {
 }
 
 // planner builds the planner over the topology, with the node table's corrections when it has any,
+// its fitted cells at this node count (an overlay's [[fit.cell]]),
 // and the tuner plugin when one was given (its Init may replace the model; see plugin.Client.Planner).
 func (s *setup) planner() (*planner.Planner, error) {
 	cfg := planner.Config{}
@@ -119,6 +120,16 @@ func (s *setup) planner() (*planner.Planner, error) {
 			return nil, usageError{err}
 		}
 		cfg.Constants = k
+	}
+	if s.node != nil && s.node.Fit != nil {
+		cells, err := capabilities.NodeFitCells(s.node, s.topo.NNodes)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		for _, c := range cells {
+			cfg.Cells = append(cfg.Cells, planner.CellOverride{Coll: c.Coll, Algo: c.Algo, Proto: c.Proto,
+				LatUS: float32(c.LatUS), BWGBps: float32(c.BWGBps)})
+		}
 	}
 	var pl *planner.Planner
 	var err error

@@ -188,7 +188,19 @@ func compileBlock(ctx context.Context, req Request, tp *capabilities.Topology, k
 			return b, err
 		}
 	}
-	pl, err := planner.New(tp, planner.Config{Constants: k, Factors: f})
+	cfg := planner.Config{Constants: k, Factors: f}
+	if req.Node != nil {
+		// A fitted overlay's cells apply at the node count they were fitted at.
+		cells, err := capabilities.NodeFitCells(req.Node, tp.NNodes)
+		if err != nil {
+			return b, err
+		}
+		for _, c := range cells {
+			cfg.Cells = append(cfg.Cells, planner.CellOverride{Coll: c.Coll, Algo: c.Algo, Proto: c.Proto,
+				LatUS: float32(c.LatUS), BWGBps: float32(c.BWGBps)})
+		}
+	}
+	pl, err := planner.New(tp, cfg)
 	if err != nil {
 		return b, fmt.Errorf("shimtable: %d nodes x %d ranks: %w", tp.NNodes, tp.NRanks, err)
 	}

@@ -1,0 +1,576 @@
+package calibrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+
+	"gonum.org/v1/gonum/diff/fd"
+	"gonum.org/v1/gonum/mat"
+	"gonum.org/v1/gonum/optimize"
+
+	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/planner"
+)
+
+// Cell names one (collective, algorithm, protocol) cell of the cost model.
+type Cell struct {
+	Coll  costmodel.Coll
+	Algo  costmodel.Algo
+	Proto costmodel.Proto
+}
+
+func (c Cell) String() string { return fmt.Sprintf("%s/%s/%s", c.Coll, c.Algo, c.Proto) }
+
+// Point is one measured time: the time of one call of Bytes with whichever of Cells NCCL chose.
+// A fully pinned sweep gives one cell; a protocol-free or free-choice sweep gives every legal cell
+// its pin allows, and the model's prediction is the minimum over them (an envelope).
+type Point struct {
+	File   string
+	Line   int
+	Coll   costmodel.Coll
+	Bytes  int64
+	TimeUS float64
+	Cells  []Cell
+	// Pin is the sweep's NCCL_ALGO/NCCL_PROTO ("" free), for reports.
+	Algo, Proto string
+}
+
+// Pinned reports whether the point measures exactly one cell.
+func (p Point) Pinned() bool { return len(p.Cells) == 1 }
+
+// Points turns sweeps into fit points for the topology of menus (one per collective, built over
+// the prior): the out-of-place half of every row (the in-place half when the out-of-place one is
+// not valid), with the cells the sweep's pin allows among the cells the prior menu finds legal.
+// Sweeps of another node count than nNodes, of no known collective, or whose pin allows no legal
+// cell are skipped with a problem; so are rows with no valid half.
+func Points(sweeps []*Sweep, menus map[costmodel.Coll]*planner.Menu, nNodes int) ([]Point, []Problem) {
+	var pts []Point
+	var probs []Problem
+	for _, s := range sweeps {
+		skip := func(format string, args ...any) {
+			probs = append(probs, Problem{File: s.File, Line: s.Line, Msg: "sweep not fitted: " + fmt.Sprintf(format, args...)})
+		}
+		if !s.CollKnown {
+			skip("%s", msgNoColl)
+			continue
+		}
+		if s.Nodes != 0 && s.Nodes != nNodes {
+			skip("it ran on %d nodes, the fit is for %d", s.Nodes, nNodes)
+			continue
+		}
+		m := menus[s.Coll]
+		if m == nil {
+			skip("no model for %s", s.Coll)
+			continue
+		}
+		cells, err := pinCells(m, s.Pin)
+		if err != nil {
+			skip("%v", err)
+			continue
+		}
+		if len(cells) == 0 {
+			skip("NCCL_ALGO=%q NCCL_PROTO=%q allows no legal cell of %s", s.Pin.Algo, s.Pin.Proto, s.Coll)
+			continue
+		}
+		for _, r := range s.Rows {
+			h := r.OOP
+			if !h.Valid {
+				h = r.IP
+			}
+			if !h.Valid || r.Bytes <= 0 {
+				continue
+			}
+			pts = append(pts, Point{File: s.File, Line: r.Line, Coll: s.Coll, Bytes: r.Bytes, TimeUS: h.TimeUS,
+				Cells: cells, Algo: s.Pin.Algo, Proto: s.Pin.Proto})
+		}
+	}
+	return pts, probs
+}
+
+// pinCells lists the legal cells of a menu that NCCL_ALGO/NCCL_PROTO values allow.
+func pinCells(m *planner.Menu, pin Pin) ([]Cell, error) {
+	am, pm := capabilities.DefaultAlgoMatrix(), capabilities.DefaultProtoMatrix()
+	var err error
+	if pin.Algo != "" {
+		if am, err = capabilities.ParseAlgoEnv(pin.Algo); err != nil {
+			return nil, err
+		}
+	}
+	if pin.Proto != "" {
+		if pm, err = capabilities.ParseProtoEnv(pin.Proto); err != nil {
+			return nil, err
+		}
+	}
+	c := m.Class.Coll
+	var out []Cell
+	for a := costmodel.Algo(0); a < costmodel.NumAlgos; a++ {
+		for p := costmodel.Proto(0); p < costmodel.NumProtos; p++ {
+			if m.Cells[a][p].Reason == "" && m.Cells[a][p].BWGBps > 0 && am[c][a] != 0 && pm[c][p] != 0 {
+				out = append(out, Cell{c, a, p})
+			}
+		}
+	}
+	return out, nil
+}
+
+// FitOptions tune the fit; zero values take the defaults.
+type FitOptions struct {
+	// PriorSigma is the prior's spread on log(lat) and log(bw): the regularisation toward the prior
+	// table. Default 1 (a factor e).
+	PriorSigma float64
+	// LossScale is the soft-L1 scale on log(pred/meas): residuals below it count as squares, above it
+	// linearly. Default 0.05.
+	LossScale float64
+	// Sharpness of the smooth minimum over an envelope's cells (on log time). Default 200.
+	Sharpness float64
+}
+
+func (o FitOptions) withDefaults() FitOptions {
+	if o.PriorSigma <= 0 {
+		o.PriorSigma = 1
+	}
+	if o.LossScale <= 0 {
+		o.LossScale = 0.05
+	}
+	if o.Sharpness <= 0 {
+		o.Sharpness = 200
+	}
+	return o
+}
+
+// Param is one fitted parameter: a cell's latency or bandwidth.
+type Param struct {
+	Cell  Cell
+	Kind  string  // "lat_us" or "bw_gbps"
+	Prior float64 // the prior table's value
+	Value float64 // fitted (the prior when not identified)
+	Sigma float64 // 1-sigma uncertainty, same unit; 0 when not identified
+	// Identified is true when the data constrain the parameter more than the prior does; the
+	// others are held at the prior.
+	Identified bool
+}
+
+// Residual is one point's fit: prediction and log error.
+type Residual struct {
+	Point
+	PredUS float64
+	Cell   Cell    // the envelope cell the prediction takes (the point's only cell when pinned)
+	LogErr float64 // log(pred/meas)
+}
+
+// FitResult is a fitted model for one topology.
+type FitResult struct {
+	Params    []Param
+	Residuals []Residual
+	// Fitted maps every cell that has a fitted parameter to its (lat, bw).
+	Fitted map[Cell][2]float64
+	// MedianRel and MaxRel summarise |pred/meas - 1| over the points.
+	MedianRel, MaxRel float64
+	// Sigma2 is the residual variance of log(pred/meas) (degrees of freedom corrected).
+	Sigma2 float64
+	Iter   int
+}
+
+// model holds what the loss needs: points, the free parameters and the prior.
+type model struct {
+	menus  map[costmodel.Coll]*planner.Menu
+	nnodes int
+	pts    []Point
+	opt    FitOptions
+	cells  []Cell       // cells with parameters, in order
+	idx    map[Cell]int // cell -> index into cells
+	prior  [][2]float64 // per cell (lat, bw) center of the prior (lat floored at minLat)
+	free   []bool       // per parameter (2 per cell): optimised
+	mult   [][]float64  // per point, per envelope cell: latency multiplier
+	bytesF [][]float64  // per point, per envelope cell: bytes / (1000 * factor)
+	ci     [][]int      // per point, per envelope cell: index into cells
+}
+
+// minLat is the latency floor of the prior center: a cell whose model latency is 0 is given this
+// much, so that log(lat) exists.
+const minLat = 0.1
+
+// Fit fits the latency and bandwidth of the cells the points measure, for the topology of menus
+// (the prior: one menu per collective from a planner without overrides). Cells no point measures
+// keep the prior and are not listed; measured parameters the data cannot identify (their data
+// curvature is below the prior's) are held at the prior and marked so.
+func Fit(menus map[costmodel.Coll]*planner.Menu, pts []Point, opt FitOptions) (*FitResult, error) {
+	if len(pts) == 0 {
+		return nil, errors.New("calibrate: no points to fit")
+	}
+	md := &model{menus: menus, pts: pts, opt: opt.withDefaults(), idx: map[Cell]int{}}
+	for _, p := range pts {
+		for _, c := range p.Cells {
+			if _, ok := md.idx[c]; !ok {
+				md.idx[c] = len(md.cells)
+				md.cells = append(md.cells, c)
+			}
+		}
+	}
+	sort.Slice(md.cells, func(i, j int) bool { return cellLess(md.cells[i], md.cells[j]) })
+	for i, c := range md.cells {
+		md.idx[c] = i
+		mc := menus[c.Coll].Cells[c.Algo][c.Proto]
+		md.prior = append(md.prior, [2]float64{math.Max(float64(mc.LatUS), minLat), float64(mc.BWGBps)})
+	}
+	for _, p := range pts {
+		m := menus[p.Coll]
+		var mu, bf []float64
+		var ci []int
+		for _, c := range p.Cells {
+			mu = append(mu, latMult(m, c, p.Bytes))
+			bf = append(bf, float64(p.Bytes)/(1000*float64(m.Factor(c.Algo, c.Proto, p.Bytes))))
+			ci = append(ci, md.idx[c])
+		}
+		md.mult, md.bytesF, md.ci = append(md.mult, mu), append(md.bytesF, bf), append(md.ci, ci)
+	}
+	n := 2 * len(md.cells)
+	md.free = make([]bool, n)
+	for i := range md.free {
+		md.free[i] = true
+	}
+	x, iter, err := md.optimize(make([]float64, n))
+	if err != nil {
+		return nil, err
+	}
+	// Identification: the data's curvature against the prior's, per parameter.
+	dataH := md.dataCurvature(x)
+	priorH := 2 / (md.opt.PriorSigma * md.opt.PriorSigma)
+	ident := make([]bool, n)
+	anyHeld := false
+	for i := range ident {
+		ident[i] = dataH[i] > priorH
+		if !ident[i] {
+			anyHeld = true
+		}
+	}
+	if anyHeld {
+		md.free = ident
+		x0 := make([]float64, n)
+		for i := range x0 {
+			if ident[i] {
+				x0[i] = x[i]
+			}
+		}
+		var it2 int
+		if x, it2, err = md.optimize(x0); err != nil {
+			return nil, err
+		}
+		iter += it2
+	}
+	res := &FitResult{Iter: iter, Fitted: map[Cell][2]float64{}}
+	var rel []float64
+	var ss float64
+	for i := range pts {
+		pred, k := md.predict(x, i, math.Inf(1))
+		r := Residual{Point: pts[i], PredUS: pred, Cell: pts[i].Cells[k], LogErr: math.Log(pred / pts[i].TimeUS)}
+		res.Residuals = append(res.Residuals, r)
+		rel = append(rel, math.Abs(pred/pts[i].TimeUS-1))
+		ss += r.LogErr * r.LogErr
+	}
+	nFree := 0
+	for _, f := range ident {
+		if f {
+			nFree++
+		}
+	}
+	res.Sigma2 = ss / float64(max(1, len(pts)-nFree))
+	res.MedianRel, res.MaxRel = median(rel), maxOf(rel)
+	cov, err := md.covariance(x, ident, res.Sigma2)
+	if err != nil {
+		return nil, err
+	}
+	for ci, c := range md.cells {
+		lat, bw := md.prior[ci][0]*math.Exp(x[2*ci]), md.prior[ci][1]*math.Exp(x[2*ci+1])
+		mc := menus[c.Coll].Cells[c.Algo][c.Proto]
+		for k, kind := range []string{"lat_us", "bw_gbps"} {
+			j := 2*ci + k
+			v, pv := lat, float64(mc.LatUS)
+			if k == 1 {
+				v, pv = bw, float64(mc.BWGBps)
+			}
+			p := Param{Cell: c, Kind: kind, Prior: pv, Value: v, Identified: ident[j]}
+			if !ident[j] {
+				p.Value = pv
+			} else {
+				p.Sigma = v * math.Sqrt(math.Max(0, cov[j]))
+			}
+			res.Params = append(res.Params, p)
+		}
+		if ident[2*ci] || ident[2*ci+1] {
+			l, b := lat, bw
+			if !ident[2*ci] {
+				l = float64(mc.LatUS)
+			}
+			res.Fitted[c] = [2]float64{l, b}
+		}
+	}
+	return res, nil
+}
+
+func cellLess(a, b Cell) bool {
+	if a.Coll != b.Coll {
+		return a.Coll < b.Coll
+	}
+	if a.Algo != b.Algo {
+		return a.Algo < b.Algo
+	}
+	return a.Proto < b.Proto
+}
+
+// latMult is the latency multiplier of costmodel.Time at one pipe op: 1.4 (1.9 below sm_80) for
+// multi-node Ring/Simple AllReduce on the ring plateau, else 1.
+func latMult(m *planner.Menu, c Cell, nBytes int64) float64 {
+	tb := m.Table()
+	if c.Algo == costmodel.Ring && c.Proto == costmodel.Simple && tb.NNodes > 1 && c.Coll == costmodel.AllReduce &&
+		tb.CommNChannels > 0 && nBytes/int64(tb.CommNChannels*tb.NRanks) >= 64 {
+		if tb.MinCompCap < 80 {
+			return 1.9
+		}
+		return 1.4
+	}
+	return 1
+}
+
+// predict returns point i's predicted time under parameters x and the envelope cell that attains
+// it. sharp is the soft minimum's sharpness on log time (+Inf: the hard minimum).
+func (md *model) predict(x []float64, i int, sharp float64) (float64, int) {
+	best, bk := math.Inf(1), 0
+	for k, ci := range md.ci[i] {
+		t := md.cellTime(x, i, k, ci)
+		if t < best {
+			best, bk = t, k
+		}
+	}
+	if math.IsInf(sharp, 1) || len(md.ci[i]) == 1 {
+		return best, bk
+	}
+	// soft min on log t: -1/s log sum exp(-s (log t_k - log best))
+	var sum float64
+	for k, ci := range md.ci[i] {
+		sum += math.Exp(-sharp * (math.Log(md.cellTime(x, i, k, ci)) - math.Log(best)))
+	}
+	return best * math.Exp(-math.Log(sum)/sharp), bk
+}
+
+func (md *model) cellTime(x []float64, i, k, ci int) float64 {
+	lat := md.prior[ci][0] * math.Exp(x[2*ci])
+	bw := md.prior[ci][1] * math.Exp(x[2*ci+1])
+	return lat*md.mult[i][k] + md.bytesF[i][k]/bw
+}
+
+// loss is the soft-L1 loss of the log errors plus the prior's quadratic penalty.
+func (md *model) loss(x []float64) float64 {
+	s := md.opt.LossScale
+	var l float64
+	for i, p := range md.pts {
+		pred, _ := md.predict(x, i, md.opt.Sharpness)
+		r := math.Log(pred/p.TimeUS) / s
+		l += 2 * (math.Sqrt(1+r*r) - 1)
+	}
+	ps := md.opt.PriorSigma
+	for _, v := range x {
+		l += v * v / (ps * ps)
+	}
+	return l
+}
+
+// grad is the analytic gradient of loss.
+func (md *model) grad(g, x []float64) {
+	for i := range g {
+		g[i] = 0
+	}
+	s, sh := md.opt.LossScale, md.opt.Sharpness
+	w := make([]float64, 0, 8)
+	for i, p := range md.pts {
+		pred, _ := md.predict(x, i, sh)
+		r := math.Log(pred/p.TimeUS) / s
+		dl := 2 * r / math.Sqrt(1+r*r) / s // d loss / d log pred
+		// weights of the soft min: softmax(-sh log t_k)
+		w = w[:0]
+		var sum float64
+		for k, ci := range md.ci[i] {
+			e := math.Exp(-sh * (math.Log(md.cellTime(x, i, k, ci)) - math.Log(pred)))
+			w = append(w, e)
+			sum += e
+		}
+		for k, ci := range md.ci[i] {
+			t := md.cellTime(x, i, k, ci)
+			lat := md.prior[ci][0] * math.Exp(x[2*ci]) * md.mult[i][k]
+			wk := w[k] / sum
+			g[2*ci] += dl * wk * lat / t
+			g[2*ci+1] += dl * wk * -(t - lat) / t
+		}
+	}
+	ps := md.opt.PriorSigma
+	for j, v := range x {
+		g[j] += 2 * v / (ps * ps)
+	}
+}
+
+// optimize minimises the loss over the free parameters from x0 (the others stay at x0's values).
+func (md *model) optimize(x0 []float64) ([]float64, int, error) {
+	var freeIdx []int
+	for j, f := range md.free {
+		if f {
+			freeIdx = append(freeIdx, j)
+		}
+	}
+	full := append([]float64(nil), x0...)
+	expand := func(y []float64) []float64 {
+		x := append([]float64(nil), full...)
+		for k, j := range freeIdx {
+			x[j] = y[k]
+		}
+		return x
+	}
+	if len(freeIdx) == 0 {
+		return full, 0, nil
+	}
+	gfull := make([]float64, len(full))
+	prob := optimize.Problem{
+		Func: func(y []float64) float64 { return md.loss(expand(y)) },
+		Grad: func(g, y []float64) {
+			md.grad(gfull, expand(y))
+			for k, j := range freeIdx {
+				g[k] = gfull[j]
+			}
+		},
+	}
+	y0 := make([]float64, len(freeIdx))
+	for k, j := range freeIdx {
+		y0[k] = x0[j]
+	}
+	settings := &optimize.Settings{GradientThreshold: 1e-9, MajorIterations: 5000}
+	r, err := optimize.Minimize(prob, y0, settings, &optimize.BFGS{})
+	if err != nil && r == nil {
+		return nil, 0, fmt.Errorf("calibrate: fit: %w", err)
+	}
+	// A line search that cannot improve further at a tiny gradient is a converged fit.
+	return expand(r.X), r.MajorIterations, nil
+}
+
+// dataCurvature is the diagonal of the data part of the loss Hessian (Gauss-Newton, on the smooth
+// loss): how strongly the points pin each parameter.
+func (md *model) dataCurvature(x []float64) []float64 {
+	n := len(x)
+	h := make([]float64, n)
+	s, sh := md.opt.LossScale, md.opt.Sharpness
+	for i := range md.pts {
+		pred, _ := md.predict(x, i, sh)
+		var sum float64
+		w := make([]float64, len(md.ci[i]))
+		for k, ci := range md.ci[i] {
+			w[k] = math.Exp(-sh * (math.Log(md.cellTime(x, i, k, ci)) - math.Log(pred)))
+			sum += w[k]
+		}
+		for k, ci := range md.ci[i] {
+			t := md.cellTime(x, i, k, ci)
+			lat := md.prior[ci][0] * math.Exp(x[2*ci]) * md.mult[i][k]
+			wk := w[k] / sum
+			ja, jb := wk*lat/t, wk*(t-lat)/t
+			h[2*ci] += 2 * ja * ja / (s * s)
+			h[2*ci+1] += 2 * jb * jb / (s * s)
+		}
+	}
+	return h
+}
+
+// covariance returns the variance of each identified parameter (log scale): the inverse of the
+// loss Hessian (finite differences) over the identified parameters, scaled to the residual
+// variance (for the loss's quadratic core, cov = 2 sigma^2/s^2 H^-1).
+func (md *model) covariance(x []float64, ident []bool, sigma2 float64) ([]float64, error) {
+	var idx []int
+	for j, f := range ident {
+		if f {
+			idx = append(idx, j)
+		}
+	}
+	out := make([]float64, len(x))
+	if len(idx) == 0 {
+		return out, nil
+	}
+	y := make([]float64, len(idx))
+	for k, j := range idx {
+		y[k] = x[j]
+	}
+	f := func(y []float64) float64 {
+		xx := append([]float64(nil), x...)
+		for k, j := range idx {
+			xx[j] = y[k]
+		}
+		return md.loss(xx)
+	}
+	var h mat.SymDense
+	fd.Hessian(&h, f, y, &fd.Settings{Formula: fd.Central, Step: 1e-4})
+	var inv mat.Dense
+	if err := inv.Inverse(&h); err != nil {
+		var ce mat.Condition
+		if !errors.As(err, &ce) {
+			return nil, fmt.Errorf("calibrate: fit: the loss Hessian is singular: %w", err)
+		}
+	}
+	s := md.opt.LossScale
+	scale := 2 * sigma2 / (s * s)
+	for k, j := range idx {
+		out[j] = inv.At(k, k) * scale
+	}
+	return out, nil
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func maxOf(xs []float64) float64 {
+	m := 0.0
+	for _, x := range xs {
+		m = math.Max(m, x)
+	}
+	return m
+}
+
+// Menus prices every collective on a planner with the class nccl-tests measures by default (sum,
+// float32, one pipe op, unregistered buffers): the prior (or fitted) model a fit and a report use.
+func Menus(ctx context.Context, pl *planner.Planner) (map[costmodel.Coll]*planner.Menu, error) {
+	out := map[costmodel.Coll]*planner.Menu{}
+	for c := costmodel.Coll(0); c < costmodel.NumColls; c++ {
+		pr, err := pl.Prepare(ctx, planner.Class{Coll: c, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1})
+		if err != nil {
+			return nil, err
+		}
+		out[c] = pr.Menu()
+	}
+	return out, nil
+}
+
+// Overrides are the fitted cells as planner overrides.
+func (r *FitResult) Overrides() []planner.CellOverride {
+	var out []planner.CellOverride
+	for _, c := range r.cellsSorted() {
+		v := r.Fitted[c]
+		out = append(out, planner.CellOverride{Coll: c.Coll, Algo: c.Algo, Proto: c.Proto, LatUS: float32(v[0]), BWGBps: float32(v[1])})
+	}
+	return out
+}
+
+func (r *FitResult) cellsSorted() []Cell {
+	cs := make([]Cell, 0, len(r.Fitted))
+	for c := range r.Fitted {
+		cs = append(cs, c)
+	}
+	sort.Slice(cs, func(i, j int) bool { return cellLess(cs[i], cs[j]) })
+	return cs
+}

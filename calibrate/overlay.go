@@ -1,0 +1,110 @@
+package calibrate
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/collplan/collplan/tables"
+)
+
+// OverlayInput says where a fit came from, for the overlay's [provenance].
+type OverlayInput struct {
+	Nodes        int // node count the cells were fitted at
+	Files        []tables.InputFile
+	NCCLVersions []string
+	Date         string // YYYY-MM-DD
+	// Keep are cells of an earlier overlay to keep (other node counts); cells at Nodes are replaced.
+	Keep []tables.FitCell
+}
+
+// KeepFromOverlay reads the [[fit.cell]] entries of an existing overlay's text, for OverlayInput.Keep.
+func KeepFromOverlay(file string, data []byte, nodes int) ([]tables.FitCell, error) {
+	var o struct {
+		Fit *tables.Fit `toml:"fit"`
+	}
+	if _, err := toml.Decode(string(data), &o); err != nil {
+		return nil, fmt.Errorf("calibrate: %s: %w", file, err)
+	}
+	var out []tables.FitCell
+	if o.Fit != nil {
+		for _, c := range o.Fit.Cell {
+			if c.Nodes != nodes {
+				out = append(out, c)
+			}
+		}
+	}
+	return out, nil
+}
+
+// tableNames are the node tables' spellings of collectives, algorithms and protocols.
+var (
+	tableColl  = []string{"broadcast", "reduce", "allgather", "reducescatter", "allreduce"}
+	tableAlgo  = []string{"tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"}
+	tableProto = []string{"ll", "ll128", "simple"}
+)
+
+// FitCells turns a fit into node-table [[fit.cell]] entries at nodes.
+func (r *FitResult) FitCells(nodes int) []tables.FitCell {
+	points := map[Cell]int{}
+	for _, res := range r.Residuals {
+		points[res.Cell]++
+	}
+	sig := map[Cell][2]float64{}
+	for _, p := range r.Params {
+		s := sig[p.Cell]
+		if p.Kind == "lat_us" {
+			s[0] = p.Sigma
+		} else {
+			s[1] = p.Sigma
+		}
+		sig[p.Cell] = s
+	}
+	var out []tables.FitCell
+	for _, c := range r.cellsSorted() {
+		v := r.Fitted[c]
+		out = append(out, tables.FitCell{Coll: tableColl[c.Coll], Algo: tableAlgo[c.Algo], Proto: tableProto[c.Proto],
+			Nodes: nodes, LatUS: v[0], BWGBps: v[1], LatSigma: sig[c][0], BWSigma: sig[c][1], Points: max(1, points[c])})
+	}
+	return out
+}
+
+// WriteOverlay writes NAME.fit.toml: the fitted cells as [[fit.cell]] (every number tagged
+// "measured") and the fit's [provenance].
+func WriteOverlay(w io.Writer, r *FitResult, in OverlayInput) error {
+	cells := append(append([]tables.FitCell(nil), in.Keep...), r.FitCells(in.Nodes)...)
+	sort.SliceStable(cells, func(i, j int) bool { return cells[i].Nodes < cells[j].Nodes })
+	var b strings.Builder
+	b.WriteString("# Written by calibrate: fitted latency and bandwidth per cell, applied over the node table\n")
+	b.WriteString("# for the node count each was fitted at. Cells not listed keep the model's values.\n")
+	num := func(x float64) string { return strconv.FormatFloat(x, 'g', 6, 64) }
+	for _, c := range cells {
+		fmt.Fprintf(&b, "\n[[fit.cell]]\ncoll = %q\nalgo = %q\nproto = %q\n", c.Coll, c.Algo, c.Proto)
+		fmt.Fprintf(&b, "nodes = %d  # measured\n", c.Nodes)
+		fmt.Fprintf(&b, "lat_us = %s  # measured\n", num(c.LatUS))
+		fmt.Fprintf(&b, "bw_gbps = %s  # measured\n", num(c.BWGBps))
+		fmt.Fprintf(&b, "lat_sigma = %s  # measured\n", num(c.LatSigma))
+		fmt.Fprintf(&b, "bw_sigma = %s  # measured\n", num(c.BWSigma))
+		fmt.Fprintf(&b, "points = %d  # measured\n", c.Points)
+	}
+	b.WriteString("\n[provenance]\n")
+	fmt.Fprintf(&b, "date = %q\n", in.Date)
+	vs := make([]string, len(in.NCCLVersions))
+	for i, v := range in.NCCLVersions {
+		vs[i] = strconv.Quote(v)
+	}
+	fmt.Fprintf(&b, "nccl_versions = [%s]\n", strings.Join(vs, ", "))
+	for _, f := range in.Files {
+		fmt.Fprintf(&b, "\n[[provenance.fitted_from]]\nfile = %q\nsha256 = %q\n", f.File, f.SHA256)
+	}
+	b.WriteString("\n[provenance.residual]\n")
+	fmt.Fprintf(&b, "points = %d  # measured\n", len(r.Residuals))
+	fmt.Fprintf(&b, "median_rel = %s  # measured\n", num(r.MedianRel))
+	fmt.Fprintf(&b, "max_rel = %s  # measured\n", num(r.MaxRel))
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,0 +1,257 @@
+// Command calibrate fits the cost model's per-cell latency and bandwidth to measured sweeps
+// (nccl-tests or collbench output) and writes the fitted overlay NAME.fit.toml that the planner
+// applies over the node table, with a report of the fit.
+//
+//	calibrate --node NAME --sweeps DIR|MANIFEST [--nodes N] [--out FILE] [--json] [--holdout K]
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/collplan/collplan/calibrate"
+	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/correction"
+	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/planner"
+	"github.com/collplan/collplan/tables"
+)
+
+// usageError marks bad input: exit status 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "calibrate:", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+// run fits one node table at one node count and writes the overlay and the report.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("calibrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	node := fs.String("node", "", "node table: an embedded name (h200) or a TOML file")
+	sweeps := fs.String("sweeps", "", "directory of sweeps (with an optional sweeps.toml) or a manifest")
+	nodes := fs.Int("nodes", 0, "node count of the sweeps (default: what the sweeps say)")
+	out := fs.String("out", "", "overlay to write (default tables/NAME.fit.toml, or FILE.fit.toml beside a table file)")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	holdout := fs.Int("holdout", 0, "hold out every K-th measured size from the fit and report the error on them (0: none)")
+	date := fs.String("date", time.Now().UTC().Format("2006-01-02"), "provenance date")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	switch {
+	case fs.NArg() > 0:
+		return usagef("unexpected argument %q", fs.Arg(0))
+	case *node == "":
+		return usagef("--node is required")
+	case *sweeps == "":
+		return usagef("--sweeps is required")
+	case *holdout < 0 || *holdout == 1:
+		return usagef("--holdout %d: want 0 (none) or K >= 2", *holdout)
+	}
+	var (
+		n   *tables.Node
+		err error
+	)
+	if strings.HasSuffix(*node, ".toml") {
+		n, err = tables.LoadFile(*node)
+	} else {
+		n, err = tables.Load(*node)
+	}
+	if err != nil {
+		return usageError{err}
+	}
+	if *out == "" {
+		if strings.HasSuffix(*node, ".toml") {
+			*out = strings.TrimSuffix(*node, ".toml") + ".fit.toml"
+		} else {
+			*out = filepath.Join("tables", n.Name+".fit.toml")
+		}
+	}
+	sw, probs, err := calibrate.LoadSweeps(*sweeps)
+	if err != nil {
+		return usageError{err}
+	}
+	for _, p := range probs {
+		fmt.Fprintln(stderr, "calibrate: warning:", p.Error())
+	}
+	if *nodes == 0 {
+		for _, s := range sw {
+			if s.Nodes != 0 && *nodes != 0 && s.Nodes != *nodes {
+				return usagef("%s:%d: sweeps ran on %d and %d nodes; pick one with --nodes", s.File, s.Line, *nodes, s.Nodes)
+			}
+			if s.Nodes != 0 {
+				*nodes = s.Nodes
+			}
+		}
+		if *nodes == 0 {
+			return usagef("%s: no sweep names its node count; give --nodes", *sweeps)
+		}
+	}
+	if *nodes < 1 {
+		return usagef("--nodes %d: must be at least 1", *nodes)
+	}
+	topo, err := capabilities.FromNode(n, *nodes)
+	if err != nil {
+		return usageError{err}
+	}
+	cfg := planner.Config{}
+	if n.Corrections != nil {
+		f := correction.Default(&topo)
+		if err := f.Apply(n); err != nil {
+			return usageError{err}
+		}
+		cfg.Factors = f
+	}
+	if n.Constants != nil {
+		k := costmodel.DefaultConstants()
+		if err := k.Apply(n.Constants); err != nil {
+			return usageError{fmt.Errorf("%s: %w", n.File, err)}
+		}
+		cfg.Constants = &k
+	}
+	prior, err := planner.New(&topo, cfg)
+	if err != nil {
+		return usageError{err}
+	}
+	menus, err := calibrate.Menus(ctx, prior)
+	if err != nil {
+		return err
+	}
+	pts, skipped := calibrate.Points(sw, menus, *nodes)
+	for _, p := range skipped {
+		fmt.Fprintln(stderr, "calibrate: warning:", p.Error())
+	}
+	if len(pts) == 0 {
+		return usagef("%s: no valid measured point to fit at %d nodes", *sweeps, *nodes)
+	}
+	fitPts, held := splitHoldout(pts, *holdout)
+	res, err := calibrate.Fit(menus, fitPts, calibrate.FitOptions{})
+	if err != nil {
+		return err
+	}
+	fcfg := cfg
+	fcfg.Cells = res.Overrides()
+	fitted, err := planner.New(&topo, fcfg)
+	if err != nil {
+		return err
+	}
+	rep, err := calibrate.BuildReport(ctx, *nodes, prior, fitted, res, fitPts, held)
+	if err != nil {
+		return err
+	}
+
+	in := calibrate.OverlayInput{Nodes: *nodes, Date: *date}
+	files := map[string]bool{}
+	versions := map[string]bool{}
+	for _, s := range sw {
+		files[s.File] = true
+		if s.NCCLVersion != "" {
+			versions[s.NCCLVersion] = true
+		}
+	}
+	for _, f := range sortedKeys(files) {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		sum := sha256.Sum256(data)
+		in.Files = append(in.Files, tables.InputFile{File: f, SHA256: hex.EncodeToString(sum[:])})
+	}
+	in.NCCLVersions = sortedKeys(versions)
+	if old, err := os.ReadFile(*out); err == nil {
+		if in.Keep, err = calibrate.KeepFromOverlay(*out, old, *nodes); err != nil {
+			return usageError{err}
+		}
+	}
+	var buf bytes.Buffer
+	if err := calibrate.WriteOverlay(&buf, res, in); err != nil {
+		return err
+	}
+	// The overlay must load over its table before it is written.
+	if _, err := tables.ApplyOverlay(n, *out, buf.Bytes()); err != nil {
+		return fmt.Errorf("the fitted overlay does not load: %w", err)
+	}
+	if err := os.WriteFile(*out, buf.Bytes(), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "calibrate: wrote %s (%d cells fitted at %d nodes from %d points)\n", *out, len(res.Fitted), *nodes, len(fitPts))
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	return rep.WriteText(stdout)
+}
+
+// splitHoldout holds out every k-th distinct size (the k-th, 2k-th, ...); k = 0 holds out none.
+func splitHoldout(pts []calibrate.Point, k int) (fit, held []calibrate.Point) {
+	if k == 0 {
+		return pts, nil
+	}
+	sizes := map[int64]bool{}
+	for _, p := range pts {
+		sizes[p.Bytes] = true
+	}
+	var ss []int64
+	for s := range sizes {
+		ss = append(ss, s)
+	}
+	sort.Slice(ss, func(i, j int) bool { return ss[i] < ss[j] })
+	out := map[int64]bool{}
+	for i, s := range ss {
+		if (i+1)%k == 0 {
+			out[s] = true
+		}
+	}
+	for _, p := range pts {
+		if out[p.Bytes] {
+			held = append(held, p)
+		} else {
+			fit = append(fit, p)
+		}
+	}
+	return fit, held
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

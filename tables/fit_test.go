@@ -1,0 +1,78 @@
+package tables
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestOverlayFitCells(t *testing.T) {
+	base := decodeFile(t, "testdata/overlay/base.toml")
+	good := []byte(`[[fit.cell]]
+coll = "allreduce"
+algo = "ring"
+proto = "ll128"
+nodes = 2          # measured
+lat_us = 12.5      # measured
+bw_gbps = 80       # measured
+lat_sigma = 0.5    # measured
+bw_sigma = 2       # measured
+points = 7         # measured
+`)
+	n, err := ApplyOverlay(base, "x.fit.toml", good)
+	require.NoError(t, err)
+	require.NotNil(t, n.Fit)
+	assert.Equal(t, []FitCell{{Coll: "allreduce", Algo: "ring", Proto: "ll128", Nodes: 2, LatUS: 12.5, BWGBps: 80, LatSigma: 0.5, BWSigma: 2, Points: 7}}, n.Fit.Cell)
+	assert.Equal(t, "measured", n.Sources["fit.cell[0].bw_gbps"])
+	assert.Nil(t, base.Fit, "the base is not modified")
+
+	bad := []byte(`[[fit.cell]]
+coll = "allreduce"
+algo = "ringo"
+proto = "ll128"
+nodes = 0
+lat_us = -1
+bw_gbps = 0
+lat_sigma = 0
+bw_sigma = -2
+points = 0
+
+[[fit.cell]]
+coll = "allreduce"
+algo = "ring"
+proto = "ll"
+nodes = 2
+lat_us = 1
+bw_gbps = 1
+lat_sigma = 0
+bw_sigma = 0
+points = 1
+
+[[fit.cell]]
+coll = "allreduce"
+algo = "ring"
+proto = "ll"
+nodes = 2
+lat_us = 1
+bw_gbps = 1
+lat_sigma = 0
+bw_sigma = 0
+points = 1
+`)
+	_, err = ApplyOverlay(base, "bad.fit.toml", bad)
+	require.Error(t, err)
+	for _, want := range []string{
+		`tables: bad.fit.toml: line 3: fit.cell[0].algo: "ringo" is not one of`,
+		"fit.cell[0].nodes: 0 out of range 1..65536",
+		"fit.cell[0].lat_us: -1 must be finite and >= 0",
+		"fit.cell[0].bw_gbps: 0 must be finite and > 0",
+		"fit.cell[0].bw_sigma: -2 must be finite and >= 0",
+		"fit.cell[0].points: 0 must be >= 1",
+		"line 23: fit.cell[2]: duplicate cell allreduce/ring/ll at 2 nodes (also fit.cell[1])",
+	} {
+		assert.ErrorContains(t, err, want)
+	}
+	_, err = ApplyOverlay(base, "unknown.fit.toml", []byte("[[fit.cell]]\nlatency = 3  # measured\n"))
+	assert.ErrorContains(t, err, "tables: unknown.fit.toml: line 2: fit.cell.latency: unknown key")
+}

@@ -55,32 +55,85 @@ func main() {
 	}
 }
 
-// run fits one node table at one node count and writes the overlay and the report.
+// run fits one node table at one node count and writes the overlay and the report; with --run it
+// measures the sweeps first, with --check it evaluates an existing overlay instead of fitting.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("calibrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	node := fs.String("node", "", "node table: an embedded name (h200) or a TOML file")
 	sweeps := fs.String("sweeps", "", "directory of sweeps (with an optional sweeps.toml) or a manifest")
 	nodes := fs.Int("nodes", 0, "node count of the sweeps (default: what the sweeps say)")
-	out := fs.String("out", "", "overlay to write (default tables/NAME.fit.toml, or FILE.fit.toml beside a table file)")
+	out := fs.String("out", "", "overlay to write (--check: to read) (default tables/NAME.fit.toml, or FILE.fit.toml beside a table file)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	holdout := fs.Int("holdout", 0, "hold out every K-th measured size from the fit and report the error on them (0: none)")
 	date := fs.String("date", time.Now().UTC().Format("2006-01-02"), "provenance date")
+	svg := fs.String("svg", "", "write an SVG plot: measured points and fitted (solid) and prior (dashed) curves per cell")
+	check := fs.String("check", "", "evaluate the overlay at --out against the sweeps in DIR without refitting (with --run: measure them into DIR first)")
+	doRun := fs.Bool("run", false, "run collbench sweeps of every legal pinned cell and the free choice here, then fit them")
+	quick := fs.Bool("quick", false, "with --run: a small sweep for CI (AllReduce, 8 B..1 MiB factor 4, -n 5 -w 2, inproc)")
+	np := fs.Int("np", 0, "with --run: ranks (default: the table's gpus_per_node x --nodes)")
+	sweepsOut := fs.String("sweeps-out", "", "with --run: directory for the sweeps and sweeps.toml (default: a new temp dir)")
+	collbench := fs.String("collbench", "", "with --run: collbench binary (default: beside calibrate, then PATH)")
+	noProgress := fs.Bool("no-progress", false, "with --run: no progress bar on stderr")
+	transport := fs.String("transport", "shm", "with --run: collbench --transport (shm or inproc)")
+	collList := fs.String("colls", "all", "with --run: collectives to sweep, comma-separated, or all")
+	var minB, maxB int64 = 8, 16 << 20
+	fs.Var(sizeValue{&minB}, "min", "with --run: smallest size (K/M/G suffix) [8]")
+	fs.Var(sizeValue{&maxB}, "max", "with --run: largest size [16M]")
+	factor := fs.Int64("factor", 2, "with --run: size step factor")
+	iters := fs.Int("iters", 20, "with --run: collbench -n")
+	warmup := fs.Int("warmup", 5, "with --run: collbench -w")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
 		return usageError{err}
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *quick {
+		def := func(name string, apply func()) {
+			if !set[name] {
+				apply()
+			}
+		}
+		def("colls", func() { *collList = "allreduce" })
+		def("max", func() { maxB = 1 << 20 })
+		def("factor", func() { *factor = 4 })
+		def("iters", func() { *iters = 5 })
+		def("warmup", func() { *warmup = 2 })
+		def("transport", func() { *transport = "inproc" })
+	}
 	switch {
 	case fs.NArg() > 0:
 		return usagef("unexpected argument %q", fs.Arg(0))
 	case *node == "":
 		return usagef("--node is required")
-	case *sweeps == "":
-		return usagef("--sweeps is required")
+	case !*doRun && (set["quick"] || set["np"] || set["sweeps-out"] || set["collbench"] || set["transport"] || set["colls"] ||
+		set["min"] || set["max"] || set["factor"] || set["iters"] || set["warmup"]):
+		return usagef("--quick, --np, --sweeps-out, --collbench, --transport, --colls, --min, --max, --factor, --iters and --warmup need --run")
+	case *doRun && *sweeps != "":
+		return usagef("--run measures its own sweeps; drop --sweeps")
+	case *check != "" && *sweeps != "":
+		return usagef("--check DIR names the sweeps to evaluate; drop --sweeps")
+	case !*doRun && *sweeps == "" && *check == "":
+		return usagef("--sweeps is required (or --run, or --check DIR)")
+	case *doRun && *check != "" && set["sweeps-out"]:
+		return usagef("with --run --check DIR the sweeps go to DIR; drop --sweeps-out")
 	case *holdout < 0 || *holdout == 1:
 		return usagef("--holdout %d: want 0 (none) or K >= 2", *holdout)
+	case *check != "" && *holdout != 0:
+		return usagef("--holdout is for fitting; --check does not fit")
+	case *transport != "shm" && *transport != "inproc":
+		return usagef("--transport %q: want shm or inproc", *transport)
+	case minB < 1 || maxB < minB:
+		return usagef("--min %d --max %d: want 1 <= min <= max", minB, maxB)
+	case *factor < 2:
+		return usagef("--factor %d: want at least 2", *factor)
+	case *iters < 1 || *warmup < 0:
+		return usagef("--iters %d --warmup %d: want iters >= 1, warmup >= 0", *iters, *warmup)
+	case *np < 0:
+		return usagef("--np %d: must be positive", *np)
 	}
 	var (
 		n   *tables.Node
@@ -100,6 +153,70 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		} else {
 			*out = filepath.Join("tables", n.Name+".fit.toml")
 		}
+	}
+	if *doRun {
+		gpn := n.Node.GPUsPerNode
+		if *np == 0 {
+			*np = gpn * max(*nodes, 1)
+		}
+		if gpn < 1 || *np%gpn != 0 {
+			return usagef("--np %d: want a multiple of the table's gpus_per_node %d", *np, gpn)
+		}
+		nn := *np / gpn
+		if *nodes != 0 && *nodes != nn {
+			return usagef("--np %d is %d nodes of %d ranks, not --nodes %d", *np, nn, gpn, *nodes)
+		}
+		*nodes = nn
+		colls, err := parseColls(*collList)
+		if err != nil {
+			return err
+		}
+		_, _, pl, err := priorPlanner(n, nn)
+		if err != nil {
+			return err
+		}
+		menus, err := calibrate.Menus(ctx, pl)
+		if err != nil {
+			return err
+		}
+		specs := planSweeps(menus, colls, *check == "")
+		if len(specs) == 0 {
+			return usagef("no cell of %s at %d nodes is both legal and implemented by the engine", *collList, nn)
+		}
+		bin, err := findCollbench(*collbench)
+		if err != nil {
+			return err
+		}
+		dir := *check
+		if dir == "" {
+			dir = *sweepsOut
+		}
+		if dir == "" {
+			if dir, err = os.MkdirTemp("", "calibrate-sweeps-"); err != nil {
+				return err
+			}
+		}
+		rpn := 0
+		if nn > 1 {
+			rpn = gpn
+		}
+		var bar io.Writer
+		if !*noProgress && isTerminal(stderr) {
+			bar = stderr
+		}
+		fmt.Fprintf(stderr, "calibrate: running %d collbench sweeps (%d ranks, %s, %d..%d B factor %d, -n %d -w %d) into %s\n",
+			len(specs), *np, *transport, minB, maxB, *factor, *iters, *warmup, dir)
+		start := time.Now()
+		sc := sweepConfig{collbench: bin, np: *np, rpn: rpn, nodes: nn, gpn: gpn, transport: *transport,
+			minB: minB, maxB: maxB, fact: *factor, iters: *iters, warmup: *warmup}
+		if err := runSweeps(ctx, sc, specs, dir, bar); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "calibrate: sweeps done in %s: %s (with %s)\n", time.Since(start).Round(100*time.Millisecond), dir, calibrate.ManifestName)
+		*sweeps = dir
+	}
+	if *check != "" {
+		*sweeps = *check
 	}
 	sw, probs, err := calibrate.LoadSweeps(*sweeps)
 	if err != nil {
@@ -124,28 +241,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *nodes < 1 {
 		return usagef("--nodes %d: must be at least 1", *nodes)
 	}
-	topo, err := capabilities.FromNode(n, *nodes)
+	topo, cfg, prior, err := priorPlanner(n, *nodes)
 	if err != nil {
-		return usageError{err}
-	}
-	cfg := planner.Config{}
-	if n.Corrections != nil {
-		f := correction.Default(&topo)
-		if err := f.Apply(n); err != nil {
-			return usageError{err}
-		}
-		cfg.Factors = f
-	}
-	if n.Constants != nil {
-		k := costmodel.DefaultConstants()
-		if err := k.Apply(n.Constants); err != nil {
-			return usageError{fmt.Errorf("%s: %w", n.File, err)}
-		}
-		cfg.Constants = &k
-	}
-	prior, err := planner.New(&topo, cfg)
-	if err != nil {
-		return usageError{err}
+		return err
 	}
 	menus, err := calibrate.Menus(ctx, prior)
 	if err != nil {
@@ -157,6 +255,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if len(pts) == 0 {
 		return usagef("%s: no valid measured point to fit at %d nodes", *sweeps, *nodes)
+	}
+	if *check != "" {
+		return checkOverlay(ctx, n, *out, *nodes, topo, cfg, prior, menus, pts, *svg, *asJSON, stdout, stderr)
 	}
 	fitPts, held := splitHoldout(pts, *holdout)
 	res, err := calibrate.Fit(menus, fitPts, calibrate.FitOptions{})
@@ -209,12 +310,46 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stderr, "calibrate: wrote %s (%d cells fitted at %d nodes from %d points)\n", *out, len(res.Fitted), *nodes, len(fitPts))
+	if *svg != "" {
+		if err := writeSVG(ctx, *svg, fitted, prior, pts, fmt.Sprintf("calibrate %s, %d nodes: measured and fitted", n.Name, *nodes)); err != nil {
+			return err
+		}
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
 	return rep.WriteText(stdout)
+}
+
+// priorPlanner builds the topology, the planner configuration and the prior planner of table n at
+// nodes nodes.
+func priorPlanner(n *tables.Node, nodes int) (capabilities.Topology, planner.Config, *planner.Planner, error) {
+	topo, err := capabilities.FromNode(n, nodes)
+	if err != nil {
+		return topo, planner.Config{}, nil, usageError{err}
+	}
+	cfg := planner.Config{}
+	if n.Corrections != nil {
+		f := correction.Default(&topo)
+		if err := f.Apply(n); err != nil {
+			return topo, cfg, nil, usageError{err}
+		}
+		cfg.Factors = f
+	}
+	if n.Constants != nil {
+		k := costmodel.DefaultConstants()
+		if err := k.Apply(n.Constants); err != nil {
+			return topo, cfg, nil, usageError{fmt.Errorf("%s: %w", n.File, err)}
+		}
+		cfg.Constants = &k
+	}
+	prior, err := planner.New(&topo, cfg)
+	if err != nil {
+		return topo, cfg, nil, usageError{err}
+	}
+	return topo, cfg, prior, nil
 }
 
 // splitHoldout holds out every k-th distinct size (the k-th, 2k-th, ...); k = 0 holds out none.

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/collplan/collplan/calibrate"
+	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/planner"
+	"github.com/collplan/collplan/tables"
+)
+
+// checkOverlay evaluates the overlay at overlayPath (fitted cells at nodes) against pts without
+// refitting: the prior, the fitted planner and fixed Ring/Simple, by regret and prediction error.
+func checkOverlay(ctx context.Context, n *tables.Node, overlayPath string, nodes int, topo capabilities.Topology,
+	cfg planner.Config, prior *planner.Planner, priorMenus map[costmodel.Coll]*planner.Menu, pts []calibrate.Point,
+	svg string, asJSON bool, stdout, stderr io.Writer) error {
+	data, err := os.ReadFile(overlayPath)
+	if err != nil {
+		return usagef("--check: the overlay to evaluate: %v", err)
+	}
+	on, err := tables.ApplyOverlay(n, overlayPath, data)
+	if err != nil {
+		return usageError{err}
+	}
+	cells, err := capabilities.NodeFitCells(on, nodes)
+	if err != nil {
+		return usageError{err}
+	}
+	if len(cells) == 0 {
+		return usagef("%s: no fitted cell at %d nodes", overlayPath, nodes)
+	}
+	fcfg := cfg
+	for _, c := range cells {
+		fcfg.Cells = append(fcfg.Cells, planner.CellOverride{Coll: c.Coll, Algo: c.Algo, Proto: c.Proto,
+			LatUS: float32(c.LatUS), BWGBps: float32(c.BWGBps)})
+	}
+	fitted, err := planner.New(&topo, fcfg)
+	if err != nil {
+		return fmt.Errorf("%s: %w", overlayPath, err)
+	}
+	ev, err := calibrate.Evaluate(ctx, nodes, prior, fitted, pts)
+	if err != nil {
+		return usageError{err}
+	}
+	fmt.Fprintf(stderr, "calibrate: evaluated %s (%d fitted cells at %d nodes) on %d pinned points, not refitted\n",
+		overlayPath, len(cells), nodes, ev.Points)
+	if svg != "" {
+		if err := writeSVG(ctx, svg, fitted, prior, pts, fmt.Sprintf("calibrate --check %s, %d nodes: fresh sweep vs %s", n.Name, nodes, overlayPath)); err != nil {
+			return err
+		}
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(ev)
+	}
+	return ev.WriteText(stdout)
+}
+
+// writeSVG plots pts against the fitted and prior planners' curves into file.
+func writeSVG(ctx context.Context, file string, fitted, prior *planner.Planner, pts []calibrate.Point, title string) error {
+	fm, err := calibrate.Menus(ctx, fitted)
+	if err != nil {
+		return err
+	}
+	pm, err := calibrate.Menus(ctx, prior)
+	if err != nil {
+		return err
+	}
+	var b bytes.Buffer
+	if err := calibrate.PlotSVG(&b, fm, pm, pts, title); err != nil {
+		return err
+	}
+	return os.WriteFile(file, b.Bytes(), 0o644)
+}
+
+// parseColls reads --colls: "all" or a comma-separated list of collectives.
+func parseColls(s string) ([]costmodel.Coll, error) {
+	if strings.EqualFold(strings.TrimSpace(s), "all") {
+		var out []costmodel.Coll
+		for c := costmodel.Coll(0); c < costmodel.NumColls; c++ {
+			out = append(out, c)
+		}
+		return out, nil
+	}
+	var out []costmodel.Coll
+	seen := map[costmodel.Coll]bool{}
+	for _, f := range strings.Split(s, ",") {
+		c, err := capabilities.ParseColl(strings.TrimSpace(f))
+		if err != nil {
+			return nil, usagef("--colls: %v", err)
+		}
+		if !seen[c] {
+			seen[c] = true
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// sizeValue is a flag of a byte count with an optional K, M or G suffix (1024-based).
+type sizeValue struct{ v *int64 }
+
+func (f sizeValue) String() string {
+	if f.v == nil {
+		return ""
+	}
+	return strconv.FormatInt(*f.v, 10)
+}
+
+func (f sizeValue) Set(s string) error {
+	mult := int64(1)
+	t := strings.TrimSuffix(strings.TrimSuffix(s, "iB"), "B")
+	if t != "" {
+		switch t[len(t)-1] {
+		case 'k', 'K':
+			mult = 1 << 10
+		case 'm', 'M':
+			mult = 1 << 20
+		case 'g', 'G':
+			mult = 1 << 30
+		}
+		if mult > 1 {
+			t = t[:len(t)-1]
+		}
+	}
+	v, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || v < 0 || v > (1<<40)/mult {
+		return fmt.Errorf("size %q: want a byte count with an optional K, M or G suffix", s)
+	}
+	*f.v = v * mult
+	return nil
+}

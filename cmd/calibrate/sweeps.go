@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/planner"
+)
+
+// sweepSpec is one collbench run: a collective, pinned to one (algo, proto) cell or free.
+type sweepSpec struct {
+	coll        costmodel.Coll
+	algo, proto string // collbench's --algo/--proto ("" free)
+	file        string // base name in the sweeps directory
+}
+
+// sweepConfig is what every collbench run of one calibrate --run shares.
+type sweepConfig struct {
+	collbench        string
+	np, rpn          int // ranks; ranks per (virtual) node, 0 for one node
+	nodes, gpn       int
+	transport        string
+	minB, maxB, fact int64
+	iters, warmup    int
+}
+
+// engineAlgos are the algorithms collplan's engine implements per collective: Ring for all five,
+// Tree for AllReduce only. It implements every protocol (LL, LL128, Simple).
+func engineImplements(c costmodel.Coll, a costmodel.Algo) bool {
+	return a == costmodel.Ring || (a == costmodel.Tree && c == costmodel.AllReduce)
+}
+
+var (
+	benchAlgo  = map[costmodel.Algo]string{costmodel.Ring: "Ring", costmodel.Tree: "Tree"}
+	benchProto = map[costmodel.Proto]string{costmodel.LL: "LL", costmodel.LL128: "LL128", costmodel.Simple: "Simple"}
+	benchColl  = map[costmodel.Coll]string{costmodel.AllReduce: "allreduce", costmodel.AllGather: "allgather",
+		costmodel.ReduceScatter: "reducescatter", costmodel.Broadcast: "broadcast", costmodel.Reduce: "reduce"}
+)
+
+// planSweeps lists, per collective, every cell that the prior's menu finds legal and the engine
+// implements (pinned), then the free choice (when free is set).
+func planSweeps(menus map[costmodel.Coll]*planner.Menu, colls []costmodel.Coll, free bool) []sweepSpec {
+	var out []sweepSpec
+	for _, c := range colls {
+		m := menus[c]
+		for a := costmodel.Algo(0); a < costmodel.NumAlgos; a++ {
+			for p := costmodel.Proto(0); p < costmodel.NumProtos; p++ {
+				if !engineImplements(c, a) || m.Cells[a][p].Reason != "" || m.Cells[a][p].BWGBps <= 0 {
+					continue
+				}
+				an, pn := benchAlgo[a], benchProto[p]
+				out = append(out, sweepSpec{coll: c, algo: an, proto: pn,
+					file: fmt.Sprintf("%s-%s-%s.txt", benchColl[c], strings.ToLower(an), strings.ToLower(pn))})
+			}
+		}
+		if free {
+			out = append(out, sweepSpec{coll: c, file: benchColl[c] + "-free.txt"})
+		}
+	}
+	return out
+}
+
+// sizesOf counts the sizes collbench runs for -b lo -e hi -f f.
+func sizesOf(lo, hi, f int64) int {
+	n := 0
+	for s := lo; s <= hi; s *= f {
+		n++
+		if s == 0 {
+			break
+		}
+	}
+	return n
+}
+
+// findCollbench returns the collbench to run: flag, beside this binary, then PATH.
+func findCollbench(flagPath string) (string, error) {
+	if flagPath != "" {
+		if _, err := os.Stat(flagPath); err != nil {
+			return "", usagef("--collbench: %v", err)
+		}
+		return flagPath, nil
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "collbench")
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("collbench"); err == nil {
+		return p, nil
+	}
+	return "", usagef("collbench not found beside calibrate or on PATH; build it (go build ./cmd/collbench) or give --collbench PATH")
+}
+
+// progress is a one-line bar on a terminal; it draws nothing when w is nil.
+type progress struct {
+	w            io.Writer
+	done, total  int
+	label, shown string
+}
+
+func (p *progress) draw() {
+	if p.w == nil {
+		return
+	}
+	const width = 30
+	fill := 0
+	if p.total > 0 {
+		fill = width * p.done / p.total
+	}
+	s := fmt.Sprintf("\r[%s%s] %d/%d %s", strings.Repeat("#", fill), strings.Repeat(" ", width-fill), p.done, p.total, p.label)
+	if pad := len(p.shown) - len(s); pad > 0 {
+		s += strings.Repeat(" ", pad)
+	}
+	p.shown = s
+	fmt.Fprint(p.w, s)
+}
+
+func (p *progress) finish() {
+	if p.w != nil && p.shown != "" {
+		fmt.Fprintf(p.w, "\r%s\r", strings.Repeat(" ", len(p.shown)))
+	}
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// runSweeps runs collbench once per spec, writing each table to dir/spec.file and a sweeps.toml
+// manifest beside them.
+func runSweeps(ctx context.Context, cfg sweepConfig, specs []sweepSpec, dir string, bar io.Writer) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	perSweep := sizesOf(cfg.minB, cfg.maxB, cfg.fact)
+	pg := &progress{w: bar, total: perSweep * len(specs)}
+	defer pg.finish()
+	var man strings.Builder
+	man.WriteString("# Written by calibrate --run: one collbench sweep per legal pinned cell, and the free choice.\n")
+	for i, sp := range specs {
+		args := []string{benchColl[sp.coll], "-np", strconv.Itoa(cfg.np), "-b", strconv.FormatInt(cfg.minB, 10),
+			"-e", strconv.FormatInt(cfg.maxB, 10), "-f", strconv.FormatInt(cfg.fact, 10),
+			"-n", strconv.Itoa(cfg.iters), "-w", strconv.Itoa(cfg.warmup), "--transport", cfg.transport}
+		if cfg.rpn > 0 {
+			args = append(args, "--ranks-per-node", strconv.Itoa(cfg.rpn))
+		}
+		if sp.algo != "" {
+			args = append(args, "--algo", sp.algo, "--proto", sp.proto)
+		}
+		pin := "free"
+		if sp.algo != "" {
+			pin = sp.algo + "/" + sp.proto
+		}
+		pg.label = benchColl[sp.coll] + " " + pin
+		pg.done = i * perSweep
+		pg.draw()
+		var out, errb bytes.Buffer
+		cmd := exec.CommandContext(ctx, cfg.collbench, args...)
+		cmd.Stderr = &errb
+		pr, pw := io.Pipe()
+		cmd.Stdout = pw
+		scanDone := make(chan struct{})
+		go func() {
+			defer close(scanDone)
+			sc := bufio.NewScanner(pr)
+			sc.Buffer(make([]byte, 64<<10), 1<<20)
+			for sc.Scan() {
+				l := sc.Text()
+				out.WriteString(l)
+				out.WriteByte('\n')
+				if t := strings.TrimSpace(l); t != "" && t[0] >= '0' && t[0] <= '9' {
+					pg.done++
+					pg.draw()
+				}
+			}
+			io.Copy(io.Discard, pr)
+		}()
+		err := cmd.Run()
+		pw.Close()
+		<-scanDone
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			msg := strings.TrimSpace(errb.String())
+			if len(msg) > 2000 {
+				msg = "..." + msg[len(msg)-2000:]
+			}
+			return fmt.Errorf("%s %s: %w: %s", cfg.collbench, strings.Join(args, " "), err, msg)
+		}
+		path := filepath.Join(dir, sp.file)
+		if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(&man, "\n[[sweep]]\nfile = %q\n", sp.file)
+		if sp.algo != "" {
+			fmt.Fprintf(&man, "algo = %q\nproto = %q\n", sp.algo, sp.proto)
+		}
+		fmt.Fprintf(&man, "coll = %q\nnodes = %d\ngpus_per_node = %d\nnote = %q\n", benchColl[sp.coll], cfg.nodes, cfg.gpn,
+			"collbench "+strings.Join(args, " "))
+	}
+	pg.done = pg.total
+	pg.draw()
+	if len(specs) == 0 {
+		return errors.New("no sweep to run")
+	}
+	return os.WriteFile(filepath.Join(dir, "sweeps.toml"), []byte(man.String()), 0o644)
+}

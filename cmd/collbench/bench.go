@@ -14,6 +14,7 @@ import (
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/engine"
 	"github.com/collplan/collplan/kernels"
+	"github.com/collplan/collplan/planner"
 )
 
 // bench is one rank's run of the size sweep.
@@ -24,6 +25,12 @@ type bench struct {
 	plans     string
 	transport string
 	override  engine.Override // the pins of the measured calls
+	log       io.Writer       // every rank's log lines (policy switches)
+
+	table    *planner.DecisionTable    // the policy running now (nil without tables)
+	watch    *reloadWatch              // rank 0: SIGHUPs
+	switched bool                      // a switch happened; the next measured call is logged
+	ab       [2]*planner.DecisionTable // --ab's policies
 
 	rank, n int
 	es      int
@@ -56,7 +63,10 @@ func (b *bench) run(ctx context.Context) error {
 		victim = o.root
 	}
 	b.corrupt = os.Getenv("COLLPLAN_CORRUPT") == "1" && b.rank == victim
-	b.scratch = make([]byte, 8*b.n)
+	b.scratch = make([]byte, max(8*b.n, 32))
+	if b.log == nil {
+		b.log = io.Discard
+	}
 	send, recv := b.bufBytes(o.maxBytes)
 	b.sendBuf, b.recvBuf = make([]byte, send), make([]byte, recv)
 	// Collectives run to completion once started: a stop request (ctx) ends the sweep between
@@ -65,7 +75,12 @@ func (b *bench) run(ctx context.Context) error {
 	if err := b.preamble(cctx); err != nil {
 		return err
 	}
-	stopped := false
+	if len(o.ab) > 0 {
+		if err := b.abSweep(cctx, ctx); err != nil {
+			return err
+		}
+	}
+	stopped := len(o.ab) > 0
 	for cycle := 0; (o.cycles == 0 || cycle < o.cycles) && !stopped; cycle++ {
 		for size := o.minBytes; size <= o.maxBytes; {
 			stop, err := b.agreeStop(cctx, ctx.Err() != nil)
@@ -133,15 +148,6 @@ func (b *bench) counts(size int64) (count, printed int64) {
 	}
 	count = size / es
 	return count, count * es
-}
-
-func (b *bench) agreeStop(ctx context.Context, stop bool) (bool, error) {
-	v := int64(0)
-	if stop {
-		v = 1
-	}
-	r, err := b.allReduceInt64(ctx, v, kernels.Max)
-	return r != 0, err
 }
 
 func (b *bench) allReduceInt64(ctx context.Context, v int64, op kernels.Op) (int64, error) {
@@ -220,7 +226,9 @@ func (b *bench) preamble(ctx context.Context) error {
 			r, 0, binary.LittleEndian.Uint64(pids[8*r:]), h, r%rpn, 0, 0, 0, "cpu")
 	}
 	fmt.Fprintf(w, "#\n")
-	if o.perIter {
+	if len(o.ab) > 0 {
+		// abSweep prints its own table.
+	} else if o.perIter {
 		fmt.Fprintf(w, "#                                                                 out-of-place (+ per-iteration)                                in-place (+ per-iteration)\n")
 		fmt.Fprintf(w, "#       size         count      type   redop    root     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%%     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%% \n")
 		fmt.Fprintf(w, "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%%)     (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%%) \n")
@@ -352,6 +360,7 @@ func (b *bench) half(ctx context.Context, count int, inPlace bool) (half, error)
 		if err := b.call(ctx, send, recv, count); err != nil {
 			return h, err
 		}
+		b.noteSwitch()
 	}
 	if _, err := b.allReduceInt64(ctx, 0, kernels.Sum); err != nil { // barrier
 		return h, err
@@ -367,6 +376,7 @@ func (b *bench) half(ctx context.Context, count int, inPlace bool) (half, error)
 			if err := b.call(ctx, send, recv, count); err != nil {
 				return h, err
 			}
+			b.noteSwitch()
 		}
 		if o.perIter {
 			now := time.Now()

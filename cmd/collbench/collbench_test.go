@@ -25,6 +25,11 @@ import (
 
 // TestMain makes the test binary a collbench rank when the launcher starts it as one.
 func TestMain(m *testing.M) {
+	if os.Getenv(envTestMain) == "1" {
+		// The test binary as the collbench command (launcher and ranks), signals and all.
+		main()
+		os.Exit(0)
+	}
 	if os.Getenv("COLLPLAN_RANK") != "" {
 		if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
 			fmt.Fprintln(os.Stderr, "collbench:", err)
@@ -32,7 +37,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	os.Exit(runTests(m))
 }
 
 // syncBuffer is a bytes.Buffer safe for the launcher's writes and the test's reads.

@@ -9,6 +9,17 @@
 // itself (or runs as one rank when COLLPLAN_RANK/OMPI_COMM_WORLD_RANK/PMI_RANK/RANK is set) that
 // meet over a loopback TCP rendezvous and share memory through /dev/shm. With inproc the ranks
 // are goroutines of one process.
+//
+// Policies: the planner's DecisionTable can come through a tuner plugin (--tuner NAME|PATH
+// [--tuner-config FILE] [--tuner-timeout D]); every rank compiles it and the rendezvous checks that
+// the tables agree (a failing tuner falls back to the built-in policy on every rank, and the plans
+// line says so). SIGHUP (to the launcher, which passes it on to rank 0) recompiles the table,
+// re-reading --tuner-config; rank 0 announces the table hash and the sequence number of the first
+// call to run it, every rank compiles and checks it, and all switch at that call (a log line per
+// rank on stderr names it); a table that does not compile leaves the old one. --ab A,B
+// [--ab-config-a FILE] [--ab-config-b FILE] [--ab-runs 15] [--ab-seed 1] times two policies
+// interleaved run by run on one communicator and prints per size both medians and a bootstrap 95%
+// confidence interval of their difference, with a verdict.
 package main
 
 import (
@@ -38,8 +49,21 @@ func main() {
 			}
 		}
 	}()
+	notifyHups()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "collbench:", err)
 		os.Exit(1)
 	}
+}
+
+// notifyHups counts SIGHUPs (a policy reload: see reloadWatch) instead of letting them end the
+// process.
+func notifyHups() {
+	hupc := make(chan os.Signal, 4)
+	signal.Notify(hupc, syscall.SIGHUP)
+	go func() {
+		for range hupc {
+			hups.Add(1)
+		}
+	}()
 }

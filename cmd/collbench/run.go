@@ -7,16 +7,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
-	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/engine"
 	"github.com/collplan/collplan/kernels"
 	"github.com/collplan/collplan/planner"
-	"github.com/collplan/collplan/tables"
 )
 
 const version = "0.1.0"
@@ -60,6 +60,12 @@ type options struct {
 	channels  int
 	usePlan   bool
 	buffers   planner.Buffers
+
+	tuner tunerSpec // --tuner, --tuner-config, --tuner-timeout
+	// --ab A,B: live A/B of two policies (ab[0], ab[1]) on one communicator
+	ab     []tunerSpec
+	abRuns int
+	abSeed uint64
 }
 
 var colls = map[string]struct {
@@ -177,8 +183,47 @@ func parseArgs(args []string, stderr io.Writer) (*options, error) {
 	fs.Var(sizeFlag{&o.buffers.Simple}, "buffsize", "Simple connection buffer (NCCL_BUFFSIZE; default 4M)")
 	fs.Var(sizeFlag{&o.buffers.LL}, "ll-buffsize", "LL connection buffer (default 512K)")
 	fs.Var(sizeFlag{&o.buffers.LL128}, "ll128-buffsize", "LL128 connection buffer")
+	fs.StringVar(&o.tuner.name, "tuner", "none", "tuner plugin of the planner: none, a NAME (tuner-NAME beside this binary, then on PATH) or a PATH")
+	fs.StringVar(&o.tuner.config, "tuner-config", "", "configuration file handed to the tuner (re-read on SIGHUP)")
+	fs.DurationVar(&o.tuner.timeout, "tuner-timeout", 0, "tuner start and per-call deadline (default 5s to start, 2s per call)")
+	var ab, abCfg, abCfgA, abCfgB string
+	fs.StringVar(&ab, "ab", "", "A,B: live A/B of two tuners (e.g. none,rules), interleaved run by run at each size")
+	fs.StringVar(&abCfg, "ab-config", "", "A,B: the two tuners' configuration files (either may be empty)")
+	fs.StringVar(&abCfgA, "ab-config-a", "", "configuration file of --ab's A")
+	fs.StringVar(&abCfgB, "ab-config-b", "", "configuration file of --ab's B")
+	fs.IntVar(&o.abRuns, "ab-runs", 15, "timed runs per policy and size (each -n iterations)")
+	fs.Uint64Var(&o.abSeed, "ab-seed", 1, "seed of the bootstrap")
 	if err := fs.Parse(args[1:]); err != nil {
 		return nil, err
+	}
+	if ab != "" {
+		names := strings.Split(ab, ",")
+		if len(names) != 2 || names[0] == "" || names[1] == "" {
+			return nil, fmt.Errorf("--ab %q: want two tuner names, A,B", ab)
+		}
+		cfgs := []string{abCfgA, abCfgB}
+		if abCfg != "" {
+			parts := strings.Split(abCfg, ",")
+			if len(parts) != 2 {
+				return nil, fmt.Errorf("--ab-config %q: want two files, A,B (either may be empty)", abCfg)
+			}
+			for i, p := range parts {
+				if p != "" {
+					cfgs[i] = p
+				}
+			}
+		}
+		for i := range names {
+			o.ab = append(o.ab, tunerSpec{name: names[i], config: cfgs[i], timeout: o.tuner.timeout})
+		}
+		if o.abRuns < 2 {
+			return nil, errors.New("--ab-runs must be at least 2")
+		}
+		if o.tuner.name != "none" || o.tuner.config != "" {
+			return nil, errors.New("--ab names both policies; leave out --tuner and --tuner-config")
+		}
+	} else if abCfg != "" || abCfgA != "" || abCfgB != "" {
+		return nil, errors.New("--ab-config needs --ab")
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -238,14 +283,29 @@ func (o *options) engineConfig(n int) (engine.Config, string, error) {
 	}
 	plans := "engine default (Ring/Simple, 2 channels)"
 	if o.usePlan && !(cfg.Override.PinAlgo && cfg.Override.PinProto && o.channels > 0) && n > 1 {
-		dt, err := cpuTable(o.coll, n, o.rpn)
+		dt, err := compileTable(context.Background(), o.coll, n, o.rpn, o.tuner, os.Stderr)
 		if err != nil {
 			return cfg, "", err
 		}
 		cfg.Tables = []*planner.DecisionTable{dt}
-		plans = "planner DecisionTable for the cpu node table"
+		plans = describeTable(dt, o.tuner)
+	} else if o.tuner.String() != "none" || len(o.ab) > 0 {
+		return cfg, "", errors.New("--tuner and --ab need the planner's tables: leave --planner on and do not pin algorithm, protocol and channels all at once (and run at least 2 ranks)")
 	}
 	return cfg, plans, nil
+}
+
+// abTables compiles --ab's two policies' tables.
+func (o *options) abTables(n int) ([2]*planner.DecisionTable, error) {
+	var ts [2]*planner.DecisionTable
+	for i, spec := range o.ab {
+		dt, err := compileTable(context.Background(), o.coll, n, o.rpn, spec, os.Stderr)
+		if err != nil {
+			return ts, fmt.Errorf("--ab policy %c (%s): %w", 'A'+i, spec, err)
+		}
+		ts[i] = dt
+	}
+	return ts, nil
 }
 
 func parseEnum(s, what string, num int, name func(int) string) (int, error) {
@@ -255,32 +315,6 @@ func parseEnum(s, what string, num int, name func(int) string) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("%s %q: collbench pins one value (e.g. Ring, Tree, LL, LL128, Simple)", what, s)
-}
-
-// cpuTable compiles the planner's DecisionTable for coll on the cpu node table, with the node
-// table's ranks per node set to the communicator's virtual nodes.
-func cpuTable(coll costmodel.Coll, n, rpn int) (*planner.DecisionTable, error) {
-	if rpn <= 0 || rpn > n {
-		rpn = n
-	}
-	node, err := tables.Load("cpu")
-	if err != nil {
-		return nil, fmt.Errorf("loading the cpu node table: %w", err)
-	}
-	node.Node.GPUsPerNode = rpn
-	topo, err := capabilities.FromNode(node, (n+rpn-1)/rpn)
-	if err != nil {
-		return nil, fmt.Errorf("topology for %d ranks, %d per node: %w", n, rpn, err)
-	}
-	pl, err := planner.New(&topo, planner.Config{})
-	if err != nil {
-		return nil, fmt.Errorf("planner for %d ranks: %w", n, err)
-	}
-	dt, err := pl.Compile(context.Background(), planner.Class{Coll: coll, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1})
-	if err != nil {
-		return nil, fmt.Errorf("compiling the %v decision table: %w (pin --algo and --proto, or pass --planner=false)", coll, err)
-	}
-	return dt, nil
 }
 
 // run is collbench: a launcher of rank processes, one rank of a multi-process job, or (inproc)
@@ -299,13 +333,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if n == 0 {
 			n = 2
 		}
-		return runInProcess(ctx, o, n, stdout)
+		return runInProcess(ctx, o, n, stdout, stderr)
 	}
 	if isRank {
 		if o.np != 0 && o.np != env.Size {
 			return fmt.Errorf("-np %d, but the environment (%s) says %d ranks", o.np, env.Source, env.Size)
 		}
-		return runRankProcess(ctx, o, env, stdout)
+		return runRankProcess(ctx, o, env, stdout, stderr)
 	}
 	n := o.np
 	if n == 0 {
@@ -315,7 +349,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("finding collbench's executable: %w", err)
 	}
-	l := &engine.Launcher{N: n, Argv: append([]string{exe}, args...), Stdout: stdout, Stderr: stderr, Grace: 5 * time.Second}
+	// SIGHUP reaches rank 0 through a file: the launcher writes each SIGHUP's generation there.
+	dir, err := os.MkdirTemp("", "collbench-reload-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	reload := filepath.Join(dir, "generation")
+	fctx, stopForward := context.WithCancel(ctx)
+	defer stopForward()
+	go forwardHups(fctx, reload)
+	l := &engine.Launcher{N: n, Argv: append([]string{exe}, args...), Env: append(os.Environ(), envReload+"="+reload),
+		Stdout: stdout, Stderr: stderr, Grace: 5 * time.Second}
 	if err := l.Run(ctx); err != nil {
 		return fmt.Errorf("%d-rank job: %w", n, err)
 	}
@@ -323,12 +368,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // runRankProcess is one rank of a multi-process job over shared memory.
-func runRankProcess(ctx context.Context, o *options, env engine.Env, stdout io.Writer) error {
+func runRankProcess(ctx context.Context, o *options, env engine.Env, stdout, stderr io.Writer) error {
 	cfg, plans, err := o.engineConfig(env.Size)
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", env.Rank, err)
 	}
-	h, err := engine.ConfigHash(env.Size, cfg, o.fingerprint())
+	var ab [2]*planner.DecisionTable
+	if len(o.ab) > 0 {
+		if ab, err = o.abTables(env.Size); err != nil {
+			return fmt.Errorf("rank %d: %w", env.Rank, err)
+		}
+	}
+	// Every rank compiled its tables itself; the rendezvous checks that they are the same.
+	h, err := engine.ConfigHash(env.Size, cfg, o.fingerprint(), fmt.Sprintf("ab %016x %016x", tableHash(ab[0]), tableHash(ab[1])))
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", env.Rank, err)
 	}
@@ -355,7 +407,8 @@ func runRankProcess(ctx context.Context, o *options, env engine.Env, stdout io.W
 	if env.Rank == 0 {
 		out = stdout
 	}
-	b := &bench{o: o, c: c, out: out, plans: plans, transport: "shm", override: cfg.Override}
+	b := &bench{o: o, c: c, out: out, log: stderr, plans: plans, transport: "shm", override: cfg.Override, ab: ab}
+	b.setPolicy(cfg, env.Rank)
 	err = b.run(ctx)
 	if cerr := c.Close(); err == nil && cerr != nil {
 		err = cerr
@@ -367,11 +420,18 @@ func runRankProcess(ctx context.Context, o *options, env engine.Env, stdout io.W
 }
 
 // runInProcess runs every rank as a goroutine of this process.
-func runInProcess(ctx context.Context, o *options, n int, stdout io.Writer) error {
+func runInProcess(ctx context.Context, o *options, n int, stdout, stderr io.Writer) error {
 	cfg, plans, err := o.engineConfig(n)
 	if err != nil {
 		return err
 	}
+	var ab [2]*planner.DecisionTable
+	if len(o.ab) > 0 {
+		if ab, err = o.abTables(n); err != nil {
+			return err
+		}
+	}
+	logw := &lockedWriter{w: stderr}
 	comms, err := engine.NewInProcess(n, cfg)
 	if err != nil {
 		return err
@@ -383,7 +443,8 @@ func runInProcess(ctx context.Context, o *options, n int, stdout io.Writer) erro
 		if r == 0 {
 			out = stdout
 		}
-		b := &bench{o: o, c: c, out: out, plans: plans, transport: "inproc", override: cfg.Override}
+		b := &bench{o: o, c: c, out: out, log: logw, plans: plans, transport: "inproc", override: cfg.Override, ab: ab}
+		b.setPolicy(cfg, r)
 		go func() {
 			errs[r] = b.run(ctx)
 			if errs[r] != nil {
@@ -408,6 +469,19 @@ func runInProcess(ctx context.Context, o *options, n int, stdout io.Writer) erro
 
 // fingerprint is what, besides the engine's configuration, every rank must agree on.
 func (o *options) fingerprint() string {
-	return fmt.Sprintf("%v %d %d %d %d %d %d %d %d %d %v %v %d %t %d %s %s", o.coll, o.minBytes, o.maxBytes, o.stepF, o.stepB,
-		o.iters, o.warmup, o.agg, o.cycles, o.check, o.op, o.dt, o.root, o.perIter, o.average, o.algo, o.proto)
+	return fmt.Sprintf("%v %d %d %d %d %d %d %d %d %d %v %v %d %t %d %s %s %s %v %d %d", o.coll, o.minBytes, o.maxBytes, o.stepF, o.stepB,
+		o.iters, o.warmup, o.agg, o.cycles, o.check, o.op, o.dt, o.root, o.perIter, o.average, o.algo, o.proto,
+		o.tuner, o.ab, o.abRuns, o.abSeed)
+}
+
+// lockedWriter serializes the ranks' log lines of an in-process job.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

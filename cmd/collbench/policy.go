@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	hclog "github.com/hashicorp/go-hclog"
+
+	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/planner"
+	"github.com/collplan/collplan/plugin"
+	"github.com/collplan/collplan/tables"
+)
+
+// envTunerLog sets the tuner log level (trace, debug, info, warn, error, off); default warn.
+const envTunerLog = "COLLPLAN_TUNER_LOG"
+
+// envReload names the file through which the launcher forwards SIGHUP to rank 0: a generation
+// number that grows with each SIGHUP.
+const envReload = "COLLBENCH_RELOAD_FILE"
+
+// tunerSpec chooses a policy: the planner alone ("none") or the planner with a tuner plugin.
+type tunerSpec struct {
+	name, config string
+	timeout      time.Duration
+}
+
+func (t tunerSpec) String() string {
+	if t.name == "" || strings.EqualFold(t.name, "none") {
+		return "none"
+	}
+	if t.config != "" {
+		return t.name + " (" + t.config + ")"
+	}
+	return t.name
+}
+
+// compileTable compiles the planner's DecisionTable for coll on the cpu node table (ranks per node
+// set to the communicator's virtual nodes) with the tuner of spec: one Init and one Tune round trip,
+// then the plugin is closed, so each compile re-reads its configuration file. A tuner that fails
+// leaves the planner's built-in policy, with the reason in the table's TunerNote.
+func compileTable(ctx context.Context, coll costmodel.Coll, n, rpn int, spec tunerSpec, logTo io.Writer) (*planner.DecisionTable, error) {
+	if rpn <= 0 || rpn > n {
+		rpn = n
+	}
+	node, err := tables.Load("cpu")
+	if err != nil {
+		return nil, fmt.Errorf("loading the cpu node table: %w", err)
+	}
+	node.Node.GPUsPerNode = rpn
+	topo, err := capabilities.FromNode(node, (n+rpn-1)/rpn)
+	if err != nil {
+		return nil, fmt.Errorf("topology for %d ranks, %d per node: %w", n, rpn, err)
+	}
+	path, err := plugin.Resolve(spec.name)
+	if err != nil {
+		return nil, err
+	}
+	var pl *planner.Planner
+	if path == "" {
+		if spec.config != "" {
+			return nil, fmt.Errorf("a tuner configuration (%s) needs a tuner", spec.config)
+		}
+		pl, err = planner.New(&topo, planner.Config{})
+	} else {
+		if spec.timeout < 0 {
+			return nil, fmt.Errorf("--tuner-timeout %s: must be positive", spec.timeout)
+		}
+		level := hclog.Warn
+		if v := os.Getenv(envTunerLog); v != "" {
+			if level = hclog.LevelFromString(v); level == hclog.NoLevel {
+				return nil, fmt.Errorf("%s=%q: want trace, debug, info, warn, error or off", envTunerLog, v)
+			}
+		}
+		var cl *plugin.Client
+		cl, err = plugin.New(plugin.Config{Path: path, ConfigPath: spec.config, StartTimeout: spec.timeout,
+			CallTimeout: spec.timeout, Logger: plugin.DefaultLogger(logTo, level)})
+		if err != nil {
+			return nil, err
+		}
+		defer cl.Close()
+		pl, err = cl.Planner(ctx, &topo, planner.Config{})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("planner for %d ranks: %w", n, err)
+	}
+	dt, err := pl.Compile(ctx, planner.Class{Coll: coll, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1})
+	if err != nil {
+		return nil, fmt.Errorf("compiling the %v decision table: %w (pin --algo and --proto, or pass --planner=false)", coll, err)
+	}
+	return dt, nil
+}
+
+// tableHash is what every rank must agree on about a table: its class and entries.
+func tableHash(dt *planner.DecisionTable) uint64 {
+	h := fnv.New64a()
+	if dt != nil {
+		fmt.Fprintf(h, "%+v %+v", dt.Class, dt.Entries())
+	}
+	return h.Sum64()
+}
+
+// cell names a decision's algorithm, protocol and channels.
+func cell(d planner.Decision) string {
+	return fmt.Sprintf("%v/%v/%d", d.Algo, d.Proto, d.Channels)
+}
+
+// describeTable is the plans line of a table: its tuner, and why the tuner fell back if it did.
+func describeTable(dt *planner.DecisionTable, spec tunerSpec) string {
+	s := "planner DecisionTable for the cpu node table"
+	if spec.String() != "none" {
+		s += ", tuner " + spec.String()
+		if dt.Tuner != "" {
+			s += " as " + dt.Tuner
+		}
+		if dt.TunerNote != "" {
+			s += "; FALLBACK: " + dt.TunerNote
+		}
+	}
+	return s + fmt.Sprintf(", table hash %016x", tableHash(dt))
+}
+
+// hups counts the SIGHUPs this process received (or, in a launched rank 0, the launcher forwarded).
+var hups atomic.Int64
+
+// reloadWatch tells rank 0 when a reload was asked for since it last looked: a SIGHUP to this
+// process, or a new generation in the launcher's reload file.
+type reloadWatch struct {
+	file         string
+	seenHup      int64
+	seenFileData string
+}
+
+func newReloadWatch() *reloadWatch {
+	w := &reloadWatch{file: os.Getenv(envReload), seenHup: hups.Load()}
+	if w.file != "" {
+		b, _ := os.ReadFile(w.file)
+		w.seenFileData = string(b)
+	}
+	return w
+}
+
+func (w *reloadWatch) requested() bool {
+	got := false
+	if h := hups.Load(); h != w.seenHup {
+		w.seenHup, got = h, true
+	}
+	if w.file != "" {
+		if b, err := os.ReadFile(w.file); err == nil && string(b) != w.seenFileData {
+			w.seenFileData, got = string(b), true
+		}
+	}
+	return got
+}
+
+// forwardHups writes each SIGHUP the launcher gets into the reload file for rank 0, until ctx ends.
+func forwardHups(ctx context.Context, file string) {
+	seen := hups.Load()
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if h := hups.Load(); h != seen {
+			seen = h
+			tmp := file + ".tmp"
+			if err := os.WriteFile(tmp, []byte(fmt.Sprint(h)), 0o600); err == nil {
+				os.Rename(tmp, file)
+			}
+		}
+	}
+}

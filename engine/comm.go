@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -47,6 +49,7 @@ type Comm struct {
 	override Override
 	premul   []premulOp
 	last     planner.Decision
+	tuneLog  io.Writer // rank 0's TUNING log, nil when off (tuninglog.go)
 
 	statsMu sync.Mutex
 	stats   []ChannelStats
@@ -142,6 +145,7 @@ func New(rank, n int, tr Transport, cfg Config) (*Comm, error) {
 		eps:      make(map[epKey]*endpoint),
 		override: cfg.Override,
 	}
+	c.tuneLog = tuningWriter(rank, &cfg, os.Getenv)
 	c.cfgWord = layoutWord("config", uint64(n), uint64(cfg.RanksPerNode), uint64(b.LL), uint64(b.LL128), uint64(b.Simple))
 	c.tree[0], c.tree[1] = c.topo.trees()
 	size := ctrlSize(n)
@@ -343,6 +347,7 @@ func (c *Comm) collective(ctx context.Context, a args) error {
 		return nil
 	}
 	c.last = cl.plan.Decision
+	c.logTuning(&cl)
 	return c.execute(&w, &cl)
 }
 

@@ -47,8 +47,9 @@
 //     release after the payload; the receiver acquires the flag, then reads the payload.
 //
 // Receivers poll without allocating: a few plain polls, then for a millisecond polls with
-// runtime.Gosched (so that with more ranks and channels than cores the rank being waited for runs),
-// then polls separated by sleeps that double up to 256 us.
+// runtime.Gosched (so that with more ranks and channels than cores the rank being waited for runs;
+// when the ranks are processes and outnumber the cores, also sched_yield, which hands the core to
+// another process), then polls separated by sleeps that double up to 256 us.
 //
 // # Algorithms
 //

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
@@ -40,6 +41,10 @@ type Config struct {
 	Channels int
 	// Override pins parts of every call's plan, over the planner's choice.
 	Override Override
+
+	// DebugLog receives rank 0's NCCL-style TUNING lines when NCCL_DEBUG=INFO and
+	// NCCL_DEBUG_SUBSYS asks for TUNING (see tuninglog.go); nil means standard error.
+	DebugLog io.Writer
 }
 
 // PlanFunc returns the plan for a call of collective coll on nBytes bytes (the model byte count).

@@ -1,0 +1,205 @@
+//go:build linux && !race
+
+package engine_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine"
+	"github.com/collplan/collplan/kernels"
+	"github.com/collplan/collplan/planner"
+	"github.com/collplan/collplan/tables"
+)
+
+// Bounded staging: a rank's memory beyond the user's buffers does not grow with the message size,
+// because every connection is a FIFO of NCCL_STEPS fixed slots. The test runs AllReduce (float
+// sum, out of place, planned by the cpu node table's DecisionTable as collbench plans it) with the
+// ranks as processes over shared memory, and compares each rank's peak RSS (VmHWM) less its send
+// and receive buffers between a small and a large message.
+//
+// It allocates 2 x 1 GiB per rank on 2 ranks, so it runs only when COLLPLAN_STAGING_TEST=1 (and
+// never under -short or the race detector):
+//
+//	COLLPLAN_STAGING_TEST=1 go test -run TestStagingBounded -v ./engine/
+
+const (
+	stagingBytesEnv = "COLLPLAN_STAGING_BYTES" // set in the rank processes: the message size
+	stagingSlack    = 16 << 20
+)
+
+func TestStagingBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	if os.Getenv("COLLPLAN_STAGING_TEST") != "1" {
+		t.Skip("set COLLPLAN_STAGING_TEST=1 to run (allocates 4 GiB, about 30 s)")
+	}
+	for _, tc := range []struct {
+		n          int
+		small, big int64
+	}{
+		{2, 1 << 20, 1 << 30},
+		{4, 1 << 20, 256 << 20},
+	} {
+		t.Run(fmt.Sprintf("ranks=%d", tc.n), func(t *testing.T) {
+			small := stagingRun(t, tc.n, tc.small)
+			big := stagingRun(t, tc.n, tc.big)
+			for r := 0; r < tc.n; r++ {
+				es, eb := small[r]-2*tc.small, big[r]-2*tc.big
+				t.Logf("rank %d: VmHWM %.1f MiB at %d MiB (%.1f MiB beyond the buffers), %.1f MiB at %d MiB (%.1f MiB beyond)",
+					r, mib(small[r]), tc.small>>20, mib(es), mib(big[r]), tc.big>>20, mib(eb))
+				if d := eb - es; d > stagingSlack || d < -stagingSlack {
+					t.Errorf("rank %d: memory beyond the buffers differs by %.1f MiB between %d MiB and %d MiB (limit %d MiB)",
+						r, mib(d), tc.small>>20, tc.big>>20, stagingSlack>>20)
+				}
+			}
+		})
+	}
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// stagingRun launches n rank processes (this test binary, running TestStagingRank) on a message of
+// size bytes and returns each rank's VmHWM in bytes.
+func stagingRun(t *testing.T, n int, size int64) []int64 {
+	t.Helper()
+	var out, errb bytes.Buffer
+	l := &engine.Launcher{
+		N:      n,
+		Argv:   []string{os.Args[0], "-test.run=^TestStagingRank$", "-test.v"},
+		Env:    append(os.Environ(), stagingBytesEnv+"="+strconv.FormatInt(size, 10)),
+		Stdout: &out, Stderr: &errb,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := l.Run(ctx); err != nil {
+		t.Fatalf("%d ranks, %d bytes: %v\nstdout:\n%s\nstderr:\n%s", n, size, err, out.String(), errb.String())
+	}
+	hwm := make([]int64, n)
+	seen := 0
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		var r int
+		var b, h int64
+		if _, err := fmt.Sscanf(strings.TrimSpace(sc.Text()), "STAGING rank=%d bytes=%d vmhwm=%d", &r, &b, &h); err == nil && r >= 0 && r < n {
+			hwm[r] = h
+			seen++
+		}
+	}
+	if seen != n {
+		t.Fatalf("%d of %d ranks reported VmHWM:\n%s\n%s", seen, n, out.String(), errb.String())
+	}
+	return hwm
+}
+
+// TestStagingRank is one rank process of TestStagingBounded (it skips unless launched by it).
+func TestStagingRank(t *testing.T) {
+	sizeS := os.Getenv(stagingBytesEnv)
+	if sizeS == "" {
+		t.Skip("a rank process of TestStagingBounded")
+	}
+	size, err := strconv.ParseInt(sizeS, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, ok, err := engine.EnvFrom(os.Getenv)
+	if err != nil || !ok {
+		t.Fatalf("not a rank (%v)", err)
+	}
+	cfg := engine.Config{}
+	dt, err := stagingTable(env.Size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Tables = []*planner.DecisionTable{dt}
+	h, err := engine.ConfigHash(env.Size, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	job, err := engine.Rendezvous(ctx, env.Rank, env.Size, env.Addr, h, env.Job, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := engine.NewShmTransport(job, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := engine.New(env.Rank, env.Size, tr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	count := int(size / 4)
+	send, recv := make([]byte, size), make([]byte, size)
+	one := math.Float32bits(1)
+	for i := 0; i < count; i++ {
+		binary.LittleEndian.PutUint32(send[4*i:], one)
+	}
+	for i := 0; i < 3; i++ {
+		if err := c.AllReduce(ctx, send, recv, count, kernels.Float32, kernels.Sum); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := math.Float32bits(float32(env.Size))
+	for _, i := range []int{0, count / 2, count - 1} {
+		if v := binary.LittleEndian.Uint32(recv[4*i:]); v != want {
+			t.Fatalf("element %d: %#x, want %#x", i, v, want)
+		}
+	}
+	hwm, err := vmHWM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.LastPlan()
+	fmt.Printf("STAGING rank=%d bytes=%d vmhwm=%d plan=%v/%v/%dch\n", env.Rank, size, hwm, p.Algo, p.Proto, p.Channels)
+}
+
+// stagingTable is collbench's plan source: the planner's AllReduce table for the cpu node table,
+// one virtual node.
+func stagingTable(n int) (*planner.DecisionTable, error) {
+	node, err := tables.Load("cpu")
+	if err != nil {
+		return nil, err
+	}
+	node.Node.GPUsPerNode = n
+	topo, err := capabilities.FromNode(node, 1)
+	if err != nil {
+		return nil, err
+	}
+	pl, err := planner.New(&topo, planner.Config{})
+	if err != nil {
+		return nil, err
+	}
+	return pl.Compile(context.Background(), planner.Class{Coll: costmodel.AllReduce, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1})
+}
+
+// vmHWM returns this process's peak resident set size (VmHWM of /proc/self/status) in bytes.
+func vmHWM() (int64, error) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 2 && f[1] == "kB" {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				return kb << 10, err
+			}
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in /proc/self/status")
+}

@@ -140,6 +140,21 @@ func DefaultLogger(w io.Writer, level hclog.Level) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Name: "tuner", Output: w, Level: level})
 }
 
+// EnvLogVar sets the host's tuner log level: trace, debug, info, warn (the default), error or off.
+const EnvLogVar = "COLLPLAN_TUNER_LOG"
+
+// EnvLogger is DefaultLogger at the level EnvLogVar names (warn when unset); an unknown level is an
+// error naming the variable.
+func EnvLogger(w io.Writer) (hclog.Logger, error) {
+	level := hclog.Warn
+	if v := os.Getenv(EnvLogVar); v != "" {
+		if level = hclog.LevelFromString(v); level == hclog.NoLevel {
+			return nil, fmt.Errorf("%s=%q: want trace, debug, info, warn, error or off", EnvLogVar, v)
+		}
+	}
+	return DefaultLogger(w, level), nil
+}
+
 // Name is the policy's name.
 func (c *Client) Name() string { return c.cfg.Name }
 

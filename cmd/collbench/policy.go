@@ -10,17 +10,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	hclog "github.com/hashicorp/go-hclog"
-
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/plugin"
 	"github.com/collplan/collplan/tables"
 )
-
-// envTunerLog sets the tuner log level (trace, debug, info, warn, error, off); default warn.
-const envTunerLog = "COLLPLAN_TUNER_LOG"
 
 // envReload names the file through which the launcher forwards SIGHUP to rank 0: a generation
 // number that grows with each SIGHUP.
@@ -73,15 +68,13 @@ func compileTable(ctx context.Context, coll costmodel.Coll, n, rpn int, spec tun
 		if spec.timeout < 0 {
 			return nil, fmt.Errorf("--tuner-timeout %s: must be positive", spec.timeout)
 		}
-		level := hclog.Warn
-		if v := os.Getenv(envTunerLog); v != "" {
-			if level = hclog.LevelFromString(v); level == hclog.NoLevel {
-				return nil, fmt.Errorf("%s=%q: want trace, debug, info, warn, error or off", envTunerLog, v)
-			}
+		logger, err := plugin.EnvLogger(logTo)
+		if err != nil {
+			return nil, err
 		}
 		var cl *plugin.Client
 		cl, err = plugin.New(plugin.Config{Path: path, ConfigPath: spec.config, StartTimeout: spec.timeout,
-			CallTimeout: spec.timeout, Logger: plugin.DefaultLogger(logTo, level)})
+			CallTimeout: spec.timeout, Logger: logger})
 		if err != nil {
 			return nil, err
 		}

@@ -9,13 +9,8 @@ import (
 	"sync"
 	"time"
 
-	hclog "github.com/hashicorp/go-hclog"
-
 	"github.com/collplan/collplan/plugin"
 )
-
-// envTunerLog sets the tuner log level (trace, debug, info, warn, error, off); default warn.
-const envTunerLog = "COLLPLAN_TUNER_LOG"
 
 // tunerFlags choose the tuner plugin.
 type tunerFlags struct {
@@ -57,13 +52,9 @@ func (f *tunerFlags) client(logTo io.Writer) (*plugin.Client, error) {
 			return nil, usageError{err}
 		}
 	}
-	level := hclog.Warn
-	if v := os.Getenv(envTunerLog); v != "" {
-		if level = hclog.LevelFromString(v); level == hclog.NoLevel {
-			return nil, usagef("%s=%q: want trace, debug, info, warn, error or off", envTunerLog, v)
-		}
+	if cfg.Logger, err = plugin.EnvLogger(logTo); err != nil {
+		return nil, usageError{err}
 	}
-	cfg.Logger = plugin.DefaultLogger(logTo, level)
 	c, err := plugin.New(cfg)
 	if err != nil {
 		return nil, usageError{err}

@@ -3,8 +3,13 @@
 // Fit (fit.go) adjusts the effective latency and bandwidth of each pinned cell to the measured
 // points with gonum/optimize (a robust loss on log(predicted/measured), regularised toward the
 // prior table; protocol-free sweeps constrain the minimum over the cells they allow), with an
-// uncertainty per parameter; WriteOverlay writes the result as a node table's fitted overlay and
-// BuildReport scores the prior and fitted pickers against the measurements (report.go).
+// uncertainty per parameter; points whose -I per-iteration CV is high weigh less.
+// FitCorrected (corrections.go) then fits per-bucket bandwidth factors (NCCL's
+// treeCorrectionFactor idea) where a cell's pinned points in a log2 size bucket keep a significant,
+// consistent residual, and refits the cells over them. WriteOverlay writes the result as a node
+// table's fitted overlay ([[fit.cell]] at the fitted node count, and the whole [corrections] table
+// when bucket factors were fitted) and BuildReport scores the prior and fitted pickers against the
+// measurements (report.go).
 //
 // The inputs are text that real clusters produce, so every parser accepts the mess around the data
 // and names the file and line of every line it rejects:

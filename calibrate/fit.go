@@ -37,6 +37,21 @@ type Point struct {
 	Cells  []Cell
 	// Pin is the sweep's NCCL_ALGO/NCCL_PROTO ("" free), for reports.
 	Algo, Proto string
+	// IterCVPct is the row's -I per-iteration coefficient of variation (%; 0 when not printed): a
+	// noisy point weighs less in the fit (weight).
+	IterCVPct float64
+}
+
+// cvRef is the per-iteration CV (%) at which a point's weight in the fit halves.
+const cvRef = 10.0
+
+// weight is a point's weight in the fit: 1 without -I statistics, 1/(1+(cv/cvRef)^2) with them.
+func (p Point) weight() float64 {
+	if !(p.IterCVPct > 0) {
+		return 1
+	}
+	r := p.IterCVPct / cvRef
+	return 1 / (1 + r*r)
 }
 
 // Pinned reports whether the point measures exactly one cell.
@@ -85,7 +100,7 @@ func Points(sweeps []*Sweep, menus map[costmodel.Coll]*planner.Menu, nNodes int)
 				continue
 			}
 			pts = append(pts, Point{File: s.File, Line: r.Line, Coll: s.Coll, Bytes: r.Bytes, TimeUS: h.TimeUS,
-				Cells: cells, Algo: s.Pin.Algo, Proto: s.Pin.Proto})
+				Cells: cells, Algo: s.Pin.Algo, Proto: s.Pin.Proto, IterCVPct: h.IterCVPct})
 		}
 	}
 	return pts, probs
@@ -370,7 +385,7 @@ func (md *model) loss(x []float64) float64 {
 	for i, p := range md.pts {
 		pred, _ := md.predict(x, i, md.opt.Sharpness)
 		r := math.Log(pred/p.TimeUS) / s
-		l += 2 * (math.Sqrt(1+r*r) - 1)
+		l += p.weight() * 2 * (math.Sqrt(1+r*r) - 1)
 	}
 	ps := md.opt.PriorSigma
 	for _, v := range x {
@@ -389,7 +404,7 @@ func (md *model) grad(g, x []float64) {
 	for i, p := range md.pts {
 		pred, _ := md.predict(x, i, sh)
 		r := math.Log(pred/p.TimeUS) / s
-		dl := 2 * r / math.Sqrt(1+r*r) / s // d loss / d log pred
+		dl := p.weight() * 2 * r / math.Sqrt(1+r*r) / s // d loss / d log pred
 		// weights of the soft min: softmax(-sh log t_k)
 		w = w[:0]
 		var sum float64
@@ -460,8 +475,9 @@ func (md *model) dataCurvature(x []float64) []float64 {
 	n := len(x)
 	h := make([]float64, n)
 	s, sh := md.opt.LossScale, md.opt.Sharpness
-	for i := range md.pts {
+	for i, p := range md.pts {
 		pred, _ := md.predict(x, i, sh)
+		pw := p.weight()
 		var sum float64
 		w := make([]float64, len(md.ci[i]))
 		for k, ci := range md.ci[i] {
@@ -473,8 +489,8 @@ func (md *model) dataCurvature(x []float64) []float64 {
 			lat := md.prior[ci][0] * math.Exp(x[2*ci]) * md.mult[i][k]
 			wk := w[k] / sum
 			ja, jb := wk*lat/t, wk*(t-lat)/t
-			h[2*ci] += 2 * ja * ja / (s * s)
-			h[2*ci+1] += 2 * jb * jb / (s * s)
+			h[2*ci] += pw * 2 * ja * ja / (s * s)
+			h[2*ci+1] += pw * 2 * jb * jb / (s * s)
 		}
 	}
 	return h

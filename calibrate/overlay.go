@@ -20,6 +20,10 @@ type OverlayInput struct {
 	Date         string // YYYY-MM-DD
 	// Keep are cells of an earlier overlay to keep (other node counts); cells at Nodes are replaced.
 	Keep []tables.FitCell
+	// Corrections, when not empty, are written as the overlay's [[corrections.cell]]: the complete
+	// list (an overlay's array replaces the table's), e.g. from TableCorrections. Corrections are
+	// not per node count: they apply at every node count of the table.
+	Corrections []tables.CorrectionCell
 }
 
 // KeepFromOverlay reads the [[fit.cell]] entries of an existing overlay's text, for OverlayInput.Keep.
@@ -91,6 +95,18 @@ func WriteOverlay(w io.Writer, r *FitResult, in OverlayInput) error {
 		fmt.Fprintf(&b, "bw_sigma = %s  # measured\n", num(c.BWSigma))
 		fmt.Fprintf(&b, "points = %d  # measured\n", c.Points)
 	}
+	if len(in.Corrections) > 0 {
+		b.WriteString("\n# Bandwidth correction factors per log2 size bucket (bucket i: [64*2^i, 64*2^(i+1)) bytes),\n")
+		b.WriteString("# the table's own (or NCCL's treeCorrectionFactor) times what calibrate fitted; every node count.\n")
+	}
+	for _, c := range in.Corrections {
+		fs := make([]string, len(c.Factors))
+		for i, f := range c.Factors {
+			fs[i] = tomlFloat(f)
+		}
+		fmt.Fprintf(&b, "\n[[corrections.cell]]\ncoll = %q\nalgo = %q\nproto = %q\n", c.Coll, c.Algo, c.Proto)
+		fmt.Fprintf(&b, "factors = [%s]  # measured\n", strings.Join(fs, ", "))
+	}
 	b.WriteString("\n[provenance]\n")
 	fmt.Fprintf(&b, "date = %q\n", in.Date)
 	vs := make([]string, len(in.NCCLVersions))
@@ -107,4 +123,16 @@ func WriteOverlay(w io.Writer, r *FitResult, in OverlayInput) error {
 	fmt.Fprintf(&b, "max_rel = %s  # measured\n", num(r.MaxRel))
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// OverlayCorrections reports whether an existing overlay's text has a [corrections] table (its cells
+// are then the table's effective ones and must be written again).
+func OverlayCorrections(file string, data []byte) (bool, error) {
+	var o struct {
+		Corrections *tables.Corrections `toml:"corrections"`
+	}
+	if _, err := toml.Decode(string(data), &o); err != nil {
+		return false, fmt.Errorf("calibrate: %s: %w", file, err)
+	}
+	return o.Corrections != nil && len(o.Corrections.Cell) > 0, nil
 }

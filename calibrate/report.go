@@ -43,9 +43,11 @@ type Report struct {
 	// prior's and the fitted model's picks change (on a 1/16-octave grid over the measured range).
 	Crossovers []Crossover `json:"crossovers"`
 	Params     []ParamJSON `json:"params"`
-	Points     []PointJSON `json:"points"`
-	MedianRel  float64     `json:"median_rel"` // fit points
-	MaxRel     float64     `json:"max_rel"`
+	// Corrections are the fitted per-bucket bandwidth factors (none: not written).
+	Corrections []CorrectionJSON `json:"corrections,omitempty"`
+	Points      []PointJSON      `json:"points"`
+	MedianRel   float64          `json:"median_rel"` // fit points
+	MaxRel      float64          `json:"max_rel"`
 	// Regret summaries over the sizes where the pick's time was measured.
 	PriorRegretMedian  float64 `json:"prior_regret_median"`
 	PriorRegretMax     float64 `json:"prior_regret_max"`
@@ -78,6 +80,29 @@ type ParamJSON struct {
 	Value      float64 `json:"value"`
 	Sigma      float64 `json:"sigma"`
 	Identified bool    `json:"identified"`
+}
+
+// CorrectionJSON is one fitted bucket correction: the factor written to the node table at Bucket
+// (sizes [BytesLo, BytesHi)), the prior's factor there and the fitted multiplier on it.
+type CorrectionJSON struct {
+	Cell    string  `json:"cell"`
+	Bucket  int     `json:"bucket"`
+	BytesLo int64   `json:"bytes_lo"`
+	BytesHi int64   `json:"bytes_hi"`
+	Prior   float64 `json:"prior"`
+	Mult    float64 `json:"mult"`
+	Factor  float64 `json:"factor"`
+	Sigma   float64 `json:"sigma"`
+	Points  int     `json:"points"`
+}
+
+// AddCorrections lists fitted bucket corrections in the report.
+func (rep *Report) AddCorrections(cs []BucketCorrection) {
+	for _, c := range cs {
+		rep.Corrections = append(rep.Corrections, CorrectionJSON{Cell: c.Cell.String(), Bucket: c.Bucket,
+			BytesLo: int64(64) << c.Bucket, BytesHi: int64(64) << (c.Bucket + 1),
+			Prior: c.Prior, Mult: c.Mult, Factor: c.Factor, Sigma: c.Sigma, Points: c.Points})
+	}
 }
 
 // PointJSON is one point's residual.
@@ -280,6 +305,12 @@ func (rep *Report) WriteText(w io.Writer) error {
 			st = "held at prior (data do not identify it)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%.4g\t%.4g\t%.2g\t%s\n", p.Cell, p.Kind, p.Prior, p.Value, p.Sigma, st)
+	}
+	if len(rep.Corrections) > 0 {
+		fmt.Fprintf(tw, "\nbandwidth corrections (per log2 bucket; written to [corrections], every node count)\ncell\tbucket\tbytes\tprior factor\tmultiplier\tfactor\tsigma\tpoints\n")
+		for _, c := range rep.Corrections {
+			fmt.Fprintf(tw, "%s\t%d\t%d..%d\t%.3g\t%.3f\t%.3f\t%.2g\t%d\n", c.Cell, c.Bucket, c.BytesLo, c.BytesHi-1, c.Prior, c.Mult, c.Factor, c.Sigma, c.Points)
+		}
 	}
 	fmt.Fprintf(tw, "\npoints\nfile:line\tpin\tbytes\tmeasured us\tpredicted us\tcell\tlog err\n")
 	for _, p := range rep.Points {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/collplan/collplan/calibrate"
 	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/correction"
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/tables"
@@ -38,6 +39,14 @@ func checkOverlay(ctx context.Context, n *tables.Node, overlayPath string, nodes
 		return usagef("%s: no fitted cell at %d nodes", overlayPath, nodes)
 	}
 	fcfg := cfg
+	if on.Corrections != nil {
+		// The overlay's [corrections] (fitted bucket factors) apply as the planner applies them.
+		f := correction.Default(&topo)
+		if err := f.Apply(on); err != nil {
+			return usageError{err}
+		}
+		fcfg.Factors = f
+	}
 	for _, c := range cells {
 		fcfg.Cells = append(fcfg.Cells, planner.CellOverride{Coll: c.Coll, Algo: c.Algo, Proto: c.Proto,
 			LatUS: float32(c.LatUS), BWGBps: float32(c.BWGBps)})

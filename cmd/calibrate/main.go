@@ -3,6 +3,12 @@
 // applies over the node table, with a report of the fit.
 //
 //	calibrate --node NAME --sweeps DIR|MANIFEST [--nodes N] [--out FILE] [--json] [--holdout K]
+//	calibrate --node NAME --run [--repeat K] [--quick] ...
+//
+// Besides the per-cell fit it fits per-bucket bandwidth corrections where the alpha-beta form cannot
+// follow the data (calibrate.FitCorrected; --no-corrections to skip) and writes them to the overlay's
+// [corrections]. With --run --repeat K each pinned sweep runs K times and, per size, the minimum
+// time is kept (the sweep file's preamble and the manifest's note say so).
 package main
 
 import (
@@ -83,6 +89,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	factor := fs.Int64("factor", 2, "with --run: size step factor")
 	iters := fs.Int("iters", 20, "with --run: collbench -n")
 	warmup := fs.Int("warmup", 5, "with --run: collbench -w")
+	repeat := fs.Int("repeat", 1, "with --run: run each pinned sweep K times and keep, per size, the minimum time (--quick: 1)")
+	noCorr := fs.Bool("no-corrections", false, "fit latency and bandwidth per cell only, no per-bucket bandwidth corrections")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -103,6 +111,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		def("iters", func() { *iters = 5 })
 		def("warmup", func() { *warmup = 2 })
 		def("transport", func() { *transport = "inproc" })
+		def("repeat", func() { *repeat = 1 })
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -110,8 +119,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case *node == "":
 		return usagef("--node is required")
 	case !*doRun && (set["quick"] || set["np"] || set["sweeps-out"] || set["collbench"] || set["transport"] || set["colls"] ||
-		set["min"] || set["max"] || set["factor"] || set["iters"] || set["warmup"]):
-		return usagef("--quick, --np, --sweeps-out, --collbench, --transport, --colls, --min, --max, --factor, --iters and --warmup need --run")
+		set["min"] || set["max"] || set["factor"] || set["iters"] || set["warmup"] || set["repeat"]):
+		return usagef("--quick, --np, --sweeps-out, --collbench, --transport, --colls, --min, --max, --factor, --iters, --warmup and --repeat need --run")
 	case *doRun && *sweeps != "":
 		return usagef("--run measures its own sweeps; drop --sweeps")
 	case *check != "" && *sweeps != "":
@@ -130,6 +139,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return usagef("--min %d --max %d: want 1 <= min <= max", minB, maxB)
 	case *factor < 2:
 		return usagef("--factor %d: want at least 2", *factor)
+	case *repeat < 1:
+		return usagef("--repeat %d: want at least 1", *repeat)
 	case *iters < 1 || *warmup < 0:
 		return usagef("--iters %d --warmup %d: want iters >= 1, warmup >= 0", *iters, *warmup)
 	case *np < 0:
@@ -206,9 +217,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stderr, "calibrate: running %d collbench sweeps (%d ranks, %s, %d..%d B factor %d, -n %d -w %d) into %s\n",
 			len(specs), *np, *transport, minB, maxB, *factor, *iters, *warmup, dir)
+		if *repeat > 1 {
+			fmt.Fprintf(stderr, "calibrate: each pinned sweep runs %d times; per size the minimum time is kept\n", *repeat)
+		}
 		start := time.Now()
 		sc := sweepConfig{collbench: bin, np: *np, rpn: rpn, nodes: nn, gpn: gpn, transport: *transport,
-			minB: minB, maxB: maxB, fact: *factor, iters: *iters, warmup: *warmup}
+			minB: minB, maxB: maxB, fact: *factor, iters: *iters, warmup: *warmup, repeat: *repeat}
 		if err := runSweeps(ctx, sc, specs, dir, bar); err != nil {
 			return err
 		}
@@ -260,11 +274,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return checkOverlay(ctx, n, *out, *nodes, topo, cfg, prior, menus, pts, *svg, *asJSON, stdout, stderr)
 	}
 	fitPts, held := splitHoldout(pts, *holdout)
-	res, err := calibrate.Fit(menus, fitPts, calibrate.FitOptions{})
-	if err != nil {
-		return err
-	}
+	var (
+		res  *calibrate.FitResult
+		corr []calibrate.BucketCorrection
+	)
 	fcfg := cfg
+	if *noCorr {
+		if res, err = calibrate.Fit(menus, fitPts, calibrate.FitOptions{}); err != nil {
+			return err
+		}
+	} else {
+		cf, err := calibrate.FitCorrected(ctx, &topo, cfg, fitPts, calibrate.FitOptions{}, calibrate.CorrectionOptions{})
+		if err != nil {
+			return err
+		}
+		res, corr = cf.FitResult, cf.Corrections
+		if len(corr) > 0 {
+			fcfg.Factors = cf.Factors
+		}
+	}
 	fcfg.Cells = res.Overrides()
 	fitted, err := planner.New(&topo, fcfg)
 	if err != nil {
@@ -274,6 +302,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	rep.AddCorrections(corr)
 
 	in := calibrate.OverlayInput{Nodes: *nodes, Date: *date}
 	files := map[string]bool{}
@@ -293,10 +322,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		in.Files = append(in.Files, tables.InputFile{File: f, SHA256: hex.EncodeToString(sum[:])})
 	}
 	in.NCCLVersions = sortedKeys(versions)
+	hadCorr := false
 	if old, err := os.ReadFile(*out); err == nil {
 		if in.Keep, err = calibrate.KeepFromOverlay(*out, old, *nodes); err != nil {
 			return usageError{err}
 		}
+		if hadCorr, err = calibrate.OverlayCorrections(*out, old); err != nil {
+			return usageError{err}
+		}
+	}
+	// The table's effective [corrections] (its own, or an earlier overlay's) with the fitted rows
+	// replacing their cells: the overlay's array replaces the table's, so it is written whole.
+	if len(corr) > 0 || hadCorr {
+		var existing []tables.CorrectionCell
+		if n.Corrections != nil {
+			existing = n.Corrections.Cell
+		}
+		in.Corrections = calibrate.TableCorrections(existing, menus, corr)
 	}
 	var buf bytes.Buffer
 	if err := calibrate.WriteOverlay(&buf, res, in); err != nil {
@@ -309,7 +351,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := os.WriteFile(*out, buf.Bytes(), 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "calibrate: wrote %s (%d cells fitted at %d nodes from %d points)\n", *out, len(res.Fitted), *nodes, len(fitPts))
+	fmt.Fprintf(stderr, "calibrate: wrote %s (%d cells fitted at %d nodes from %d points, %d bucket corrections)\n", *out, len(res.Fitted), *nodes, len(fitPts), len(corr))
 	if *svg != "" {
 		if err := writeSVG(ctx, *svg, fitted, prior, pts, fmt.Sprintf("calibrate %s, %d nodes: measured and fitted", n.Name, *nodes)); err != nil {
 			return err

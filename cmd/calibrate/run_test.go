@@ -163,6 +163,8 @@ func TestRunBadFlags(t *testing.T) {
 		{[]string{"--node", "h200", "--check", fixtures, "--out", "/does/not/exist.fit.toml"}, "overlay"},
 		{[]string{"--node", "cpu", "--run", "--check", "x", "--sweeps-out", "y"}, "--sweeps-out"},
 		{[]string{"--bogus"}, "bogus"},
+		{[]string{"--node", "cpu", "--sweeps", fixtures, "--repeat", "2"}, "need --run"},
+		{[]string{"--node", "cpu", "--run", "--repeat", "0"}, "--repeat 0"},
 	} {
 		var out, errb bytes.Buffer
 		err := run(context.Background(), tc.args, &out, &errb)

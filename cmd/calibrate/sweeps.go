@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/collplan/collplan/calibrate"
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/planner"
 )
@@ -32,6 +33,8 @@ type sweepConfig struct {
 	transport        string
 	minB, maxB, fact int64
 	iters, warmup    int
+	// repeat runs each pinned sweep this many times and keeps, per size, the fastest row (< 2: once).
+	repeat int
 }
 
 // engineAlgos are the algorithms collplan's engine implements per collective: Ring for all five,
@@ -149,11 +152,22 @@ func runSweeps(ctx context.Context, cfg sweepConfig, specs []sweepSpec, dir stri
 		return err
 	}
 	perSweep := sizesOf(cfg.minB, cfg.maxB, cfg.fact)
-	pg := &progress{w: bar, total: perSweep * len(specs)}
+	runsOf := func(sp sweepSpec) int {
+		if sp.algo != "" && cfg.repeat > 1 {
+			return cfg.repeat
+		}
+		return 1
+	}
+	total := 0
+	for _, sp := range specs {
+		total += perSweep * runsOf(sp)
+	}
+	pg := &progress{w: bar, total: total}
+	doneRows := 0
 	defer pg.finish()
 	var man strings.Builder
 	man.WriteString("# Written by calibrate --run: one collbench sweep per legal pinned cell, and the free choice.\n")
-	for i, sp := range specs {
+	for _, sp := range specs {
 		args := []string{benchColl[sp.coll], "-np", strconv.Itoa(cfg.np), "-b", strconv.FormatInt(cfg.minB, 10),
 			"-e", strconv.FormatInt(cfg.maxB, 10), "-f", strconv.FormatInt(cfg.fact, 10),
 			"-n", strconv.Itoa(cfg.iters), "-w", strconv.Itoa(cfg.warmup), "--transport", cfg.transport}
@@ -167,53 +181,42 @@ func runSweeps(ctx context.Context, cfg sweepConfig, specs []sweepSpec, dir stri
 		if sp.algo != "" {
 			pin = sp.algo + "/" + sp.proto
 		}
-		pg.label = benchColl[sp.coll] + " " + pin
-		pg.done = i * perSweep
-		pg.draw()
-		var out, errb bytes.Buffer
-		cmd := exec.CommandContext(ctx, cfg.collbench, args...)
-		cmd.Stderr = &errb
-		pr, pw := io.Pipe()
-		cmd.Stdout = pw
-		scanDone := make(chan struct{})
-		go func() {
-			defer close(scanDone)
-			sc := bufio.NewScanner(pr)
-			sc.Buffer(make([]byte, 64<<10), 1<<20)
-			for sc.Scan() {
-				l := sc.Text()
-				out.WriteString(l)
-				out.WriteByte('\n')
-				if t := strings.TrimSpace(l); t != "" && t[0] >= '0' && t[0] <= '9' {
-					pg.done++
-					pg.draw()
-				}
+		// Pinned sweeps run cfg.repeat times (the free choice once: NCCL's pick may differ
+		// between runs, so its minimum would mix cells).
+		k := runsOf(sp)
+		runs := make([][]byte, 0, k)
+		for rep := 0; rep < k; rep++ {
+			pg.label = benchColl[sp.coll] + " " + pin
+			if k > 1 {
+				pg.label += fmt.Sprintf(" (run %d/%d)", rep+1, k)
 			}
-			io.Copy(io.Discard, pr)
-		}()
-		err := cmd.Run()
-		pw.Close()
-		<-scanDone
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
+			pg.done = doneRows
+			pg.draw()
+			out, err := runCollbench(ctx, cfg, args, pg)
+			if err != nil {
+				return err
 			}
-			msg := strings.TrimSpace(errb.String())
-			if len(msg) > 2000 {
-				msg = "..." + msg[len(msg)-2000:]
+			doneRows += perSweep
+			runs = append(runs, out)
+		}
+		data := runs[0]
+		note := "collbench " + strings.Join(args, " ")
+		if k > 1 {
+			var err error
+			if data, err = minOfRuns(sp.file, runs); err != nil {
+				return err
 			}
-			return fmt.Errorf("%s %s: %w: %s", cfg.collbench, strings.Join(args, " "), err, msg)
+			note += fmt.Sprintf("; run %d times, each row the fastest of the %d (minimum time per size)", k, k)
 		}
 		path := filepath.Join(dir, sp.file)
-		if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
+		if err := os.WriteFile(path, data, 0o644); err != nil {
 			return err
 		}
 		fmt.Fprintf(&man, "\n[[sweep]]\nfile = %q\n", sp.file)
 		if sp.algo != "" {
 			fmt.Fprintf(&man, "algo = %q\nproto = %q\n", sp.algo, sp.proto)
 		}
-		fmt.Fprintf(&man, "coll = %q\nnodes = %d\ngpus_per_node = %d\nnote = %q\n", benchColl[sp.coll], cfg.nodes, cfg.gpn,
-			"collbench "+strings.Join(args, " "))
+		fmt.Fprintf(&man, "coll = %q\nnodes = %d\ngpus_per_node = %d\nnote = %q\n", benchColl[sp.coll], cfg.nodes, cfg.gpn, note)
 	}
 	pg.done = pg.total
 	pg.draw()
@@ -221,4 +224,86 @@ func runSweeps(ctx context.Context, cfg sweepConfig, specs []sweepSpec, dir stri
 		return errors.New("no sweep to run")
 	}
 	return os.WriteFile(filepath.Join(dir, "sweeps.toml"), []byte(man.String()), 0o644)
+}
+
+// runCollbench runs collbench once and returns its standard output, advancing pg per table row.
+func runCollbench(ctx context.Context, cfg sweepConfig, args []string, pg *progress) ([]byte, error) {
+	var out, errb bytes.Buffer
+	cmd := exec.CommandContext(ctx, cfg.collbench, args...)
+	cmd.Stderr = &errb
+	pr, pw := io.Pipe()
+	cmd.Stdout = pw
+	scanDone := make(chan struct{})
+	go func() {
+		defer close(scanDone)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			l := sc.Text()
+			out.WriteString(l)
+			out.WriteByte('\n')
+			if t := strings.TrimSpace(l); t != "" && t[0] >= '0' && t[0] <= '9' {
+				pg.done++
+				pg.draw()
+			}
+		}
+		io.Copy(io.Discard, pr)
+	}()
+	err := cmd.Run()
+	pw.Close()
+	<-scanDone
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		msg := strings.TrimSpace(errb.String())
+		if len(msg) > 2000 {
+			msg = "..." + msg[len(msg)-2000:]
+		}
+		return nil, fmt.Errorf("%s %s: %w: %s", cfg.collbench, strings.Join(args, " "), err, msg)
+	}
+	return out.Bytes(), nil
+}
+
+// minOfRuns merges repeated runs of one sweep: the first run's text, with each table row replaced
+// by the row of the run whose time at that size is the least (the out-of-place time, the in-place
+// one when the out-of-place half is not valid), so that a spike in one run does not reach the fit.
+// A comment line in the preamble says so.
+func minOfRuns(file string, runs [][]byte) ([]byte, error) {
+	type best struct {
+		t    float64
+		text string
+	}
+	bySize := map[int64]best{}
+	for i, r := range runs {
+		sw, err := calibrate.ParseSweep(fmt.Sprintf("%s (run %d)", file, i+1), bytes.NewReader(r))
+		if err != nil {
+			return nil, err
+		}
+		lines := strings.Split(string(r), "\n")
+		for _, row := range sw.Rows {
+			h := row.OOP
+			if !h.Valid {
+				h = row.IP
+			}
+			if !h.Valid || row.Line < 1 || row.Line > len(lines) {
+				continue
+			}
+			if b, ok := bySize[row.Bytes]; !ok || h.TimeUS < b.t {
+				bySize[row.Bytes] = best{h.TimeUS, lines[row.Line-1]}
+			}
+		}
+	}
+	first, err := calibrate.ParseSweep(file, bytes.NewReader(runs[0]))
+	if err != nil {
+		return nil, err
+	}
+	lines := strings.Split(string(runs[0]), "\n")
+	for _, row := range first.Rows {
+		if b, ok := bySize[row.Bytes]; ok && row.Line >= 1 && row.Line <= len(lines) {
+			lines[row.Line-1] = b.text
+		}
+	}
+	note := fmt.Sprintf("# calibrate --repeat %d: each row below is the fastest of %d runs of this sweep (minimum time per size)", len(runs), len(runs))
+	return []byte(note + "\n" + strings.Join(lines, "\n")), nil
 }

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/correction"
+	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/planner"
+	"github.com/collplan/collplan/tables"
+)
+
+// writeSynthSweep writes an nccl-tests table of times(n) for sizes 256 B .. 256 MiB, two per octave.
+func writeSynthSweep(t *testing.T, path string, times func(int64) float64) {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("# nccl-tests version 2.19.6 nccl-headers=23007 nccl-library=23007\n# Collective test starting: all_reduce_perf\n")
+	b.WriteString("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n")
+	b.WriteString("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n")
+	for k := 0; k <= 40; k++ {
+		n := int64(math.Round(256*math.Pow(2, float64(k)/2)/4)) * 4
+		tm := times(n)
+		bw := float64(n) / tm / 1000
+		fmt.Fprintf(&b, "%12d %13d     float     sum      -1 %8.2f %7.2f %7.2f      0 %8.2f %7.2f %7.2f      0\n", n, n/4, tm, bw, bw, tm, bw, bw)
+	}
+	b.WriteString("# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 1.0\n")
+	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o644))
+}
+
+// TestCalibrateWritesBucketCorrections: sweeps whose Ring/LL bandwidth dips x0.5 in two buckets
+// give an overlay with a [corrections] row for that cell, which the planner then applies (the
+// same Default + Apply as cmd/planner's setup.planner), so that explain changes there.
+func TestCalibrateWritesBucketCorrections(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	data, err := os.ReadFile("../../tables/h200.toml")
+	require.NoError(t, err)
+	base := filepath.Join(dir, "h200.toml")
+	require.NoError(t, os.WriteFile(base, data, 0o644))
+	n, err := tables.LoadFile(base)
+	require.NoError(t, err)
+	topo, cfg, prior, err := priorPlanner(n, 2)
+	require.NoError(t, err)
+	cls := planner.Class{Coll: costmodel.AllReduce, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1}
+	pm, err := prior.Prepare(ctx, cls)
+	require.NoError(t, err)
+	menu := pm.Menu()
+	// The dip: the first two buckets from 4 KiB up where Ring/LL's time is >= 60% bandwidth.
+	var dip []int
+	for b := 6; b < 20 && len(dip) < 2; b++ {
+		nb := correction.BucketStart(b)
+		lat := float64(menu.Cells[costmodel.Ring][costmodel.LL].LatUS)
+		if tm := float64(menu.Time(costmodel.Ring, costmodel.LL, nb)); (tm-lat)/tm >= 0.6 {
+			dip = append(dip, b, b+1)
+		}
+	}
+	require.Len(t, dip, 2)
+	truthF := correction.Default(&topo)
+	if cfg.Factors != nil {
+		truthF = cfg.Factors
+	}
+	tf := *truthF
+	row := make([]float64, correction.NumBuckets)
+	for b := range row {
+		row[b] = float64(tf.Factor(costmodel.AllReduce, costmodel.Ring, costmodel.LL, correction.BucketStart(b)))
+		if b == dip[0] || b == dip[1] {
+			row[b] *= 0.5
+		}
+	}
+	require.NoError(t, tf.Set(costmodel.AllReduce, costmodel.Ring, costmodel.LL, row, correction.SourceTable))
+	tcfg := cfg
+	tcfg.Factors = &tf
+	truth, err := planner.New(&topo, tcfg)
+	require.NoError(t, err)
+	tm, err := truth.Prepare(ctx, cls)
+	require.NoError(t, err)
+	sweeps := filepath.Join(dir, "sweeps")
+	require.NoError(t, os.MkdirAll(sweeps, 0o755))
+	rng := rand.New(rand.NewSource(1))
+	var man strings.Builder
+	for _, p := range []costmodel.Proto{costmodel.LL, costmodel.LL128, costmodel.Simple} {
+		file := "ring-" + strings.ToLower(p.String()) + ".txt"
+		writeSynthSweep(t, filepath.Join(sweeps, file), func(nb int64) float64 {
+			return float64(tm.Menu().Time(costmodel.Ring, p, nb)) * math.Exp(0.02*rng.NormFloat64())
+		})
+		fmt.Fprintf(&man, "[[sweep]]\nfile = %q\nalgo = \"Ring\"\nproto = %q\nnodes = 2\ngpus_per_node = 8\n\n", file, benchProto[p])
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(sweeps, "sweeps.toml"), []byte(man.String()), 0o644))
+
+	var out, errb bytes.Buffer
+	require.NoError(t, run(ctx, []string{"--node", base, "--sweeps", sweeps, "--json", "--date", "2026-11-30"}, &out, &errb), errb.String())
+	var rep struct {
+		Corrections []struct {
+			Cell   string  `json:"cell"`
+			Bucket int     `json:"bucket"`
+			Factor float64 `json:"factor"`
+			Sigma  float64 `json:"sigma"`
+		} `json:"corrections"`
+	}
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep))
+	require.Len(t, rep.Corrections, 2, out.String())
+	for i, c := range rep.Corrections {
+		t.Logf("%s bucket %d: factor %.3f ± %.2g (true %.3f)", c.Cell, c.Bucket, c.Factor, c.Sigma, row[c.Bucket])
+		assert.Equal(t, "AllReduce/RING/LL", c.Cell)
+		assert.Equal(t, dip[i], c.Bucket)
+		assert.InDelta(t, 1, c.Factor/row[c.Bucket], 0.10)
+		assert.Greater(t, c.Sigma, 0.0)
+	}
+
+	// The overlay loads and carries the row; the planner applies it.
+	on, err := tables.LoadFile(base)
+	require.NoError(t, err)
+	require.NotNil(t, on.Corrections)
+	var got *tables.CorrectionCell
+	for i, c := range on.Corrections.Cell {
+		if c.Coll == "allreduce" && c.Algo == "ring" && c.Proto == "ll" {
+			got = &on.Corrections.Cell[i]
+		}
+	}
+	require.NotNil(t, got, "%+v", on.Corrections.Cell)
+	require.Len(t, got.Factors, correction.NumBuckets)
+	for b, f := range got.Factors {
+		if b == dip[0] || b == dip[1] {
+			assert.InDelta(t, 1, f/row[b], 0.10, "bucket %d", b)
+		} else {
+			assert.Equal(t, row[b], f, "bucket %d: not written where not needed", b)
+		}
+	}
+	assert.Equal(t, "measured", on.Sources["corrections.cell[0].factors"])
+	_, _, fitted, err := priorPlanner(on, 2)
+	require.NoError(t, err)
+	nb := correction.BucketStart(dip[0]) * 3 / 2
+	pp, err := prior.Explain(ctx, cls, nb)
+	require.NoError(t, err)
+	fp, err := fitted.Explain(ctx, cls, nb)
+	require.NoError(t, err)
+	assert.Equal(t, float32(1), pp.Explain.Cells[costmodel.Ring][costmodel.LL].Correction)
+	assert.InDelta(t, 0.5, fp.Explain.Cells[costmodel.Ring][costmodel.LL].Correction, 0.05)
+	assert.Greater(t, fp.Explain.Cells[costmodel.Ring][costmodel.LL].TimeUS, pp.Explain.Cells[costmodel.Ring][costmodel.LL].TimeUS)
+
+	// A refit keeps the row: the overlay's corrections are now the prior's, nothing new is fitted.
+	out.Reset()
+	require.NoError(t, run(ctx, []string{"--node", base, "--sweeps", sweeps, "--json", "--date", "2026-11-30"}, &out, &errb), errb.String())
+	rep.Corrections = nil
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep))
+	assert.Empty(t, rep.Corrections)
+	again, err := tables.LoadFile(base)
+	require.NoError(t, err)
+	require.NotNil(t, again.Corrections)
+	assert.Equal(t, on.Corrections.Cell, again.Corrections.Cell)
+
+	// The text report of a fresh table lists them.
+	base2 := filepath.Join(t.TempDir(), "h200.toml")
+	require.NoError(t, os.WriteFile(base2, data, 0o644))
+	out.Reset()
+	require.NoError(t, run(ctx, []string{"--node", base2, "--sweeps", sweeps, "--date", "2026-11-30"}, &out, &errb), errb.String())
+	assert.Contains(t, out.String(), "bandwidth corrections")
+	assert.Contains(t, out.String(), fmt.Sprintf("AllReduce/RING/LL  %d", dip[0]))
+}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/collplan/collplan/calibrate"
+)
+
+const repeatHeader = `# nccl-tests version 2.19.6 nccl-headers=23007 nccl-library=23007
+# Collective test starting: all_reduce_perf
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+`
+
+// TestMinOfRuns: per size, the row of the fastest run is kept; a spike in one run does not survive.
+func TestMinOfRuns(t *testing.T) {
+	row := func(n int, tm string) string {
+		return strings.Join([]string{"", strconv.Itoa(n), strconv.Itoa(n / 4), "float", "sum", "-1", tm, "0.00", "0.00", "0", tm, "0.00", "0.00", "0"}, "    ") + "\n"
+	}
+	runs := [][]byte{
+		[]byte(repeatHeader + row(1024, "10.0") + row(4096, "900.0") + row(16384, "30.0")),
+		[]byte(repeatHeader + row(1024, "12.0") + row(4096, "20.0") + row(16384, "31.0")),
+		[]byte(repeatHeader + row(1024, "11.0") + row(4096, "21.0") + row(16384, "29.5")),
+	}
+	out, err := minOfRuns("x.txt", runs)
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(string(out), "# calibrate --repeat 3: each row below is the fastest of 3 runs"))
+	sw, err := calibrate.ParseSweep("x.txt", bytes.NewReader(out))
+	require.NoError(t, err)
+	require.Len(t, sw.Rows, 3)
+	var got []float64
+	for _, r := range sw.Rows {
+		got = append(got, r.OOP.TimeUS)
+	}
+	assert.Equal(t, []float64{10, 20, 29.5}, got)
+}
+
+// TestRunRepeat: --run --repeat 2 runs each pinned sweep twice, keeps the minimum per size and
+// says so in each pinned sweep's preamble and the manifest's note (the free sweep runs once).
+func TestRunRepeat(t *testing.T) {
+	bin := needCollbench(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	sweeps := filepath.Join(dir, "sweeps")
+	var out, errb bytes.Buffer
+	require.NoError(t, run(ctx, []string{"--node", "cpu", "--run", "--quick", "--repeat", "2", "--max", "64K", "--collbench", bin,
+		"--sweeps-out", sweeps, "--out", filepath.Join(dir, "cpu.fit.toml"), "--json"}, &out, &errb), errb.String())
+	assert.Contains(t, errb.String(), "each pinned sweep runs 2 times")
+	man, err := calibrate.LoadManifest(filepath.Join(sweeps, calibrate.ManifestName))
+	require.NoError(t, err)
+	for _, e := range man.Sweeps {
+		data, err := os.ReadFile(filepath.Join(sweeps, e.File))
+		require.NoError(t, err)
+		pinned := e.Algo != ""
+		assert.Equal(t, pinned, strings.HasPrefix(string(data), "# calibrate --repeat 2:"), e.File)
+		assert.Equal(t, pinned, strings.Contains(e.Note, "minimum time per size"), e.Note)
+	}
+}

@@ -51,6 +51,11 @@ type Comm struct {
 	last     planner.Decision
 	tuneLog  io.Writer // rank 0's TUNING log, nil when off (tuninglog.go)
 
+	// raceHidden: a race build on a transport other than the in-process one, whose regions the
+	// race detector cannot see synchronise through (race.go); the engine annotates the orderings
+	// between its own goroutines that it relies on.
+	raceHidden bool
+
 	statsMu sync.Mutex
 	stats   []ChannelStats
 }
@@ -145,6 +150,8 @@ func New(rank, n int, tr Transport, cfg Config) (*Comm, error) {
 		eps:      make(map[epKey]*endpoint),
 		override: cfg.Override,
 	}
+	_, inproc := tr.(rankTransport)
+	c.raceHidden = raceEnabled && !inproc
 	c.tuneLog = tuningWriter(rank, &cfg, os.Getenv)
 	c.cfgWord = layoutWord("config", uint64(n), uint64(cfg.RanksPerNode), uint64(b.LL), uint64(b.LL128), uint64(b.Simple))
 	c.tree[0], c.tree[1] = c.topo.trees()
@@ -629,6 +636,7 @@ func (c *Comm) worker(w *waiter, cl *call, ch, role int) *worker {
 	wk.pieceBytes = cl.plan.pieceElems * cl.es
 	wk.stats = ChannelStats{}
 	wk.err = nil
+	wk.raceRel, wk.raceAcq = nil, nil
 	return wk
 }
 

@@ -49,7 +49,8 @@
 // Receivers poll without allocating: a few plain polls, then for a millisecond polls with
 // runtime.Gosched (so that with more ranks and channels than cores the rank being waited for runs;
 // when the ranks are processes and outnumber the cores, also sched_yield, which hands the core to
-// another process), then polls separated by sleeps that double up to 256 us.
+// another process), then polls separated by sleeps that double up to 256 us. A Launcher that starts
+// more rank processes than cores sets GOMAXPROCS=1 in their environment unless it is set.
 //
 // # Algorithms
 //
@@ -84,4 +85,15 @@
 // Transport is the seam for other memories (see its documentation): regions named "ctrl" and
 // "conn/C/FROM-TO", zeroed, aligned, identical for every rank that asks, holding nothing but bytes
 // and 64-bit words used with sync/atomic, so they can live in a file mapped by several processes.
+//
+// # The race detector
+//
+// With the in-process transport the regions are Go memory and the race detector sees every
+// handshake, so a report there is a bug. With ShmTransport it sees none: the race runtime ignores
+// atomic operations outside the Go heap and data segments (the regions are mapped files), and an
+// ordering that runs through other processes is beyond it anyway. The one place where the engine's
+// own goroutines depend on such an ordering is the in-place Tree AllReduce: broadcast-down writes
+// chunk k of the user's buffer where reduce-up read it, after the sum of chunk k has come back from
+// the root. In race builds on such transports the engine states that edge itself (race.go), so
+// `go test -race` and collbench built with -race are clean on both transports.
 package engine

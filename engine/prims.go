@@ -2,6 +2,7 @@ package engine
 
 import (
 	"sync"
+	"unsafe"
 
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/kernels"
@@ -31,6 +32,12 @@ type worker struct {
 	views   [maxPeers][]byte
 
 	stats ChannelStats // this call's traffic, added to the Comm's at the end
+
+	// Race-build annotations (race.go), set only when c.raceHidden: after each step's sends the
+	// worker releases raceRel; after each step's receives, before it writes its output, it
+	// acquires raceAcq. raceTok is the token a tree's reduce-up worker releases.
+	raceRel, raceAcq unsafe.Pointer
+	raceTok          byte
 
 	job  job // what the worker runs in this call
 	ring ringRun
@@ -164,7 +171,7 @@ func (w *worker) piece(p prim, in, out []byte, nb int) error {
 			continue
 		}
 		dst := w.scratch[i][:nb]
-		if in == nil && out != nil && len(recvs) == 1 {
+		if in == nil && out != nil && len(recvs) == 1 && w.raceAcq == nil {
 			dst = out // a copy: unpack straight into the output
 		}
 		var err error
@@ -177,6 +184,9 @@ func (w *worker) piece(p prim, in, out []byte, nb int) error {
 			return err
 		}
 		views[i] = dst
+	}
+	if w.raceAcq != nil {
+		raceAcquire(w.raceAcq)
 	}
 
 	// Choose where the result is built.
@@ -245,6 +255,9 @@ func (w *worker) piece(p prim, in, out []byte, nb int) error {
 		}
 		w.stats.Steps++
 		w.stats.PayloadBytes += uint64(nb)
+	}
+	if w.raceRel != nil {
+		raceReleaseMerge(w.raceRel)
 	}
 
 	// Hand the received slots back (after the sends: a Simple result may have been read from one).

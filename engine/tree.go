@@ -1,5 +1,7 @@
 package engine
 
+import "unsafe"
+
 // treeTasks sets up channel ch's tree connections for a Tree AllReduce and appends its workers.
 // Even channels run on tree 0, odd channels on tree 1, so half the channels climb each tree of the
 // double binary tree. The root reduces and turns the sums around in one primitive; every other rank
@@ -47,6 +49,12 @@ func (c *Comm) treeTasks(w *waiter, cl *call, ch, lo, hi int, tasks []*worker) (
 	down.ensureScratch(down.pieceBytes, 1)
 	up.tree, down.tree = t, t
 	up.job, down.job = jobTreeUp, jobTreeDown
+	if c.raceHidden {
+		// In place, down writes chunk k where up read it; the order runs through the root and
+		// the transport's atomics, which the race detector cannot see here (race.go).
+		up.raceRel = unsafe.Pointer(&up.raceTok)
+		down.raceAcq = up.raceRel
+	}
 	if len(fromKids) == 0 {
 		up.job, down.job = jobTreeLeafUp, jobTreeLeafDown
 	}

@@ -40,6 +40,8 @@ type bench struct {
 
 	curCount int // count of the call being checked
 
+	op kernels.Op // the calls' operator: o.op, or this rank's PreMulSum handle for mulsum
+
 	sumBus  float64
 	nBus    int
 	wrong   int64
@@ -54,8 +56,11 @@ type half struct {
 }
 
 func (b *bench) run(ctx context.Context) error {
+	oc := *b.o // this rank's copy: -d all and -o all move it from combination to combination
+	b.o = &oc
 	o := b.o
 	b.rank, b.n, b.es = b.c.Rank(), b.c.Size(), o.dt.Size()
+	b.op = o.op
 	// The test hook: COLLPLAN_CORRUPT=1 flips one element of the checked output on the last rank
 	// (on the root for Reduce, whose other ranks have no output).
 	victim := b.n - 1
@@ -67,7 +72,13 @@ func (b *bench) run(ctx context.Context) error {
 	if b.log == nil {
 		b.log = io.Discard
 	}
-	send, recv := b.bufBytes(o.maxBytes)
+	var send, recv int64
+	for _, dt := range o.dtNames {
+		b.es = dtypes[dt].Size()
+		s, r := b.bufBytes(o.maxBytes)
+		send, recv = max(send, s), max(recv, r)
+	}
+	b.es = o.dt.Size()
 	b.sendBuf, b.recvBuf = make([]byte, send), make([]byte, recv)
 	// Collectives run to completion once started: a stop request (ctx) ends the sweep between
 	// sizes, agreed by every rank.
@@ -81,26 +92,16 @@ func (b *bench) run(ctx context.Context) error {
 		}
 	}
 	stopped := len(o.ab) > 0
-	for cycle := 0; (o.cycles == 0 || cycle < o.cycles) && !stopped; cycle++ {
-		for size := o.minBytes; size <= o.maxBytes; {
-			stop, err := b.agreeStop(cctx, ctx.Err() != nil)
-			if err != nil {
-				return err
-			}
-			if stop {
-				stopped = true
+	// -d all and -o all: every type and, for each, every op, in nccl-tests' order, each with its
+	// size sweep(s), under the one header (nccl-tests prints one table).
+	for _, dt := range o.dtNames {
+		for _, op := range o.opNames {
+			if stopped {
 				break
 			}
-			if err := b.row(cctx, size); err != nil {
+			var err error
+			if stopped, err = b.combo(ctx, cctx, dt, op); err != nil {
 				return err
-			}
-			if o.stepF > 1 {
-				if size == 0 {
-					size = 1
-				}
-				size *= o.stepF
-			} else {
-				size += o.stepB
 			}
 		}
 	}
@@ -119,6 +120,43 @@ func (b *bench) run(ctx context.Context) error {
 		return fmt.Errorf("%d wrong values", b.wrong)
 	}
 	return nil
+}
+
+// combo runs one type and op's size sweeps (-N of them); stopped reports that the ranks agreed to
+// stop.
+func (b *bench) combo(ctx, cctx context.Context, dt, op string) (stopped bool, err error) {
+	o := b.o
+	o.setCombo(dt, op)
+	b.es, b.op = o.dt.Size(), o.op
+	if op == "mulsum" {
+		if b.op, err = b.c.RedOpCreatePreMulSum(b.premulScalarBytes(), o.dt); err != nil {
+			return false, fmt.Errorf("-o mulsum on %s: %w", dt, err)
+		}
+		defer b.c.RedOpDestroy(b.op)
+	}
+	for cycle := 0; o.cycles == 0 || cycle < o.cycles; cycle++ {
+		for size := o.minBytes; size <= o.maxBytes; {
+			stop, err := b.agreeStop(cctx, ctx.Err() != nil)
+			if err != nil {
+				return false, err
+			}
+			if stop {
+				return true, nil
+			}
+			if err := b.row(cctx, size); err != nil {
+				return false, err
+			}
+			if o.stepF > 1 {
+				if size == 0 {
+					size = 1
+				}
+				size *= o.stepF
+			} else {
+				size += o.stepB
+			}
+		}
+	}
+	return false, nil
 }
 
 // bufBytes are the send and receive buffer sizes for a printed size.
@@ -226,16 +264,24 @@ func (b *bench) preamble(ctx context.Context) error {
 			r, 0, binary.LittleEndian.Uint64(pids[8*r:]), h, r%rpn, 0, 0, 0, "cpu")
 	}
 	fmt.Fprintf(w, "#\n")
+	// -C names the time columns cputime and -S adds the timestamp column, as nccl-tests does.
+	tm, stamp, stampUnit := "   time", "", ""
+	if o.cpuTime {
+		tm = "cputime"
+	}
+	if o.stamps {
+		stamp, stampUnit = fmt.Sprintf("  %19s", "timestamp"), fmt.Sprintf("  %19s", "")
+	}
 	if len(o.ab) > 0 {
 		// abSweep prints its own table.
 	} else if o.perIter {
 		fmt.Fprintf(w, "#                                                                 out-of-place (+ per-iteration)                                in-place (+ per-iteration)\n")
-		fmt.Fprintf(w, "#       size         count      type   redop    root     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%%     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%% \n")
-		fmt.Fprintf(w, "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%%)     (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%%) \n")
+		fmt.Fprintf(w, "#       size         count      type   redop    root  %s   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%%  %s   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%% %s\n", tm, tm, stamp)
+		fmt.Fprintf(w, "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%%)     (us)  (GB/s)  (GB/s)             (us)     (us)     (us)      (%%) %s\n", stampUnit)
 	} else {
 		fmt.Fprintf(w, "#                                                              out-of-place                       in-place          \n")
-		fmt.Fprintf(w, "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong \n")
-		fmt.Fprintf(w, "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)         \n")
+		fmt.Fprintf(w, "#       size         count      type   redop    root  %s   algbw   busbw  #wrong  %s   algbw   busbw  #wrong %s\n", tm, tm, stamp)
+		fmt.Fprintf(w, "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)         %s\n", stampUnit)
 	}
 	return nil
 }
@@ -276,6 +322,9 @@ func (b *bench) row(ctx context.Context, size int64) error {
 		if o.perIter {
 			line += fmt.Sprintf("  %7s  %7s  %7s  %7s", floatStr(h.iMin, 7), floatStr(h.iMax, 7), floatStr(h.iP99, 7), floatStr(h.iCV, 7))
 		}
+	}
+	if o.stamps {
+		line += "  " + time.Now().Format("2006-01-02 15:04:05")
 	}
 	fmt.Fprintln(b.out, line)
 	return nil
@@ -337,15 +386,15 @@ func (b *bench) call(ctx context.Context, send, recv []byte, count int) error {
 	o := b.o
 	switch o.coll {
 	case costmodel.AllReduce:
-		return b.c.AllReduce(ctx, send, recv, count, o.dt, o.op)
+		return b.c.AllReduce(ctx, send, recv, count, o.dt, b.op)
 	case costmodel.AllGather:
 		return b.c.AllGather(ctx, send, recv, count, o.dt)
 	case costmodel.ReduceScatter:
-		return b.c.ReduceScatter(ctx, send, recv, count, o.dt, o.op)
+		return b.c.ReduceScatter(ctx, send, recv, count, o.dt, b.op)
 	case costmodel.Broadcast:
 		return b.c.Broadcast(ctx, send, recv, count, o.dt, o.root)
 	default:
-		return b.c.Reduce(ctx, send, recv, count, o.dt, o.op, o.root)
+		return b.c.Reduce(ctx, send, recv, count, o.dt, b.op, o.root)
 	}
 }
 
@@ -369,6 +418,7 @@ func (b *bench) half(ctx context.Context, count int, inPlace bool) (half, error)
 	if o.perIter {
 		iters = make([]float64, 0, o.iters)
 	}
+	cpu0 := b.cpuTime()
 	start := time.Now()
 	last := start
 	for i := 0; i < o.iters; i++ {
@@ -385,6 +435,9 @@ func (b *bench) half(ctx context.Context, count int, inPlace bool) (half, error)
 		}
 	}
 	us := float64(time.Since(start).Nanoseconds()) / 1e3 / float64(o.iters*o.agg)
+	if o.cpuTime {
+		us = float64((b.cpuTime() - cpu0).Nanoseconds()) / 1e3 / float64(o.iters*o.agg)
+	}
 	var err error
 	switch o.average {
 	case 1:

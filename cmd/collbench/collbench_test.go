@@ -181,7 +181,8 @@ func TestFloatStr(t *testing.T) {
 }
 
 func TestParseArgsErrors(t *testing.T) {
-	for _, args := range [][]string{{}, {"alltoall"}, {"allreduce", "-d", "Float"}, {"allreduce", "-o", "mulsum"},
+	for _, args := range [][]string{{}, {"alltoall"}, {"allreduce", "-d", "Float"}, {"allreduce", "-o", "mulsumx"}, {"allreduce", "-o", "All"},
+		{"allreduce", "-o", "all", "--ab", "none,none"},
 		{"allreduce", "-b", "2M", "-e", "1M"}, {"allreduce", "--transport", "tcp"}, {"allreduce", "-a", "4"}} {
 		_, err := parseArgs(args, &bytes.Buffer{})
 		assert.Error(t, err, "%q", args)

@@ -2,8 +2,13 @@
 // nccl-tests' table, so that calibrate.ParseSweep reads its output like an nccl-tests sweep.
 //
 //	collbench allreduce|allgather|reducescatter|broadcast|reduce [-b 8] [-e 128M] [-f 2] [-n 20]
-//	    [-w 5] [-c 1] [-o sum] [-d float] [-np 4] [--ranks-per-node 2] [--transport shm|inproc]
-//	    [--algo Ring] [--proto LL128]
+//	    [-w 5] [-c 1] [-o sum|prod|max|min|avg|mulsum|all] [-d float|...|all] [-S 1] [-C 1] [-np 4]
+//	    [--ranks-per-node 2] [--transport shm|inproc] [--algo Ring] [--proto LL128]
+//
+// -o all and -d all run every op (mulsum included) for every type, in nccl-tests' order, under the
+// one header; mulsum is a PreMulSum operator with nccl-tests' per-rank scalar (1 on even ranks, 2
+// on odd ones). -S 1 adds the timestamp column (date and time at the end of each row), -C 1 reports
+// CPU time (getrusage; an equal share of the process's per rank in process) as cputime columns.
 //
 // With --transport shm (the default) the ranks are processes: collbench starts -np copies of
 // itself (or runs as one rank when COLLPLAN_RANK/OMPI_COMM_WORLD_RANK/PMI_RANK/RANK is set) that

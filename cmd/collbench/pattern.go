@@ -19,6 +19,18 @@ func (b *bench) pattern(r, i int) float64 {
 	return float64(1 + (r+i)%3)
 }
 
+// premulScalar is rank r's scalar for -o mulsum, as nccl-tests' ncclVerifiablePremulScalar: 1 on
+// even ranks, 2 on odd ones (exact in every type). The expected result of a mulsum is then
+// sum over p of premulScalar(p) * pattern(p, i), in closed form like the others.
+func premulScalar(r int) float64 { return float64(1 + r%2) }
+
+// premulScalarBytes is this rank's mulsum scalar as one element of the call's type.
+func (b *bench) premulScalarBytes() []byte {
+	buf := make([]byte, b.o.dt.Size())
+	b.put(buf, 0, premulScalar(b.rank))
+	return buf
+}
+
 // fill writes the pattern into this rank's input and poisons the output.
 func (b *bench) fill(send, recv []byte, count int, inPlace bool) {
 	o := b.o
@@ -61,11 +73,15 @@ func (b *bench) expected(i int) float64 {
 // integers (wrapping) and exactly for floats.
 func (b *bench) reduced(v func(p int) float64) float64 {
 	o := b.o
+	if o.opName == "mulsum" {
+		w := v
+		v = func(p int) float64 { return premulScalar(p) * w(p) }
+	}
 	acc := v(0)
 	for p := 1; p < b.n; p++ {
 		x := v(p)
 		switch o.op {
-		case kernels.Sum, kernels.Avg:
+		case kernels.Sum, kernels.Avg, kernels.PreMulSum:
 			acc += x
 		case kernels.Prod:
 			acc *= x

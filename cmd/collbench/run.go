@@ -51,6 +51,13 @@ type options struct {
 	root     int
 	perIter  bool
 	average  int
+	cpuTime  bool // -C: report CPU time instead of wall time
+	stamps   bool // -S: a timestamp column
+
+	// -d all and -o all: the types and ops to run, in nccl-tests' order (types outer); a single
+	// name otherwise. op, opName, dt and dtName are the first combination's (bench.run moves
+	// its own copy along).
+	dtNames, opNames []string
 
 	np        int
 	rpn       int
@@ -86,7 +93,15 @@ var dtypes = map[string]kernels.Dtype{
 	"double": kernels.Float64, "bfloat16": kernels.Bfloat16, "f8e4m3": kernels.Fp8E4M3, "f8e5m2": kernels.Fp8E5M2,
 }
 
-var ops = map[string]kernels.Op{"sum": kernels.Sum, "prod": kernels.Prod, "max": kernels.Max, "min": kernels.Min, "avg": kernels.Avg}
+var ops = map[string]kernels.Op{"sum": kernels.Sum, "prod": kernels.Prod, "max": kernels.Max, "min": kernels.Min, "avg": kernels.Avg,
+	"mulsum": kernels.PreMulSum}
+
+// nccl-tests' orders for -d all and -o all. mulsum is a PreMulSum operator that every rank makes
+// with its own scalar (premulScalar), as nccl-tests' ncclRedOpCreatePreMulSum.
+var (
+	allDtypes = []string{"int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16", "f8e4m3", "f8e5m2"}
+	allOps    = []string{"sum", "prod", "max", "min", "avg", "mulsum"}
+)
 
 // parseSize reads nccl-tests sizes: an integer with an optional K, M or G suffix (1024-based).
 func parseSize(s string) (int64, error) {
@@ -167,12 +182,15 @@ func parseArgs(args []string, stderr io.Writer) (*options, error) {
 	num(&o.agg, "m", "agg_iters", 1, "operations per timed iteration")
 	num(&o.cycles, "N", "run_cycles", 1, "size sweeps to run; 0 runs until interrupted")
 	num(&o.check, "c", "check", 1, "validation iterations; 0 prints N/A")
-	str(&o.opName, "o", "op", "sum", "sum|prod|max|min|avg")
-	str(&o.dtName, "d", "datatype", "float", "int8|uint8|int32|uint32|int64|uint64|half|float|double|bfloat16|f8e4m3|f8e5m2")
+	str(&o.opName, "o", "op", "sum", "sum|prod|max|min|avg|mulsum|all")
+	str(&o.dtName, "d", "datatype", "float", "int8|uint8|int32|uint32|int64|uint64|half|float|double|bfloat16|f8e4m3|f8e5m2|all")
 	num(&o.root, "r", "root", 0, "root of broadcast and reduce")
 	var perIter int
 	num(&perIter, "I", "per_iter_timing", 0, "1 adds i_min i_max i_p99 i_cv% columns")
 	num(&o.average, "a", "average", 1, "time across ranks: 0 rank 0, 1 avg, 2 min, 3 max")
+	var cpuTime, stamps int
+	num(&cpuTime, "C", "report_cputime", 0, "1 reports CPU time instead of wall time")
+	num(&stamps, "S", "report_timestamps", 0, "1 adds a timestamp (date and time) to every row")
 	fs.IntVar(&o.np, "np", 0, "ranks (default: from the environment, else 2)")
 	fs.IntVar(&o.rpn, "ranks-per-node", 0, "ranks per virtual node (0: one node)")
 	fs.StringVar(&o.transport, "transport", "shm", "shm (ranks are processes) or inproc (goroutines)")
@@ -228,16 +246,31 @@ func parseArgs(args []string, stderr io.Writer) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	o.perIter = perIter != 0
-	if o.op, ok = ops[o.opName]; !ok {
-		return nil, fmt.Errorf("-o %q: want sum, prod, max, min or avg", o.opName)
+	o.perIter, o.cpuTime, o.stamps = perIter != 0, cpuTime != 0, stamps != 0
+	o.opNames, o.dtNames = []string{o.opName}, []string{o.dtName}
+	if o.opName == "all" {
+		o.opNames = allOps
 	}
-	if o.dt, ok = dtypes[o.dtName]; !ok {
-		return nil, fmt.Errorf("-d %q: unknown type", o.dtName)
+	if o.dtName == "all" {
+		o.dtNames = allDtypes
+	}
+	for _, name := range o.opNames {
+		if _, ok := ops[name]; !ok {
+			return nil, fmt.Errorf("-o %q: want sum, prod, max, min, avg, mulsum or all", name)
+		}
+	}
+	for _, name := range o.dtNames {
+		if _, ok := dtypes[name]; !ok {
+			return nil, fmt.Errorf("-d %q: unknown type", name)
+		}
 	}
 	if o.coll == costmodel.AllGather || o.coll == costmodel.Broadcast {
-		o.opName = "none"
+		o.opNames = []string{"none"} // no operator: one table per type, as nccl-tests
 	}
+	if len(o.ab) > 0 && (len(o.opNames) > 1 || len(o.dtNames) > 1) {
+		return nil, errors.New("--ab times one type and op: leave out -o all and -d all")
+	}
+	o.setCombo(o.dtNames[0], o.opNames[0])
 	switch {
 	case o.minBytes > o.maxBytes:
 		return nil, fmt.Errorf("-b %d is above -e %d", o.minBytes, o.maxBytes)
@@ -258,6 +291,15 @@ func parseArgs(args []string, stderr io.Writer) (*options, error) {
 		o.proto = os.Getenv("NCCL_PROTO")
 	}
 	return o, nil
+}
+
+// setCombo makes dt and op the type and operator of the calls ("none": AllGather and Broadcast).
+func (o *options) setCombo(dt, op string) {
+	o.dtName, o.dt = dt, dtypes[dt]
+	o.opName, o.op = op, ops[op]
+	if op == "none" {
+		o.op = kernels.Sum
+	}
 }
 
 // engineConfig turns the options into the engine's configuration for n ranks.
@@ -469,9 +511,9 @@ func runInProcess(ctx context.Context, o *options, n int, stdout, stderr io.Writ
 
 // fingerprint is what, besides the engine's configuration, every rank must agree on.
 func (o *options) fingerprint() string {
-	return fmt.Sprintf("%v %d %d %d %d %d %d %d %d %d %v %v %d %t %d %s %s %s %v %d %d", o.coll, o.minBytes, o.maxBytes, o.stepF, o.stepB,
+	return fmt.Sprintf("%v %d %d %d %d %d %d %d %d %d %v %v %d %t %d %s %s %s %v %d %d %v %v %t %t", o.coll, o.minBytes, o.maxBytes, o.stepF, o.stepB,
 		o.iters, o.warmup, o.agg, o.cycles, o.check, o.op, o.dt, o.root, o.perIter, o.average, o.algo, o.proto,
-		o.tuner, o.ab, o.abRuns, o.abSeed)
+		o.tuner, o.ab, o.abRuns, o.abSeed, o.dtNames, o.opNames, o.cpuTime, o.stamps)
 }
 
 // lockedWriter serializes the ranks' log lines of an in-process job.

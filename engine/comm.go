@@ -628,6 +628,7 @@ func (c *Comm) worker(w *waiter, cl *call, ch, role int) *worker {
 		c.workers[ch][role] = wk
 	}
 	wk.w = *w
+	wk.w.bulk = cl.count*cl.es >= bulkBytes
 	wk.proto = cl.plan.Proto
 	wk.red, wk.comb = cl.red, cl.comb
 	wk.reducing = cl.reduces()

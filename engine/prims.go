@@ -189,6 +189,13 @@ func (w *worker) piece(p prim, in, out []byte, nb int) error {
 		raceAcquire(w.raceAcq)
 	}
 
+	// Simple with an output and one send peer: build the result in the output and copy it to the
+	// send slot block by block, so that the copy reads it back from L1 rather than making a second
+	// pass over the whole step.
+	if simple && out != nil && len(sends) == 1 && len(views) <= 1 {
+		return w.pieceFused(p, in, out, views, sends[0], recvs, nb)
+	}
+
 	// Choose where the result is built.
 	var res []byte
 	inSlot := false
@@ -263,6 +270,53 @@ func (w *worker) piece(p prim, in, out []byte, nb int) error {
 	// Hand the received slots back (after the sends: a Simple result may have been read from one).
 	for _, e := range recvs {
 		e.release()
+		w.stats.RecvBytes += uint64(nb)
+	}
+	return nil
+}
+
+// fuseBlock is pieceFused's block: small enough that a block written to the output is still in
+// L1 when it is copied to the send slot.
+const fuseBlock = 16 << 10
+
+// pieceFused is piece for Simple steps that store to the output and send to one peer (copySend,
+// recvReduceCopySend, recvCopySend), with at most one receive peer.
+func (w *worker) pieceFused(p prim, in, out []byte, views [][]byte, e *endpoint, recvs []*endpoint, nb int) error {
+	if err := e.reserve(&w.w); err != nil {
+		return err
+	}
+	slot := e.simpleSlotBytes(nb)
+	post := p&primPost != 0 && w.postDiv
+	for s := 0; s < nb; s += fuseBlock {
+		t := min(s+fuseBlock, nb)
+		o := out[s:t]
+		switch {
+		case len(views) == 0: // copySend
+			switch {
+			case w.reducing && w.preMul:
+				w.red.Load(o, in[s:t])
+			case !sameBytes(o, in[s:t]):
+				copy(o, in[s:t])
+			}
+		case in != nil: // recvReduceCopySend
+			w.red.Reduce(o, views[0][s:t], in[s:t])
+			if post {
+				w.red.Finish(o)
+			}
+		default: // recvCopySend
+			copy(o, views[0][s:t])
+		}
+		copy(slot[s:t], o)
+	}
+	e.publishSimple()
+	w.stats.WireBytes += uint64(nb)
+	w.stats.Steps++
+	w.stats.PayloadBytes += uint64(nb)
+	if w.raceRel != nil {
+		raceReleaseMerge(w.raceRel)
+	}
+	for _, r := range recvs {
+		r.release()
 		w.stats.RecvBytes += uint64(nb)
 	}
 	return nil

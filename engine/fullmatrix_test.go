@@ -149,21 +149,11 @@ func runFullCase(t *testing.T, comms []*Comm, m matrixCase, inputs fullInputs) b
 	root := m.root()
 	reduces := coll == costmodel.AllReduce || coll == costmodel.ReduceScatter || coll == costmodel.Reduce
 
-	inCount := count
-	if coll == costmodel.ReduceScatter {
-		inCount = n * count
-	}
-	outCount := count
-	if coll == costmodel.AllGather {
-		outCount = n * count
-	}
-	ins := make([][]byte, n)
-	sends, recvs, allocs := make([][]byte, n), make([][]byte, n), make([][]byte, n)
-	outOff := make([]int, n)
+	b := placeBuffers(m, count, func(r, inCount int) []byte { return inputs.get(dt, op, n, r, inCount) })
+	ins, sends, recvs := b.ins, b.sends, b.recvs
 	scalars := make([][]byte, n)
 	ops := make([]kernels.Op, n)
 	for r := 0; r < n; r++ {
-		ins[r] = inputs.get(dt, op, n, r, inCount)
 		ops[r] = op
 		if reduces && op == kernels.PreMulSum {
 			scalars[r] = premulScalar(dt, r)
@@ -171,32 +161,6 @@ func runFullCase(t *testing.T, comms []*Comm, m matrixCase, inputs fullInputs) b
 			ops[r], err = comms[r].RedOpCreatePreMulSum(scalars[r], dt)
 			require.NoError(t, err)
 		}
-		var all []byte
-		switch {
-		case !m.inPlace || (coll == costmodel.Broadcast || coll == costmodel.Reduce) && r != root:
-			sends[r], _ = guarded(inCount*es, m.misalign)
-			copy(sends[r], ins[r])
-			recvs[r], all = guarded(outCount*es, m.misalign)
-		case coll == costmodel.AllGather:
-			recvs[r], all = guarded(outCount*es, m.misalign)
-			sends[r] = recvs[r][r*count*es : (r+1)*count*es]
-			copy(sends[r], ins[r])
-		case coll == costmodel.ReduceScatter:
-			sends[r], all = guarded(inCount*es, m.misalign)
-			copy(sends[r], ins[r])
-			recvs[r] = sends[r][r*count*es : (r+1)*count*es]
-			outOff[r] = r * count * es
-		default:
-			sends[r], all = guarded(inCount*es, m.misalign)
-			copy(sends[r], ins[r])
-			recvs[r] = sends[r]
-		}
-		allocs[r] = all
-		outOff[r] += m.misalign
-	}
-	before := make([][]byte, n)
-	for r := range allocs {
-		before[r] = bytes.Clone(allocs[r])
 	}
 	// Steps carried so far by each connection, to count this call's.
 	stepsBefore := make([]map[epKey]uint64, n)
@@ -282,22 +246,7 @@ func runFullCase(t *testing.T, comms []*Comm, m matrixCase, inputs fullInputs) b
 			}
 		}
 	}
-	for r := 0; r < n; r++ {
-		lo, hi := outOff[r], outOff[r]+outCount*es
-		if coll == costmodel.Reduce && r != root {
-			hi = lo
-		}
-		for i, v := range allocs[r] {
-			if (i < lo || i >= hi) && v != before[r][i] {
-				fail("rank %d: byte %d outside the result changed", r, i-m.misalign)
-				break
-			}
-		}
-		separate := !m.inPlace || (coll == costmodel.Broadcast || coll == costmodel.Reduce) && r != root
-		if separate && !bytes.Equal(sends[r][:inCount*es], ins[r]) {
-			fail("rank %d: the send buffer changed", r)
-		}
-	}
+	b.checkUntouched(m, es, fail)
 
 	if m.size == sizeWrap && n > 1 {
 		used := 0

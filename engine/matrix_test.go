@@ -263,6 +263,80 @@ func guarded(need, misalign int) (buf, all []byte) {
 	return all[misalign : misalign+need+guardBytes], all
 }
 
+// caseBuffers are one case's per-rank buffers: the full inputs, the send and receive slices handed
+// to the engine (inside guarded allocations, in place or not as the case says), and a copy of each
+// allocation taken before the call.
+type caseBuffers struct {
+	ins, sends, recvs, allocs, before [][]byte
+	outOff                            []int // where recv starts in allocs[r]
+	inCount, outCount                 int
+}
+
+// placeBuffers lays a case's buffers out as NCCL's in-place conventions say: AllGather's send is
+// this rank's block of recv, ReduceScatter's recv is this rank's block of send, the others share
+// one buffer; a non-root of an in-place Broadcast or Reduce has separate buffers.
+func placeBuffers(m matrixCase, count int, input func(r, inCount int) []byte) *caseBuffers {
+	n, es, coll, root := m.n, m.do.dt.Size(), m.ca.coll, m.root()
+	b := &caseBuffers{inCount: count, outCount: count}
+	if coll == costmodel.ReduceScatter {
+		b.inCount = n * count
+	}
+	if coll == costmodel.AllGather {
+		b.outCount = n * count
+	}
+	b.ins, b.sends, b.recvs = make([][]byte, n), make([][]byte, n), make([][]byte, n)
+	b.allocs, b.before, b.outOff = make([][]byte, n), make([][]byte, n), make([]int, n)
+	for r := 0; r < n; r++ {
+		b.ins[r] = input(r, b.inCount)
+		var all []byte
+		switch {
+		case !m.inPlace || (coll == costmodel.Broadcast || coll == costmodel.Reduce) && r != root:
+			b.sends[r], _ = guarded(b.inCount*es, m.misalign)
+			copy(b.sends[r], b.ins[r])
+			b.recvs[r], all = guarded(b.outCount*es, m.misalign)
+		case coll == costmodel.AllGather:
+			b.recvs[r], all = guarded(b.outCount*es, m.misalign)
+			b.sends[r] = b.recvs[r][r*count*es : (r+1)*count*es]
+			copy(b.sends[r], b.ins[r])
+		case coll == costmodel.ReduceScatter:
+			b.sends[r], all = guarded(b.inCount*es, m.misalign)
+			copy(b.sends[r], b.ins[r])
+			b.recvs[r] = b.sends[r][r*count*es : (r+1)*count*es]
+			b.outOff[r] = r * count * es
+		default:
+			b.sends[r], all = guarded(b.inCount*es, m.misalign)
+			copy(b.sends[r], b.ins[r])
+			b.recvs[r] = b.sends[r]
+		}
+		b.allocs[r] = all
+		b.outOff[r] += m.misalign
+		b.before[r] = bytes.Clone(all)
+	}
+	return b
+}
+
+// checkUntouched reports any change outside the results: guard bytes, the rest of an in-place send
+// buffer, a non-root Reduce output, and the send buffer of an out-of-place call.
+func (b *caseBuffers) checkUntouched(m matrixCase, es int, fail func(format string, a ...any)) {
+	coll, root := m.ca.coll, m.root()
+	for r := 0; r < m.n; r++ {
+		lo, hi := b.outOff[r], b.outOff[r]+b.outCount*es
+		if coll == costmodel.Reduce && r != root {
+			hi = lo
+		}
+		for i, v := range b.allocs[r] {
+			if (i < lo || i >= hi) && v != b.before[r][i] {
+				fail("rank %d: byte %d outside the result changed", r, i-m.misalign)
+				break
+			}
+		}
+		separate := !m.inPlace || (coll == costmodel.Broadcast || coll == costmodel.Reduce) && r != root
+		if separate && !bytes.Equal(b.sends[r][:b.inCount*es], b.ins[r]) {
+			fail("rank %d: the send buffer changed", r)
+		}
+	}
+}
+
 func runMatrixCase(t *testing.T, m matrixCase) {
 	cfg := Config{Buffers: tinyBuffers(), RanksPerNode: m.rpn, Override: Pin(m.ca.algo, m.proto)}
 	cfg.Override.Channels = m.channels
@@ -280,54 +354,21 @@ func runMatrixCase(t *testing.T, m matrixCase) {
 	const seed = 7
 
 	// Inputs (full per-rank send contents) and the buffers handed to the engine.
-	inCount := count
-	if coll == costmodel.ReduceScatter {
-		inCount = n * count
-	}
-	outCount := count
-	if coll == costmodel.AllGather {
-		outCount = n * count
-	}
-	ins := make([][]byte, n)
-	sends, recvs, allocs := make([][]byte, n), make([][]byte, n), make([][]byte, n)
-	outOff := make([]int, n) // where recv starts in allocs[r]
+	b := placeBuffers(m, count, func(r, inCount int) []byte {
+		in := make([]byte, inCount*es)
+		fillInput(in, dt, op, seed, r, 0, inCount)
+		return in
+	})
+	ins, sends, recvs := b.ins, b.sends, b.recvs
 	scalars := make([][]byte, n)
 	ops := make([]kernels.Op, n)
 	for r := 0; r < n; r++ {
-		ins[r] = make([]byte, inCount*es)
-		fillInput(ins[r], dt, op, seed, r, 0, inCount)
 		ops[r] = op
 		if reduces && op == kernels.PreMulSum {
 			scalars[r] = premulScalar(dt, r)
 			ops[r], err = comms[r].RedOpCreatePreMulSum(scalars[r], dt)
 			require.NoError(t, err)
 		}
-		var all []byte
-		switch {
-		case !m.inPlace || (coll == costmodel.Broadcast || coll == costmodel.Reduce) && r != root:
-			sends[r], _ = guarded(inCount*es, m.misalign)
-			copy(sends[r], ins[r])
-			recvs[r], all = guarded(outCount*es, m.misalign)
-		case coll == costmodel.AllGather: // send is this rank's block of recv
-			recvs[r], all = guarded(outCount*es, m.misalign)
-			sends[r] = recvs[r][r*count*es : (r+1)*count*es]
-			copy(sends[r], ins[r])
-		case coll == costmodel.ReduceScatter: // recv is this rank's block of send
-			sends[r], all = guarded(inCount*es, m.misalign)
-			copy(sends[r], ins[r])
-			recvs[r] = sends[r][r*count*es : (r+1)*count*es]
-			outOff[r] = r * count * es
-		default:
-			sends[r], all = guarded(inCount*es, m.misalign)
-			copy(sends[r], ins[r])
-			recvs[r] = sends[r]
-		}
-		allocs[r] = all
-		outOff[r] += m.misalign
-	}
-	before := make([][]byte, n)
-	for r := range allocs {
-		before[r] = bytes.Clone(allocs[r])
 	}
 
 	errs := runRanks(t, comms, 30*time.Second, func(r int, c *Comm) error {
@@ -389,24 +430,7 @@ func runMatrixCase(t *testing.T, m matrixCase) {
 			}
 		}
 	}
-	// Nothing outside the results changed: guard bytes, the rest of an in-place send buffer, a
-	// non-root Reduce output, and the send buffer of an out-of-place call.
-	for r := 0; r < n; r++ {
-		lo, hi := outOff[r], outOff[r]+outCount*es
-		if coll == costmodel.Reduce && r != root {
-			hi = lo
-		}
-		for i, v := range allocs[r] {
-			if (i < lo || i >= hi) && v != before[r][i] {
-				fail("rank %d: byte %d outside the result changed", r, i-m.misalign)
-				break
-			}
-		}
-		separate := !m.inPlace || (coll == costmodel.Broadcast || coll == costmodel.Reduce) && r != root
-		if separate && !bytes.Equal(sends[r][:inCount*es], ins[r]) {
-			fail("rank %d: the send buffer changed", r)
-		}
-	}
+	b.checkUntouched(m, es, fail)
 
 	// Every FIFO in use wrapped its slots at least 3 times.
 	if m.size == sizeWrap && n > 1 {

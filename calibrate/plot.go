@@ -5,10 +5,9 @@ import (
 	"io"
 	"math"
 	"sort"
-	"strings"
 
 	"github.com/collplan/collplan/costmodel"
-	"github.com/collplan/collplan/internal/bytesize"
+	"github.com/collplan/collplan/internal/svgplot"
 	"github.com/collplan/collplan/planner"
 )
 
@@ -16,7 +15,7 @@ import (
 // fitted model's time of each measured cell (solid) and the prior's (dashed), over the measured
 // size range. fitted and prior are menus per collective (Menus); prior may be nil.
 func PlotSVG(w io.Writer, fitted, prior map[costmodel.Coll]*planner.Menu, pts []Point, title string) error {
-	const wd, ht, ml, mr, mt, mb = 960.0, 600.0, 70.0, 230.0, 40.0, 50.0
+	const wd, ht, mr = 960.0, 600.0, 230.0
 	type series struct {
 		cell     Cell
 		meas     [][2]float64
@@ -74,60 +73,23 @@ func PlotSVG(w io.Writer, fitted, prior map[costmodel.Coll]*planner.Menu, pts []
 			}
 		}
 	}
-	ymin, ymax = math.Floor(ymin), math.Ceil(ymax)
-	if ymax == ymin {
-		ymax++
-	}
 	x0, x1 := math.Log2(float64(lo)), math.Log2(float64(hi))
-	if x1 == x0 {
-		x1++
-	}
-	px := func(x float64) float64 { return ml + (x-x0)/(x1-x0)*(wd-ml-mr) }
-	py := func(y float64) float64 { return ht - mb - (y-ymin)/(ymax-ymin)*(ht-mt-mb) }
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%g" height="%g" font-family="sans-serif" font-size="12">`+"\n", wd, ht)
-	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="%g" y="24" font-size="15">%s</text>`+"\n", ml, xmlEscape(title))
-	for y := ymin; y <= ymax; y++ {
-		fmt.Fprintf(&b, `<line x1="%g" x2="%g" y1="%.1f" y2="%.1f" stroke="#ddd"/><text x="%g" y="%.1f" text-anchor="end">%g us</text>`+"\n",
-			ml, wd-mr, py(y), py(y), ml-6, py(y)+4, math.Pow(10, y))
-	}
-	step := math.Max(1, math.Ceil((x1-x0)/12))
-	for x := math.Ceil(x0); x <= x1; x += step {
-		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%g" y2="%g" stroke="#eee"/><text x="%.1f" y="%g" text-anchor="middle">%s</text>`+"\n",
-			px(x), px(x), mt, ht-mb, px(x), ht-mb+18, xmlEscape(strings.ReplaceAll(bytesize.Format(int64(math.Exp2(x))), " ", "")))
-	}
-	colors := []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78"}
-	line := func(pts [][2]float64, color string, width float64, extra string) {
-		if len(pts) == 0 {
-			return
-		}
-		var ss []string
-		for _, p := range pts {
-			ss = append(ss, fmt.Sprintf("%.1f,%.1f", px(p[0]), py(p[1])))
-		}
-		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="%g" %s points="%s"/>`+"\n", color, width, extra, strings.Join(ss, " "))
-	}
+	pl := svgplot.New(title, wd, ht, mr, x0, x1, ymin, ymax, math.Max(1, math.Ceil((x1-x0)/12)))
 	for i, c := range cells {
 		s := byCell[c]
-		col := colors[i%len(colors)]
-		line(s.pri, col, 1, `stroke-dasharray="4,4" opacity="0.6"`)
-		line(s.fit, col, 2, "")
+		col := svgplot.Colors[i%len(svgplot.Colors)]
+		pl.Polyline(s.pri, col, 1, `stroke-dasharray="4,4" opacity="0.6"`)
+		pl.Polyline(s.fit, col, 2, "")
 		for _, p := range s.meas {
-			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", px(p[0]), py(p[1]), col)
+			pl.Raw(`<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", pl.X(p[0]), pl.Y(p[1]), col)
 		}
 		y := 50 + 18*i
-		fmt.Fprintf(&b, `<line x1="%g" x2="%g" y1="%d" y2="%d" stroke="%s" stroke-width="2"/><circle cx="%g" cy="%d" r="3" fill="%s"/><text x="%g" y="%d">%s</text>`+"\n",
-			wd-mr+10, wd-mr+30, y, y, col, wd-mr+20, y, col, wd-mr+35, y+4, xmlEscape(c.String()))
+		pl.Raw(`<line x1="%g" x2="%g" y1="%d" y2="%d" stroke="%s" stroke-width="2"/><circle cx="%g" cy="%d" r="3" fill="%s"/><text x="%g" y="%d">%s</text>`+"\n",
+			wd-mr+10, wd-mr+30, y, y, col, wd-mr+20, y, col, wd-mr+35, y+4, svgplot.Escape(c.String()))
 	}
 	y := 50 + 18*len(cells) + 10
-	fmt.Fprintf(&b, `<text x="%g" y="%d">dots: measured; solid: fitted;</text><text x="%g" y="%d">dashed: prior table</text>`+"\n",
+	pl.Raw(`<text x="%g" y="%d">dots: measured; solid: fitted;</text><text x="%g" y="%d">dashed: prior table</text>`+"\n",
 		wd-mr+10, y, wd-mr+10, y+16)
-	fmt.Fprintf(&b, `<text x="%g" y="%g" text-anchor="middle">message size (bytes)</text>`+"\n", (ml+wd-mr)/2, ht-10)
-	b.WriteString("</svg>\n")
-	_, err := io.WriteString(w, b.String())
+	_, err := io.WriteString(w, pl.String("message size (bytes)"))
 	return err
-}
-
-func xmlEscape(s string) string {
-	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(s)
 }

@@ -6,11 +6,11 @@ import (
 	"io"
 	"math"
 	"os"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/internal/bytesize"
+	"github.com/collplan/collplan/internal/svgplot"
 	"github.com/collplan/collplan/planner"
 )
 
@@ -104,7 +104,7 @@ func sizesPow2(lo, hi int64) []int64 {
 // plotSVG draws log2(bytes) against log10(time_us) for every legal cell, sampled 16 times an
 // octave, with the argmin drawn over them.
 func plotSVG(pr *planner.Prepared, lo, hi int64, title string) (string, error) {
-	const w, h, ml, mr, mt, mb = 960.0, 600.0, 70.0, 190.0, 40.0, 50.0
+	const w, h, mr = 960.0, 600.0, 190.0
 	var xs []int64
 	for x := math.Log2(float64(lo)); ; x += 1.0 / 16 {
 		n := int64(math.Round(math.Exp2(x)))
@@ -157,49 +157,16 @@ func plotSVG(pr *planner.Prepared, lo, hi int64, title string) (string, error) {
 	if math.IsInf(ymin, 0) {
 		return "", fmt.Errorf("map: no legal cell to plot")
 	}
-	ymin, ymax = math.Floor(ymin), math.Ceil(ymax)
-	if ymax == ymin {
-		ymax++
-	}
 	x0, x1 := math.Log2(float64(lo)), math.Log2(float64(hi))
-	if x1 == x0 {
-		x1++
-	}
-	px := func(x float64) float64 { return ml + (x-x0)/(x1-x0)*(w-ml-mr) }
-	py := func(y float64) float64 { return h - mb - (y-ymin)/(ymax-ymin)*(h-mt-mb) }
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%g" height="%g" font-family="sans-serif" font-size="12">`+"\n", w, h)
-	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="%g" y="24" font-size="15">%s</text>`+"\n", ml, escape(title))
-	for y := ymin; y <= ymax; y++ {
-		fmt.Fprintf(&b, `<line x1="%g" x2="%g" y1="%.1f" y2="%.1f" stroke="#ddd"/><text x="%g" y="%.1f" text-anchor="end">%g us</text>`+"\n",
-			ml, w-mr, py(y), py(y), ml-6, py(y)+4, math.Pow(10, y))
-	}
-	for x := math.Ceil(x0); x <= x1; x += 2 {
-		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%g" y2="%g" stroke="#eee"/><text x="%.1f" y="%g" text-anchor="middle">%s</text>`+"\n",
-			px(x), px(x), mt, h-mb, px(x), h-mb+18, escape(strings.ReplaceAll(bytesize.Format(int64(math.Exp2(x))), " ", "")))
-	}
-	colors := []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78"}
-	line := func(s series, color string, width float64, dash string) {
-		var pts []string
-		for _, p := range s.pts {
-			pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(p[0]), py(p[1])))
-		}
-		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="%g" %s points="%s"/>`+"\n", color, width, dash, strings.Join(pts, " "))
-	}
+	p := svgplot.New(title, w, h, mr, x0, x1, ymin, ymax, 2)
 	for i, s := range all {
-		c := colors[i%len(colors)]
-		line(s, c, 1.5, `stroke-dasharray="5,3"`)
-		fmt.Fprintf(&b, `<line x1="%g" x2="%g" y1="%d" y2="%d" stroke="%s" stroke-width="2"/><text x="%g" y="%d">%s</text>`+"\n",
-			w-mr+10, w-mr+30, 50+18*i, 50+18*i, c, w-mr+35, 54+18*i, escape(s.name))
+		c := svgplot.Colors[i%len(svgplot.Colors)]
+		p.Polyline(s.pts, c, 1.5, `stroke-dasharray="5,3"`)
+		p.Raw(`<line x1="%g" x2="%g" y1="%d" y2="%d" stroke="%s" stroke-width="2"/><text x="%g" y="%d">%s</text>`+"\n",
+			w-mr+10, w-mr+30, 50+18*i, 50+18*i, c, w-mr+35, 54+18*i, svgplot.Escape(s.name))
 	}
-	line(best, "black", 3.5, `opacity="0.55"`)
-	fmt.Fprintf(&b, `<line x1="%g" x2="%g" y1="%d" y2="%d" stroke="black" stroke-width="3.5" opacity="0.55"/><text x="%g" y="%d">argmin (pick)</text>`+"\n",
+	p.Polyline(best.pts, "black", 3.5, `opacity="0.55"`)
+	p.Raw(`<line x1="%g" x2="%g" y1="%d" y2="%d" stroke="black" stroke-width="3.5" opacity="0.55"/><text x="%g" y="%d">argmin (pick)</text>`+"\n",
 		w-mr+10, w-mr+30, 50+18*len(all), 50+18*len(all), w-mr+35, 54+18*len(all))
-	fmt.Fprintf(&b, `<text x="%g" y="%g" text-anchor="middle">message size (model nBytes)</text>`+"\n", (ml+w-mr)/2, h-10)
-	b.WriteString("</svg>\n")
-	return b.String(), nil
-}
-
-func escape(s string) string {
-	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(s)
+	return p.String("message size (model nBytes)"), nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -30,15 +31,19 @@ type Comm struct {
 	ctrl  []byte
 	abort *uint64
 	state []*uint64     // per rank: bit 0 closed
-	desc  [][2][]uint64 // per rank, per sequence parity: descWords words
+	desc  [][2][]uint64 // per rank, per sequence parity: descWords words (agree.go)
+	agree agreement     // the current call's agreement
 
 	rings  [][]int // per channel, built on first use
 	ringIx []int
 	tree   [2][]capabilities.TreeLinks
 
 	eps     map[epKey]*endpoint
-	workers [][2]*worker // per channel: role 0 (ring, tree root, tree reduce-up), role 1 (tree broadcast-down)
-	tasks   []*worker    // the workers of the current call
+	ringEps [][2]*endpoint // per channel: the ring's receive and send endpoints, once mapped
+	workers [][2]*worker   // per channel: role 0 (ring, tree root, tree reduce-up), role 1 (tree broadcast-down)
+	tasks   []*worker      // the workers of the current call
+	cur     call           // the current call (kept here so that a call allocates nothing)
+	wg      sync.WaitGroup // the current call's extra workers
 
 	callMu    sync.Mutex // one call at a time; held by Close while it tears down
 	closed    atomic.Bool
@@ -55,6 +60,8 @@ type Comm struct {
 	// race detector cannot see synchronise through (race.go); the engine annotates the orderings
 	// between its own goroutines that it relies on.
 	raceHidden bool
+
+	cores, procs int // runtime.NumCPU and GOMAXPROCS when the Comm was made (see spinFits)
 
 	statsMu sync.Mutex
 	stats   []ChannelStats
@@ -84,24 +91,6 @@ func (s *ChannelStats) add(o ChannelStats) {
 }
 
 const stateClosed = 1
-
-// Call descriptor words (ctrl region, one cache line per rank and sequence parity).
-const (
-	dSeq = iota
-	dColl
-	dCount
-	dDtype
-	dOp
-	dRoot
-	dStatus
-	dAlgo
-	dProto
-	dChannels
-	dChunk
-	dPiece
-	dConfig
-	descWords
-)
 
 // NewInProcess returns the n ranks of a communicator whose ranks are goroutines of this process,
 // sharing memory through an in-process Transport. Call each rank's collectives from its own
@@ -152,6 +141,7 @@ func New(rank, n int, tr Transport, cfg Config) (*Comm, error) {
 	}
 	_, inproc := tr.(rankTransport)
 	c.raceHidden = raceEnabled && !inproc
+	c.cores, c.procs = runtime.NumCPU(), runtime.GOMAXPROCS(0)
 	c.tuneLog = tuningWriter(rank, &cfg, os.Getenv)
 	c.cfgWord = layoutWord("config", uint64(n), uint64(cfg.RanksPerNode), uint64(b.LL), uint64(b.LL128), uint64(b.Simple))
 	c.tree[0], c.tree[1] = c.topo.trees()
@@ -187,7 +177,7 @@ func (c *Comm) Rank() int { return c.rank }
 func (c *Comm) Size() int { return c.n }
 
 // SetOverride replaces the Override of later calls. Every rank must make the same change between
-// the same two calls (the handshake reports a plan that differs across ranks as a mismatch).
+// the same two calls (a plan that differs across ranks is a mismatch: see agree.go).
 func (c *Comm) SetOverride(o Override) {
 	c.callMu.Lock()
 	c.override = o
@@ -325,8 +315,8 @@ func (a *args) reduces() bool {
 	return a.coll == costmodel.AllReduce || a.coll == costmodel.ReduceScatter || a.coll == costmodel.Reduce
 }
 
-// collective runs one call: validate and plan it locally, agree on it with every rank (the
-// handshake), then run it.
+// collective runs one call: validate and plan it locally, post it for the other ranks to check
+// (agree.go), run it, and check theirs.
 func (c *Comm) collective(ctx context.Context, a args) error {
 	c.callMu.Lock()
 	defer c.callMu.Unlock()
@@ -341,21 +331,27 @@ func (c *Comm) collective(ctx context.Context, a args) error {
 		return err
 	}
 	w := newWaiter(c, ctx)
-	cl := call{args: a}
-	localErr := c.prepare(&cl)
-	if err := c.handshake(&w, &cl, localErr); err != nil {
-		return err
+	cl := &c.cur
+	*cl = call{args: a}
+	localErr := c.prepare(cl)
+	c.seq++
+	if c.n == 1 {
+		if localErr == nil && cl.count > 0 {
+			c.local(cl)
+		}
+		return localErr
+	}
+	c.post(c.seq, describe(cl, localErr))
+	if localErr != nil {
+		c.disagreement(abortDisagree) // aborts unless every rank found the call invalid
+		return localErr
 	}
 	if cl.count == 0 {
-		return nil
-	}
-	if c.n == 1 {
-		c.local(&cl)
-		return nil
+		return c.agreeWait(&w)
 	}
 	c.last = cl.plan.Decision
-	c.logTuning(&cl)
-	return c.execute(&w, &cl)
+	c.logTuning(cl)
+	return c.execute(&w, cl)
 }
 
 // prepare validates the call, slices its buffers to size and plans it.
@@ -492,91 +488,6 @@ func (c *Comm) local(cl *call) {
 	}
 }
 
-// handshake posts this rank's call descriptor and waits for every rank's: the ranks agree on the
-// call (collective, count, dtype, op, root) and its plan before any data moves, so a mismatch is an
-// error on every rank, never a hang. Descriptors alternate between two lines by sequence parity: a
-// rank cannot post call k+2 before every rank has posted call k+1, which each does only after
-// reading call k.
-func (c *Comm) handshake(w *waiter, cl *call, localErr error) error {
-	var d [descWords]uint64
-	d[dColl] = uint64(cl.coll)
-	d[dCount] = uint64(int64(cl.count))
-	d[dDtype] = uint64(cl.dt)
-	d[dOp] = uint64(cl.opKind)
-	d[dRoot] = uint64(cl.root)
-	d[dConfig] = c.cfgWord
-	if localErr != nil {
-		d[dStatus] = 1
-	} else {
-		p := cl.plan
-		d[dAlgo], d[dProto] = uint64(p.Algo), uint64(p.Proto)
-		d[dChannels], d[dChunk], d[dPiece] = uint64(p.Channels), uint64(p.ChunkBytes), uint64(p.SliceBytes)
-	}
-	c.seq++
-	seq := c.seq
-	mine := c.desc[c.rank][seq%2]
-	for i := 1; i < descWords; i++ {
-		atomic.StoreUint64(&mine[i], d[i])
-	}
-	atomic.StoreUint64(&mine[dSeq], seq)
-
-	for p := 0; p < c.n; p++ {
-		pd := c.desc[p][seq%2]
-		for i := 0; atomic.LoadUint64(&pd[dSeq]) != seq; i++ {
-			if err := w.idle(i); err != nil {
-				return err
-			}
-			if atomic.LoadUint64(c.state[p])&stateClosed != 0 {
-				if a := atomic.LoadUint64(c.abort); a != 0 {
-					return abortErr(a) // Abort closes after aborting
-				}
-				return fmt.Errorf("%w (rank %d)", ErrPeerClosed, p)
-			}
-		}
-	}
-	if localErr != nil {
-		return localErr
-	}
-	var ref [descWords]uint64
-	for i := range ref {
-		ref[i] = atomic.LoadUint64(&c.desc[0][seq%2][i])
-	}
-	for _, f := range descFields {
-		for p := 1; p < c.n; p++ {
-			if v := atomic.LoadUint64(&c.desc[p][seq%2][f.word]); v != ref[f.word] {
-				if f.word == dStatus {
-					return fmt.Errorf("%w (rank %d)", ErrRejected, p)
-				}
-				return &MismatchError{Field: f.name, Rank: p, Got: f.format(v), Want: f.format(ref[f.word])}
-			}
-		}
-	}
-	if ref[dStatus] != 0 {
-		return fmt.Errorf("%w (rank 0)", ErrRejected)
-	}
-	return nil
-}
-
-// descFields are the descriptor words compared across ranks, in the order mismatches are reported.
-var descFields = []struct {
-	name   string
-	word   int
-	format func(uint64) string
-}{
-	{"collective", dColl, func(v uint64) string { return costmodel.Coll(v).String() }},
-	{"count", dCount, func(v uint64) string { return fmt.Sprint(int64(v)) }},
-	{"dtype", dDtype, func(v uint64) string { return kernels.Dtype(v).String() }},
-	{"op", dOp, func(v uint64) string { return kernels.Op(v).String() }},
-	{"root", dRoot, func(v uint64) string { return fmt.Sprint(int64(v)) }},
-	{"configuration", dConfig, func(v uint64) string { return fmt.Sprintf("%#x", v) }},
-	{"status", dStatus, nil},
-	{"algorithm", dAlgo, func(v uint64) string { return costmodel.Algo(v).String() }},
-	{"protocol", dProto, func(v uint64) string { return costmodel.Proto(v).String() }},
-	{"channels", dChannels, func(v uint64) string { return fmt.Sprint(v) }},
-	{"chunk bytes", dChunk, func(v uint64) string { return fmt.Sprint(v) }},
-	{"step bytes", dPiece, func(v uint64) string { return fmt.Sprint(v) }},
-}
-
 // endpoint returns this rank's side of the connection from rank from to rank to on channel ch,
 // mapping its region on first use.
 func (c *Comm) endpoint(ch, from, to int) (*endpoint, error) {
@@ -667,12 +578,21 @@ func (c *Comm) execute(w *waiter, cl *call) error {
 		}
 	}
 	c.tasks = tasks
-	var wg sync.WaitGroup
+	spin := c.spinFits(len(tasks))
+	for _, wk := range tasks {
+		wk.w.spin = spin
+	}
+	tasks[0].w.agree = true // the calling goroutine checks the peers' descriptors while it waits
+	wg := &c.wg
 	wg.Add(len(tasks) - 1)
 	for _, wk := range tasks[1:] {
-		go wk.runJob(&wg)
+		go wk.runJob(wg)
 	}
 	tasks[0].runJob(nil)
+	var agreeErr error
+	if tasks[0].err == nil {
+		agreeErr = c.agreeWait(&tasks[0].w)
+	}
 	wg.Wait()
 
 	c.statsMu.Lock()
@@ -684,6 +604,9 @@ func (c *Comm) execute(w *waiter, cl *call) error {
 	}
 	c.statsMu.Unlock()
 
+	if agreeErr != nil {
+		return agreeErr
+	}
 	// This rank's own cause (context, Close) before the abort it caused in the other workers.
 	var abortE error
 	for _, wk := range tasks {

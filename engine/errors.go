@@ -8,13 +8,15 @@ import (
 // Errors returned by the engine. Match them with errors.Is.
 var (
 	// ErrInvalid: a call's arguments are invalid on this rank (count, buffer sizes, dtype, op,
-	// root). Every other rank of the call gets ErrRejected.
+	// root). Every other rank of the call gets ErrRejected, and the communicator is aborted unless
+	// every rank found the call invalid.
 	ErrInvalid = errors.New("engine: invalid argument")
 	// ErrRejected: another rank found the call's arguments invalid (see ErrInvalid) or could not
 	// plan it.
 	ErrRejected = errors.New("engine: call rejected by another rank")
 	// ErrMismatch: the ranks called with different collectives, counts, dtypes, ops, roots or
-	// plans. Every rank of the call gets it (as a *MismatchError); the communicator stays usable.
+	// plans. Every rank of the call gets it (as a *MismatchError), and the communicator is aborted:
+	// data of the call may have moved (agree.go).
 	ErrMismatch = errors.New("engine: call mismatch across ranks")
 	// ErrNotImplemented: the plan names an algorithm (or an algorithm for a collective) the engine
 	// does not run.
@@ -66,9 +68,12 @@ const (
 	abortClosed   = 2 // the rank's Comm was closed during a call
 	abortInternal = 3 // the rank failed (transport error, ...)
 	abortUser     = 4 // Comm.Abort, or AbortWord stored by a launcher
+	abortDisagree = 5 // the ranks disagreed on a call (agree.go)
+	abortPeer     = 6 // a peer closed without joining a call; the word names the peer
 )
 
-var abortReasons = [...]string{"", "context done", "closed during a collective", "internal error", "aborted"}
+var abortReasons = [...]string{"", "context done", "closed during a collective", "internal error", "aborted",
+	"the ranks disagreed on a call", "a peer closed without joining a call"}
 
 // AbortWord returns the value that, stored with an atomic 8-byte store at byte CtrlAbortOffset of
 // the "ctrl" region while the word is still 0, aborts the communicator on behalf of rank: every

@@ -30,7 +30,7 @@ func settleGoroutines(t *testing.T, want int) {
 }
 
 // TestMismatch: ranks that disagree on a call all get the same *MismatchError naming the field,
-// within a bounded time, and the communicator stays usable.
+// within a bounded time, and the communicator is aborted (data of the call may have moved).
 func TestMismatch(t *testing.T) {
 	type call struct {
 		coll  costmodel.Coll
@@ -91,10 +91,12 @@ func TestMismatch(t *testing.T) {
 						}
 						assert.Equal(t, first, me, "every rank reports the same mismatch")
 					}
-					// Still usable.
+					// Aborted: every later call fails, naming the reason.
 					errs = runRanks(t, comms, 10*time.Second, func(r int, c *Comm) error { return do(c, ar) })
 					for r, err := range errs {
-						assert.NoError(t, err, "rank %d after the mismatch", r)
+						var ae *AbortError
+						require.ErrorAs(t, err, &ae, "rank %d after the mismatch", r)
+						assert.Equal(t, abortReasons[abortDisagree], ae.Reason)
 					}
 				})
 			}
@@ -121,7 +123,7 @@ func TestMismatchedPlan(t *testing.T) {
 }
 
 // TestRejected: an invalid argument on one rank is ErrInvalid there and ErrRejected on the others,
-// never a hang.
+// never a hang, and aborts the communicator; a call every rank finds invalid leaves it usable.
 func TestRejected(t *testing.T) {
 	comms, err := NewInProcess(4, Config{Buffers: tinyBuffers()})
 	require.NoError(t, err)
@@ -140,12 +142,30 @@ func TestRejected(t *testing.T) {
 			assert.ErrorIs(t, err, ErrRejected, "rank %d", r)
 		}
 	}
-	// Invalid on every rank: each reports its own ErrInvalid.
 	errs = runRanks(t, comms, 10*time.Second, func(r int, c *Comm) error {
+		b := make([]byte, 8)
+		return c.AllReduce(bg, b, b, 2, kernels.Float32, kernels.Sum)
+	})
+	for r, err := range errs {
+		assert.ErrorIs(t, err, ErrAborted, "rank %d after the rejection", r)
+	}
+
+	// Invalid on every rank: each reports its own ErrInvalid, and no data moved.
+	comms2, err := NewInProcess(4, Config{Buffers: tinyBuffers()})
+	require.NoError(t, err)
+	defer closeAll(comms2)
+	errs = runRanks(t, comms2, 10*time.Second, func(r int, c *Comm) error {
 		return c.Broadcast(bg, nil, make([]byte, 8), 2, kernels.Float32, 7)
 	})
 	for _, err := range errs {
 		assert.ErrorIs(t, err, ErrInvalid)
+	}
+	errs = runRanks(t, comms2, 10*time.Second, func(r int, c *Comm) error {
+		b := []byte{1, 0, 0, 0}
+		return c.AllReduce(bg, b, b, 1, kernels.Int32, kernels.Sum)
+	})
+	for r, err := range errs {
+		assert.NoError(t, err, "rank %d after a call every rank rejected", r)
 	}
 }
 

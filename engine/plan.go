@@ -14,7 +14,8 @@ import (
 const MaxChannels = 64
 
 // Config is a communicator's configuration. Zero values take the defaults given per field. Every
-// rank of a communicator must use the same configuration (the per-call handshake checks it).
+// rank of a communicator must use the same configuration (New checks it: every rank claims the
+// control region with a layout word that hashes it, and a rank whose word differs gets ErrConfig).
 type Config struct {
 	// RanksPerNode groups consecutive ranks into virtual nodes: node k holds ranks
 	// [k*RanksPerNode, (k+1)*RanksPerNode), the last node possibly fewer. Rings visit the nodes in

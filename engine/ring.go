@@ -8,18 +8,25 @@ import (
 // channel's element range [lo, hi).
 func (c *Comm) ringTasks(w *waiter, cl *call, ch, lo, hi int, tasks []*worker) ([]*worker, error) {
 	ring, ix := c.ring(ch)
-	n := len(ring)
-	prev, next := ring[mod(ix-1, n)], ring[mod(ix+1, n)]
-	rx, err := c.endpoint(ch, prev, c.rank)
-	if err != nil {
-		return tasks, err
+	for len(c.ringEps) <= ch {
+		c.ringEps = append(c.ringEps, [2]*endpoint{})
 	}
-	tx, err := c.endpoint(ch, c.rank, next)
-	if err != nil {
-		return tasks, err
+	eps := &c.ringEps[ch]
+	if eps[0] == nil {
+		n := len(ring)
+		prev, next := ring[mod(ix-1, n)], ring[mod(ix+1, n)]
+		rx, err := c.endpoint(ch, prev, c.rank)
+		if err != nil {
+			return tasks, err
+		}
+		tx, err := c.endpoint(ch, c.rank, next)
+		if err != nil {
+			return tasks, err
+		}
+		eps[0], eps[1] = rx, tx
 	}
 	wk := c.worker(w, cl, ch, 0)
-	wk.setPeers([]*endpoint{rx}, []*endpoint{tx})
+	wk.setPeers(eps[:1], eps[1:])
 	wk.ensureScratch(wk.pieceBytes, 1)
 	wk.ring = ringRun{cl: cl, ring: ring, ix: ix, lo: lo, hi: hi}
 	switch cl.coll {

@@ -20,7 +20,7 @@ func (c *Comm) Seq() uint64 {
 // (Seq()+1); otherwise it changes nothing and returns an ErrInvalid error, so that a rank that is
 // not where the others agreed to switch finds out instead of running calls with another policy.
 // Every rank must make the same swap at the same seq: a plan that differs across ranks is a
-// mismatch in the handshake, as with SetOverride. The configuration word checked at start is not
+// mismatch (agree.go), as with SetOverride. The configuration word checked at start is not
 // changed.
 func (c *Comm) SwapTables(seq uint64, tables []*planner.DecisionTable) error {
 	c.callMu.Lock()

@@ -9,18 +9,24 @@ import (
 
 // Waiting. Every wait in the engine is a poll of one word in a shared region (a head or tail
 // counter, a line's flag, a peer's call descriptor) with the same bounded backoff: spinPolls plain
-// polls; then, for yieldTime, polls each followed by runtime.Gosched (so that with more ranks and
-// channels than cores the rank being waited for gets the CPU) and, when the ranks are processes
-// and there are more of them than cores, by osYield (sched_yield on Linux: Gosched only switches
-// among this process's goroutines, and the rank being waited for may be another process waiting
-// for this core), and in a bulk call's worker also once the wait has lasted osYieldAfter; then
-// polls separated by sleeps that double from minSleep to maxSleep. Past the spin phase every poll
-// also checks the communicator's abort word, this Comm's closed flag and the call's context.
+// polls; then, when every polling goroutine of the job has a core to itself (waiter.spin), more
+// polls for up to spinTime; then, for yieldTime, polls each followed by runtime.Gosched (so that
+// with more ranks and channels than cores the rank being waited for gets the CPU) and, when the
+// ranks are processes and there are more of them than cores, by osYield (sched_yield on Linux:
+// Gosched only switches among this process's goroutines, and the rank being waited for may be
+// another process waiting for this core), and in a bulk call's worker also once the wait has
+// lasted osYieldAfter; then polls separated by sleeps that double from minSleep to maxSleep. Past
+// the first spinPolls polls every poll (every spinPolls-th in the spin phase) also checks the
+// communicator's abort word, this Comm's closed flag and the call's context.
 //
 // The yield phase is long (a millisecond) because a sleep is expensive: Go's timers wake a
-// sleeping goroutine 50 us to 1 ms late, and a sleeping producer stalls its whole pipeline.
+// sleeping goroutine 50 us to 1 ms late, and a sleeping producer stalls its whole pipeline. The
+// spin phase exists because a Gosched is not free either (the scheduler's run-queue lock): a
+// 2-rank 8-byte AllReduce, whose waits are a few hundred nanoseconds, spent 40 % of its time in
+// Gosched when every wait past 64 polls yielded.
 const (
 	spinPolls = 64
+	spinTime  = 20 * time.Microsecond
 	yieldTime = time.Millisecond
 	minSleep  = time.Microsecond
 	maxSleep  = 256 * time.Microsecond
@@ -32,10 +38,14 @@ type waiter struct {
 	ctx  context.Context
 	done <-chan struct{}
 
+	spin     bool  // every polling goroutine has a core: spin for spinTime before yielding
+	spinning bool  // the current wait is in its spin phase
+	spinEnd  int64 // nanotime at which the current wait's spin phase ends
 	yieldEnd int64 // nanotime at which the current wait stops yielding and starts sleeping
 	sleep    time.Duration
 	osYield  bool // the whole yield phase also yields the OS thread (see osYieldNeeded)
 	bulk     bool // a worker's waiter in a call of at least bulkBytes: see osYieldAfter
+	agree    bool // the calling goroutine's worker: its waits also check the peers' descriptors
 }
 
 // osYieldAfter is how long a worker's wait in a call of at least bulkBytes yields only the
@@ -52,7 +62,17 @@ const (
 )
 
 func newWaiter(c *Comm, ctx context.Context) waiter {
-	return waiter{c: c, ctx: ctx, done: ctx.Done(), osYield: osYieldNeeded(c)}
+	return waiter{c: c, ctx: ctx, done: ctx.Done(), osYield: osYieldNeeded(c), spin: c.spinFits(1)}
+}
+
+// spinFits reports whether a call whose ranks each run k polling goroutines may spin: every one
+// of the n*k goroutines has a core (and, for in-process ranks, a P) to itself, so a spinning
+// waiter delays nobody. The cores are counted once, when the Comm is made.
+func (c *Comm) spinFits(k int) bool {
+	if _, inproc := c.tr.(rankTransport); inproc {
+		return c.n*k <= c.procs
+	}
+	return c.n*k <= c.cores && k <= c.procs
 }
 
 // osYieldNeeded reports whether c's waits must yield the OS thread to other processes: its ranks
@@ -71,13 +91,33 @@ func osYieldNeeded(c *Comm) bool {
 // must end: the communicator was aborted, this Comm closed, or the context done (the last two abort
 // the communicator, since this rank will not play its part in the call).
 func (w *waiter) idle(i int) error {
+	if i == 0 {
+		if err := w.agreePoll(); err != nil {
+			return err
+		}
+	}
 	if i < spinPolls {
 		return nil
+	}
+	if i == spinPolls {
+		w.spinning, w.spinEnd, w.yieldEnd = w.spin, nanotime()+int64(spinTime), 0
+	}
+	if w.spinning {
+		if i%spinPolls != 0 {
+			return nil
+		}
+		if err := w.check(); err != nil {
+			return err
+		}
+		if nanotime() < w.spinEnd {
+			return nil
+		}
+		w.spinning = false
 	}
 	if err := w.check(); err != nil {
 		return err
 	}
-	if i == spinPolls {
+	if w.yieldEnd == 0 {
 		w.yieldEnd, w.sleep = nanotime()+int64(yieldTime), minSleep
 	}
 	if now := nanotime(); now < w.yieldEnd {
@@ -97,11 +137,25 @@ func nanotime() int64 { return int64(time.Since(clockBase)) }
 
 var clockBase = time.Now()
 
+// agreePoll reads the peers' descriptors of the call while the calling goroutine's worker waits
+// anyway, the cheapest time to do it (agree.go); it also notices a peer that closed without
+// joining.
+func (w *waiter) agreePoll() error {
+	if !w.agree || w.c.agree.next >= w.c.n {
+		return nil
+	}
+	_, err := w.c.agreePoll()
+	return err
+}
+
 // check returns the error that ends a wait, if any.
 func (w *waiter) check() error {
 	c := w.c
 	if a := atomic.LoadUint64(c.abort); a != 0 {
-		return abortErr(a)
+		return c.abortError(a)
+	}
+	if err := w.agreePoll(); err != nil {
+		return err
 	}
 	if c.closed.Load() {
 		c.setAbort(abortClosed)

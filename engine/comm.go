@@ -580,7 +580,7 @@ func (c *Comm) execute(w *waiter, cl *call) error {
 	c.tasks = tasks
 	spin := c.spinFits(len(tasks))
 	for _, wk := range tasks {
-		wk.w.spin = spin
+		wk.w.spin, wk.w.shared = spin, len(tasks) > 1
 	}
 	tasks[0].w.agree = true // the calling goroutine checks the peers' descriptors while it waits
 	wg := &c.wg

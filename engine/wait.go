@@ -14,8 +14,9 @@ import (
 // with more ranks and channels than cores the rank being waited for gets the CPU) and, when the
 // ranks are processes and there are more of them than cores, by osYield (sched_yield on Linux:
 // Gosched only switches among this process's goroutines, and the rank being waited for may be
-// another process waiting for this core), and in a bulk call's worker also once the wait has
-// lasted osYieldAfter; then polls separated by sleeps that double from minSleep to maxSleep. Past
+// another process waiting for this core; a rank running a single worker then skips the Gosched,
+// which has nothing to switch to and costs a run-queue lock per poll), and in a bulk call's worker
+// also once the wait has lasted osYieldAfter; then polls separated by sleeps that double from minSleep to maxSleep. Past
 // the first spinPolls polls every poll (every spinPolls-th in the spin phase) also checks the
 // communicator's abort word, this Comm's closed flag and the call's context.
 //
@@ -46,6 +47,7 @@ type waiter struct {
 	osYield  bool // the whole yield phase also yields the OS thread (see osYieldNeeded)
 	bulk     bool // a worker's waiter in a call of at least bulkBytes: see osYieldAfter
 	agree    bool // the calling goroutine's worker: its waits also check the peers' descriptors
+	shared   bool // the rank runs other workers in this call: an osYield wait still calls Gosched
 }
 
 // osYieldAfter is how long a worker's wait in a call of at least bulkBytes yields only the
@@ -121,7 +123,9 @@ func (w *waiter) idle(i int) error {
 		w.yieldEnd, w.sleep = nanotime()+int64(yieldTime), minSleep
 	}
 	if now := nanotime(); now < w.yieldEnd {
-		runtime.Gosched()
+		if !w.osYield || w.shared {
+			runtime.Gosched()
+		}
 		if w.osYield || w.bulk && now-(w.yieldEnd-int64(yieldTime)) > int64(osYieldAfter) {
 			osYield()
 		}

@@ -20,7 +20,9 @@ import (
 // Launcher starts the n ranks of a job as local processes (like mpirun -np n on one host) and
 // watches them: when a rank exits with an error or dies, it aborts the communicator on that rank's
 // behalf (AbortShm), so that every other rank's waits fail, and kills the ranks still running
-// after Grace. At the end it removes the job's shared-memory segments.
+// after Grace. At the end it removes the job's shared-memory segments. On Linux a launcher that
+// dies takes its ranks with it (SIGKILL to each, rankProcAttr); the segments it leaves are removed
+// as stale by the next launch.
 //
 // When it starts more ranks than there are cores it sets GOMAXPROCS=1 in the ranks' environment
 // (unless the environment sets GOMAXPROCS): the ranks then share the cores by the kernel's
@@ -118,6 +120,9 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	out := &lockedWriter{w: stdout, mu: &outMu}
 	errw := &lockedWriter{w: stderr, mu: &outMu}
 
+	// The ranks' parent-death signal follows the thread that starts them (rankProcAttr): keep it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	cmds := make([]*exec.Cmd, l.N)
 	for r := range cmds {
 		cmd := exec.Command(l.Argv[0], l.Argv[1:]...)
@@ -125,6 +130,7 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 			"COLLPLAN_RANK="+strconv.Itoa(r), "COLLPLAN_WORLD_SIZE="+strconv.Itoa(l.N),
 			"COLLPLAN_ADDR="+addr, "COLLPLAN_JOB="+job)
 		cmd.Stdout, cmd.Stderr = out, errw
+		cmd.SysProcAttr = rankProcAttr()
 		if err := cmd.Start(); err != nil {
 			for _, c := range cmds[:r] {
 				c.Process.Kill()

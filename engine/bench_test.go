@@ -53,6 +53,17 @@ func BenchmarkAllReduceChannels(b *testing.B) {
 }
 
 func benchAllReduce(b *testing.B, n, nc int, proto costmodel.Proto, size int) {
+	bufs := make([][]byte, n)
+	for r := range bufs {
+		bufs[r] = make([]byte, size)
+	}
+	timeAllReduce(b, n, nc, proto, size, bufs, bufs, true)
+}
+
+// timeAllReduce times b.N ring AllReduces (float32 sum, size bytes, nc channels, proto) of send
+// into recv on n in-process ranks, after two untimed ones that connect and warm up, and reports
+// busbw in GB/s (and, with perOp, the time per call).
+func timeAllReduce(b *testing.B, n, nc int, proto costmodel.Proto, size int, send, recv [][]byte, perOp bool) {
 	cfg := Config{Override: Pin(costmodel.Ring, proto)}
 	cfg.Override.Channels = nc
 	comms, err := NewInProcess(n, cfg)
@@ -61,10 +72,6 @@ func benchAllReduce(b *testing.B, n, nc int, proto costmodel.Proto, size int) {
 	}
 	defer closeAll(comms)
 	count := size / 4
-	bufs := make([][]byte, n)
-	for r := range bufs {
-		bufs[r] = make([]byte, size)
-	}
 	run := func(iters int) error {
 		errs := make([]error, n)
 		var wg sync.WaitGroup
@@ -73,7 +80,7 @@ func benchAllReduce(b *testing.B, n, nc int, proto costmodel.Proto, size int) {
 			go func() {
 				defer wg.Done()
 				for i := 0; i < iters && errs[r] == nil; i++ {
-					errs[r] = c.AllReduce(bg, bufs[r], bufs[r], count, kernels.Float32, kernels.Sum)
+					errs[r] = c.AllReduce(bg, send[r], recv[r], count, kernels.Float32, kernels.Sum)
 				}
 			}()
 		}
@@ -85,7 +92,7 @@ func benchAllReduce(b *testing.B, n, nc int, proto costmodel.Proto, size int) {
 		}
 		return nil
 	}
-	if err := run(2); err != nil { // connect, warm up
+	if err := run(2); err != nil {
 		b.Fatal(err)
 	}
 	b.SetBytes(int64(size))
@@ -97,7 +104,9 @@ func benchAllReduce(b *testing.B, n, nc int, proto costmodel.Proto, size int) {
 	sec := time.Since(start).Seconds()
 	algbw := float64(size) * float64(b.N) / sec / 1e9
 	b.ReportMetric(algbw*2*float64(n-1)/float64(n), "busbw_GB/s")
-	b.ReportMetric(sec/float64(b.N)*1e6, "us/op")
+	if perOp {
+		b.ReportMetric(sec/float64(b.N)*1e6, "us/op")
+	}
 }
 
 // BenchmarkKernelReduce is the physical reference: one core's kernels.Reducer.Reduce bandwidth

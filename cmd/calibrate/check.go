@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/collplan/collplan/calibrate"
@@ -113,38 +112,4 @@ func parseColls(s string) ([]costmodel.Coll, error) {
 		}
 	}
 	return out, nil
-}
-
-// sizeValue is a flag of a byte count with an optional K, M or G suffix (1024-based).
-type sizeValue struct{ v *int64 }
-
-func (f sizeValue) String() string {
-	if f.v == nil {
-		return ""
-	}
-	return strconv.FormatInt(*f.v, 10)
-}
-
-func (f sizeValue) Set(s string) error {
-	mult := int64(1)
-	t := strings.TrimSuffix(strings.TrimSuffix(s, "iB"), "B")
-	if t != "" {
-		switch t[len(t)-1] {
-		case 'k', 'K':
-			mult = 1 << 10
-		case 'm', 'M':
-			mult = 1 << 20
-		case 'g', 'G':
-			mult = 1 << 30
-		}
-		if mult > 1 {
-			t = t[:len(t)-1]
-		}
-	}
-	v, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || v < 0 || v > (1<<40)/mult {
-		return fmt.Errorf("size %q: want a byte count with an optional K, M or G suffix", s)
-	}
-	*f.v = v * mult
-	return nil
 }

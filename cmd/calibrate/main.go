@@ -32,6 +32,7 @@ import (
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/correction"
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/internal/bytesize"
 	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/tables"
 )
@@ -84,8 +85,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	transport := fs.String("transport", "shm", "with --run: collbench --transport (shm or inproc)")
 	collList := fs.String("colls", "all", "with --run: collectives to sweep, comma-separated, or all")
 	var minB, maxB int64 = 8, 16 << 20
-	fs.Var(sizeValue{&minB}, "min", "with --run: smallest size (K/M/G suffix) [8]")
-	fs.Var(sizeValue{&maxB}, "max", "with --run: largest size [16M]")
+	fs.Var(bytesize.Flag{V: &minB}, "min", "with --run: smallest size (K/M/G suffix) [8]")
+	fs.Var(bytesize.Flag{V: &maxB}, "max", "with --run: largest size [16M]")
 	factor := fs.Int64("factor", 2, "with --run: size step factor")
 	iters := fs.Int("iters", 20, "with --run: collbench -n")
 	warmup := fs.Int("warmup", 5, "with --run: collbench -w")
@@ -135,8 +136,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return usagef("--holdout is for fitting; --check does not fit")
 	case *transport != "shm" && *transport != "inproc":
 		return usagef("--transport %q: want shm or inproc", *transport)
-	case minB < 1 || maxB < minB:
-		return usagef("--min %d --max %d: want 1 <= min <= max", minB, maxB)
+	case minB < 1 || maxB < minB || maxB > 1<<40:
+		return usagef("--min %d --max %d: want 1 <= min <= max <= 1T", minB, maxB)
 	case *factor < 2:
 		return usagef("--factor %d: want at least 2", *factor)
 	case *repeat < 1:

@@ -8,13 +8,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/engine"
+	"github.com/collplan/collplan/internal/bytesize"
 	"github.com/collplan/collplan/kernels"
 	"github.com/collplan/collplan/planner"
 )
@@ -103,45 +103,6 @@ var (
 	allOps    = []string{"sum", "prod", "max", "min", "avg", "mulsum"}
 )
 
-// parseSize reads nccl-tests sizes: an integer with an optional K, M or G suffix (1024-based).
-func parseSize(s string) (int64, error) {
-	mult := int64(1)
-	if s != "" {
-		switch s[len(s)-1] {
-		case 'k', 'K':
-			mult = 1 << 10
-		case 'm', 'M':
-			mult = 1 << 20
-		case 'g', 'G':
-			mult = 1 << 30
-		}
-		if mult > 1 {
-			s = s[:len(s)-1]
-		}
-	}
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || v < 0 {
-		return 0, fmt.Errorf("size %q: want a non-negative integer with an optional K, M or G suffix", s)
-	}
-	return v * mult, nil
-}
-
-type sizeFlag struct{ v *int64 }
-
-func (f sizeFlag) String() string {
-	if f.v == nil {
-		return ""
-	}
-	return strconv.FormatInt(*f.v, 10)
-}
-func (f sizeFlag) Set(s string) error {
-	v, err := parseSize(s)
-	if err == nil {
-		*f.v = v
-	}
-	return err
-}
-
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: collbench allreduce|allgather|reducescatter|broadcast|reduce [flags]")
 }
@@ -162,8 +123,8 @@ func parseArgs(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("collbench "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	sz := func(p *int64, short, long, usage string) {
-		fs.Var(sizeFlag{p}, short, usage)
-		fs.Var(sizeFlag{p}, long, usage)
+		fs.Var(bytesize.Flag{V: p}, short, usage)
+		fs.Var(bytesize.Flag{V: p}, long, usage)
 	}
 	num := func(p *int, short, long string, def int, usage string) {
 		fs.IntVar(p, short, def, usage)
@@ -198,9 +159,9 @@ func parseArgs(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.proto, "proto", "", "pin the protocol (NCCL_PROTO; LL, LL128, Simple)")
 	fs.IntVar(&o.channels, "channels", 0, "pin the channel count")
 	fs.BoolVar(&o.usePlan, "planner", true, "plan calls with the planner's DecisionTable for the cpu node table (unless pinned)")
-	fs.Var(sizeFlag{&o.buffers.Simple}, "buffsize", "Simple connection buffer (NCCL_BUFFSIZE; default 4M)")
-	fs.Var(sizeFlag{&o.buffers.LL}, "ll-buffsize", "LL connection buffer (default 512K)")
-	fs.Var(sizeFlag{&o.buffers.LL128}, "ll128-buffsize", "LL128 connection buffer")
+	fs.Var(bytesize.Flag{V: &o.buffers.Simple}, "buffsize", "Simple connection buffer (NCCL_BUFFSIZE; default 4M)")
+	fs.Var(bytesize.Flag{V: &o.buffers.LL}, "ll-buffsize", "LL connection buffer (default 512K)")
+	fs.Var(bytesize.Flag{V: &o.buffers.LL128}, "ll128-buffsize", "LL128 connection buffer")
 	fs.StringVar(&o.tuner.name, "tuner", "none", "tuner plugin of the planner: none, a NAME (tuner-NAME beside this binary, then on PATH) or a PATH")
 	fs.StringVar(&o.tuner.config, "tuner-config", "", "configuration file handed to the tuner (re-read on SIGHUP)")
 	fs.DurationVar(&o.tuner.timeout, "tuner-timeout", 0, "tuner start and per-call deadline (default 5s to start, 2s per call)")

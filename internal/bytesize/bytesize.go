@@ -56,3 +56,22 @@ func Format(n int64) string {
 	}
 	return fmt.Sprintf("%d %s", n, names[i])
 }
+
+// Flag is a flag.Value of a byte count read by Parse, stored in *V.
+type Flag struct{ V *int64 }
+
+func (f Flag) String() string {
+	if f.V == nil {
+		return ""
+	}
+	return strconv.FormatInt(*f.V, 10)
+}
+
+// Set parses s into *V, which it leaves unchanged on error.
+func (f Flag) Set(s string) error {
+	v, err := Parse(s)
+	if err == nil {
+		*f.V = v
+	}
+	return err
+}

@@ -1,6 +1,8 @@
 package bytesize
 
 import (
+	"flag"
+	"io"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -34,4 +36,17 @@ func TestFormat(t *testing.T) {
 	assert.Equal(t, "1536 KiB", Format(1536<<10))
 	assert.Equal(t, "1000 B", Format(1000))
 	assert.Equal(t, "0 B", Format(0))
+}
+
+func TestFlag(t *testing.T) {
+	v := int64(7)
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Var(Flag{V: &v}, "size", "")
+	require.NoError(t, fs.Parse([]string{"-size", "4K"}))
+	assert.Equal(t, int64(4096), v)
+	assert.Equal(t, "4096", Flag{V: &v}.String())
+	assert.Error(t, fs.Parse([]string{"-size", "-1"}))
+	assert.Equal(t, int64(4096), v, "a bad value leaves the flag as it was")
+	assert.Equal(t, "", Flag{}.String())
 }

@@ -6,7 +6,6 @@ import (
 	"hash/fnv"
 	"io"
 	"os"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -22,20 +21,7 @@ import (
 const envReload = "COLLBENCH_RELOAD_FILE"
 
 // tunerSpec chooses a policy: the planner alone ("none") or the planner with a tuner plugin.
-type tunerSpec struct {
-	name, config string
-	timeout      time.Duration
-}
-
-func (t tunerSpec) String() string {
-	if t.name == "" || strings.EqualFold(t.name, "none") {
-		return "none"
-	}
-	if t.config != "" {
-		return t.name + " (" + t.config + ")"
-	}
-	return t.name
-}
+type tunerSpec = plugin.Spec
 
 // compileTable compiles the planner's DecisionTable for coll on the cpu node table (ranks per node
 // set to the communicator's virtual nodes) with the tuner of spec: one Init and one Tune round trip,
@@ -54,30 +40,14 @@ func compileTable(ctx context.Context, coll costmodel.Coll, n, rpn int, spec tun
 	if err != nil {
 		return nil, fmt.Errorf("topology for %d ranks, %d per node: %w", n, rpn, err)
 	}
-	path, err := plugin.Resolve(spec.name)
+	cl, err := plugin.Open(spec, logTo)
 	if err != nil {
 		return nil, err
 	}
 	var pl *planner.Planner
-	if path == "" {
-		if spec.config != "" {
-			return nil, fmt.Errorf("a tuner configuration (%s) needs a tuner", spec.config)
-		}
+	if cl == nil {
 		pl, err = planner.New(&topo, planner.Config{})
 	} else {
-		if spec.timeout < 0 {
-			return nil, fmt.Errorf("--tuner-timeout %s: must be positive", spec.timeout)
-		}
-		logger, err := plugin.EnvLogger(logTo)
-		if err != nil {
-			return nil, err
-		}
-		var cl *plugin.Client
-		cl, err = plugin.New(plugin.Config{Path: path, ConfigPath: spec.config, StartTimeout: spec.timeout,
-			CallTimeout: spec.timeout, Logger: logger})
-		if err != nil {
-			return nil, err
-		}
 		defer cl.Close()
 		pl, err = cl.Planner(ctx, &topo, planner.Config{})
 	}

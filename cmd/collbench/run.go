@@ -68,7 +68,7 @@ type options struct {
 	usePlan   bool
 	buffers   planner.Buffers
 
-	tuner tunerSpec // --tuner, --tuner-config, --tuner-timeout
+	tuner tunerSpec // --tuner, --tuner-config, --tuner-timeout, --tuner-sha256
 	// --ab A,B: live A/B of two policies (ab[0], ab[1]) on one communicator
 	ab     []tunerSpec
 	abRuns int
@@ -162,9 +162,10 @@ func parseArgs(args []string, stderr io.Writer) (*options, error) {
 	fs.Var(bytesize.Flag{V: &o.buffers.Simple}, "buffsize", "Simple connection buffer (NCCL_BUFFSIZE; default 4M)")
 	fs.Var(bytesize.Flag{V: &o.buffers.LL}, "ll-buffsize", "LL connection buffer (default 512K)")
 	fs.Var(bytesize.Flag{V: &o.buffers.LL128}, "ll128-buffsize", "LL128 connection buffer")
-	fs.StringVar(&o.tuner.name, "tuner", "none", "tuner plugin of the planner: none, a NAME (tuner-NAME beside this binary, then on PATH) or a PATH")
-	fs.StringVar(&o.tuner.config, "tuner-config", "", "configuration file handed to the tuner (re-read on SIGHUP)")
-	fs.DurationVar(&o.tuner.timeout, "tuner-timeout", 0, "tuner start and per-call deadline (default 5s to start, 2s per call)")
+	fs.StringVar(&o.tuner.Name, "tuner", "none", "tuner plugin of the planner: none, a NAME (tuner-NAME beside this binary, then on PATH) or a PATH")
+	fs.StringVar(&o.tuner.Config, "tuner-config", "", "configuration file handed to the tuner (re-read on SIGHUP)")
+	fs.DurationVar(&o.tuner.Timeout, "tuner-timeout", 0, "tuner start and per-call deadline (default 5s to start, 2s per call)")
+	fs.StringVar(&o.tuner.SHA256, "tuner-sha256", "", "pin the tuner binary to this SHA-256 (hex)")
 	var ab, abCfg, abCfgA, abCfgB string
 	fs.StringVar(&ab, "ab", "", "A,B: live A/B of two tuners (e.g. none,rules), interleaved run by run at each size")
 	fs.StringVar(&abCfg, "ab-config", "", "A,B: the two tuners' configuration files (either may be empty)")
@@ -193,13 +194,13 @@ func parseArgs(args []string, stderr io.Writer) (*options, error) {
 			}
 		}
 		for i := range names {
-			o.ab = append(o.ab, tunerSpec{name: names[i], config: cfgs[i], timeout: o.tuner.timeout})
+			o.ab = append(o.ab, tunerSpec{Name: names[i], Config: cfgs[i], Timeout: o.tuner.Timeout})
 		}
 		if o.abRuns < 2 {
 			return nil, errors.New("--ab-runs must be at least 2")
 		}
-		if o.tuner.name != "none" || o.tuner.config != "" {
-			return nil, errors.New("--ab names both policies; leave out --tuner and --tuner-config")
+		if !o.tuner.None() || o.tuner.Config != "" || o.tuner.SHA256 != "" {
+			return nil, errors.New("--ab names both policies; leave out --tuner, --tuner-config and --tuner-sha256")
 		}
 	} else if abCfg != "" || abCfgA != "" || abCfgB != "" {
 		return nil, errors.New("--ab-config needs --ab")

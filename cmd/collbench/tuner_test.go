@@ -221,3 +221,19 @@ func TestTunerFault(t *testing.T) {
 	_, _, err = runCollbench(t, "allreduce", "--transport", "inproc", "--tuner", "nosuchtuner", "-b", "8", "-e", "8")
 	assert.ErrorContains(t, err, "not found")
 }
+
+// TestTunerPin: --tuner-sha256 pins the plugin binary; a pin that does not match keeps the plugin
+// from starting, and every rank runs the built-in policy and says why. A malformed pin is refused.
+func TestTunerPin(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "rules.conf")
+	writeConf(t, conf, ruleRingSimple8)
+	wrong := strings.Repeat("0", 64)
+	out, stderr, err := runCollbench(t, append([]string{"allreduce", "--transport", "inproc", "-np", "2", "--tuner", "rules",
+		"--tuner-config", conf, "--tuner-sha256", wrong}, small...)...)
+	require.NoError(t, err, "%s\n%s", out, stderr)
+	assert.Contains(t, out, "FALLBACK: tuner rules failed, using the built-in policy")
+	assert.Contains(t, out+stderr, "checksum")
+
+	_, _, err = runCollbench(t, "allreduce", "--transport", "inproc", "--tuner", "rules", "--tuner-sha256", "abc", "-b", "8", "-e", "8")
+	assert.ErrorContains(t, err, "want 64 hex digits")
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/internal/bytesize"
 	"github.com/collplan/collplan/planner"
+	"github.com/collplan/collplan/plugin"
 )
 
 // measured holds, per (collective, size), the measured time of each pinned cell.
@@ -36,7 +37,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if help || err != nil {
 		return err
 	}
-	if c.tf.tuner.name != "none" {
+	if !c.tf.tuner.None() {
 		return usagef("compare takes its tuners as --a and --b, not --tuner")
 	}
 	if *sweeps == "" {
@@ -58,7 +59,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	var sides [2]*side
 	for i, t := range [][2]string{{*a, *aCfg}, {*b, *bCfg}} {
-		tf := tunerFlags{name: t[0], config: t[1]}
+		tf := tunerFlags{plugin.Spec{Name: t[0], Config: t[1]}}
 		if s.tuner, err = tf.client(stderr); err != nil {
 			return err
 		}

@@ -1,0 +1,67 @@
+package plugin
+
+import (
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+// Spec names a tuner the way the commands' --tuner flags do.
+type Spec struct {
+	Name    string        // none (or ""), a NAME or a PATH: see Resolve
+	Config  string        // configuration file handed to the plugin; "" for none
+	Timeout time.Duration // start and per-call deadline; 0 takes the defaults
+	SHA256  string        // the binary's SHA-256 in hex, pinning it; "" for no pin
+}
+
+// None reports whether s names no tuner (the planner's built-in policy).
+func (s Spec) None() bool { return s.Name == "" || strings.EqualFold(s.Name, "none") }
+
+// String is "none", NAME or "NAME (CONFIG)".
+func (s Spec) String() string {
+	switch {
+	case s.None():
+		return "none"
+	case s.Config != "":
+		return s.Name + " (" + s.Config + ")"
+	}
+	return s.Name
+}
+
+// Open checks s, resolves its binary and returns its client, which logs to logTo (EnvLogger);
+// nothing starts until the first call. For no tuner it returns nil and no error, unless s also
+// sets a configuration, a timeout or a pin, which need a tuner. Every error names the flag or file
+// at fault.
+func Open(s Spec, logTo io.Writer) (*Client, error) {
+	path, err := Resolve(s.Name)
+	if err != nil {
+		return nil, err
+	}
+	if path == "" {
+		if s.Config != "" || s.Timeout != 0 || s.SHA256 != "" {
+			return nil, fmt.Errorf("plugin: --tuner-config, --tuner-timeout and --tuner-sha256 need --tuner")
+		}
+		return nil, nil
+	}
+	if s.Timeout < 0 {
+		return nil, fmt.Errorf("plugin: tuner timeout %s: must be positive", s.Timeout)
+	}
+	cfg := Config{Path: path, ConfigPath: s.Config, StartTimeout: s.Timeout, CallTimeout: s.Timeout}
+	if s.SHA256 != "" {
+		if cfg.SHA256, err = hex.DecodeString(strings.TrimSpace(s.SHA256)); err != nil || len(cfg.SHA256) != 32 {
+			return nil, fmt.Errorf("plugin: tuner sha256 %q: want 64 hex digits", s.SHA256)
+		}
+	}
+	if s.Config != "" {
+		if _, err := os.Stat(s.Config); err != nil {
+			return nil, fmt.Errorf("plugin: tuner configuration: %w", err)
+		}
+	}
+	if cfg.Logger, err = EnvLogger(logTo); err != nil {
+		return nil, err
+	}
+	return New(cfg)
+}

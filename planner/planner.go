@@ -66,6 +66,7 @@ type Planner struct {
 	factors *correction.Factors
 	tuner   Tuner
 	buffers Buffers
+	fitted  [costmodel.NumColls][costmodel.NumAlgos][costmodel.NumProtos]bool // cells priced by cfg.Cells
 }
 
 // New builds the cost model for t and returns a planner over it.
@@ -92,7 +93,11 @@ func New(t *capabilities.Topology, cfg Config) (*Planner, error) {
 	if err := b.validate(); err != nil {
 		return nil, fmt.Errorf("planner: %w", err)
 	}
-	return &Planner{topo: *t, table: table, factors: f, tuner: cfg.Tuner, buffers: b}, nil
+	pl := &Planner{topo: *t, table: table, factors: f, tuner: cfg.Tuner, buffers: b}
+	for _, o := range cfg.Cells {
+		pl.fitted[o.Coll][o.Algo][o.Proto] = true
+	}
+	return pl, nil
 }
 
 // Topology returns the planner's topology.
@@ -108,6 +113,8 @@ type MenuCell struct {
 	Reason string  // why the cell is not legal for this class; "" when it is
 	// CorrectionSource says where the cell's bandwidth factors come from ("" for none).
 	CorrectionSource correction.Source
+	// Fitted: LatUS and BWGBps come from Config.Cells (a fitted overlay), not from the model.
+	Fitted bool
 }
 
 // Menu is the priced menu of one query class: every cell's model latency and bandwidth with the
@@ -132,6 +139,7 @@ func (pl *Planner) Menu(cls Class) (*Menu, error) {
 			c := &m.Cells[a][p]
 			c.LatUS, c.BWGBps = pl.table.Lat[cls.Coll][a][p], pl.table.BW[cls.Coll][a][p]
 			c.CorrectionSource = pl.factors.Source(cls.Coll, a, p)
+			c.Fitted = pl.fitted[cls.Coll][a][p]
 			switch {
 			case pl.topo.NRanks == 1:
 				if a != costmodel.Ring || p != costmodel.Simple {

@@ -105,6 +105,32 @@ func TestInProcessRoundTrip(t *testing.T) {
 	}
 }
 
+// TestFittedCellsRoundTrip: a host that prices some cells from a fitted overlay (planner
+// Config.Cells) sends them marked as fitted, and the plugin prices them alike: no fallback, and the
+// decisions are those of the policy called directly over the same fitted host.
+func TestFittedCellsRoundTrip(t *testing.T) {
+	cells := []planner.CellOverride{
+		{Coll: costmodel.AllReduce, Algo: costmodel.Ring, Proto: costmodel.LL, LatUS: 0.75, BWGBps: 3.5},
+		{Coll: costmodel.AllReduce, Algo: costmodel.Ring, Proto: costmodel.Simple, LatUS: 9, BWGBps: 400},
+		{Coll: costmodel.AllGather, Algo: costmodel.Ring, Proto: costmodel.LL128, LatUS: 2, BWGBps: 50},
+	}
+	const conf = "policy/rules/testdata/roundtrip.conf"
+	direct, err := rules.Load(conf)
+	require.NoError(t, err)
+	c := plugin.TestClient(t, factory(rules.Load), plugin.Config{ConfigPath: conf})
+	for _, nodes := range []int{1, 2} {
+		topo := h100(t, nodes)
+		want, err := planner.New(topo, planner.Config{Tuner: direct, Cells: cells})
+		require.NoError(t, err)
+		plain, err := planner.New(topo, planner.Config{Tuner: direct})
+		require.NoError(t, err)
+		require.NotEqual(t, plain.Table(), want.Table(), "the fitted cells change the model")
+		got, err := c.Planner(context.Background(), topo, planner.Config{Cells: cells})
+		require.NoError(t, err)
+		sameDecisions(t, want, got)
+	}
+}
+
 // TestInitReplacesModel: the nccl policy's Init hands NCCL's defaults to a host that prices with
 // a fitted table, which then decides as stock NCCL.
 func TestInitReplacesModel(t *testing.T) {

@@ -208,7 +208,7 @@ func (s *grpcServer) request(req *pb.TuneRequest) (*planner.Request, error) {
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	pl, err := planner.New(&t, planner.Config{Constants: &k, Factors: f})
+	pl, err := planner.New(&t, planner.Config{Constants: &k, Factors: f, Cells: menuFitted(cls.Coll, req.GetMenu())})
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}

@@ -267,7 +267,7 @@ func menuToProto(m *planner.Menu) []*pb.MenuCell {
 		for p := costmodel.Proto(0); p < costmodel.NumProtos; p++ {
 			c := &m.Cells[a][p]
 			mc := &pb.MenuCell{Algo: int32(a), Proto: int32(p), LatUs: c.LatUS, BwGbps: c.BWGBps, Reason: c.Reason,
-				CorrectionSource: string(c.CorrectionSource), Factors: make([]float32, correction.NumBuckets)}
+				CorrectionSource: string(c.CorrectionSource), Factors: make([]float32, correction.NumBuckets), Fitted: c.Fitted}
 			for i := range mc.Factors {
 				mc.Factors[i] = m.Factor(a, p, correction.BucketStart(i))
 			}
@@ -297,6 +297,19 @@ func menuFactors(coll costmodel.Coll, cells []*pb.MenuCell) (*correction.Factors
 		}
 	}
 	return f, nil
+}
+
+// menuFitted returns the wire menu's fitted cells (the host priced them from measurements, not
+// the model) as overrides for the class's collective, so that the plugin prices them alike.
+func menuFitted(coll costmodel.Coll, cells []*pb.MenuCell) []planner.CellOverride {
+	var out []planner.CellOverride
+	for _, mc := range cells {
+		if mc.GetFitted() {
+			out = append(out, planner.CellOverride{Coll: coll, Algo: costmodel.Algo(mc.GetAlgo()), Proto: costmodel.Proto(mc.GetProto()),
+				LatUS: mc.GetLatUs(), BWGBps: mc.GetBwGbps()})
+		}
+	}
+	return out
 }
 
 // sameMenu checks that a menu priced again on the plugin side is the host's: same latency,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/node"
 	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/plugin"
 	"github.com/collplan/collplan/tables"
@@ -24,21 +25,25 @@ const envReload = "COLLBENCH_RELOAD_FILE"
 type tunerSpec = plugin.Spec
 
 // compileTable compiles the planner's DecisionTable for coll on the cpu node table (ranks per node
-// set to the communicator's virtual nodes) with the tuner of spec: one Init and one Tune round trip,
+// set to the communicator's virtual nodes; its fitted overlay applied, node.PlannerConfig) with the tuner of spec: one Init and one Tune round trip,
 // then the plugin is closed, so each compile re-reads its configuration file. A tuner that fails
 // leaves the planner's built-in policy, with the reason in the table's TunerNote.
 func compileTable(ctx context.Context, coll costmodel.Coll, n, rpn int, spec tunerSpec, logTo io.Writer) (*planner.DecisionTable, error) {
 	if rpn <= 0 || rpn > n {
 		rpn = n
 	}
-	node, err := tables.Load("cpu")
+	nt, err := tables.Load("cpu")
 	if err != nil {
 		return nil, fmt.Errorf("loading the cpu node table: %w", err)
 	}
-	node.Node.GPUsPerNode = rpn
-	topo, err := capabilities.FromNode(node, (n+rpn-1)/rpn)
+	nt.Node.GPUsPerNode = rpn
+	topo, err := capabilities.FromNode(nt, (n+rpn-1)/rpn)
 	if err != nil {
 		return nil, fmt.Errorf("topology for %d ranks, %d per node: %w", n, rpn, err)
+	}
+	cfg, err := node.PlannerConfig(nt, &topo) // with the fitted overlay, when the table has one
+	if err != nil {
+		return nil, err
 	}
 	cl, err := plugin.Open(spec, logTo)
 	if err != nil {
@@ -46,10 +51,10 @@ func compileTable(ctx context.Context, coll costmodel.Coll, n, rpn int, spec tun
 	}
 	var pl *planner.Planner
 	if cl == nil {
-		pl, err = planner.New(&topo, planner.Config{})
+		pl, err = planner.New(&topo, cfg)
 	} else {
 		defer cl.Close()
-		pl, err = cl.Planner(ctx, &topo, planner.Config{})
+		pl, err = cl.Planner(ctx, &topo, cfg)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("planner for %d ranks: %w", n, err)

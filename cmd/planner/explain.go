@@ -11,22 +11,10 @@ import (
 	"text/tabwriter"
 
 	"github.com/collplan/collplan/capabilities"
-	"github.com/collplan/collplan/correction"
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/internal/bytesize"
 	"github.com/collplan/collplan/planner"
-	"github.com/collplan/collplan/tables"
 )
-
-func defaultFactors(t *capabilities.Topology) *correction.Factors { return correction.Default(t) }
-
-func constantsFrom(n *tables.Node) (*costmodel.Constants, error) {
-	k := costmodel.DefaultConstants()
-	if err := k.Apply(n.Constants); err != nil {
-		return nil, fmt.Errorf("%s: %w", n.File, err)
-	}
-	return &k, nil
-}
 
 func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := newCommand("explain", stderr, true)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/internal/bytesize"
+	"github.com/collplan/collplan/node"
 	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/plugin"
 	"github.com/collplan/collplan/tables"
@@ -102,33 +103,14 @@ func (f *topoFlags) build(fs *flag.FlagSet) (*setup, error) {
 	return s, nil
 }
 
-// planner builds the planner over the topology, with the node table's corrections when it has any,
-// its fitted cells at this node count (an overlay's [[fit.cell]]),
-// and the tuner plugin when one was given (its Init may replace the model; see plugin.Client.Planner).
+// planner builds the planner over the topology, with what the node table implies (node.PlannerConfig:
+// its constants, corrections and fitted cells at this node count) and the tuner plugin when one was given (its Init may replace the model; see plugin.Client.Planner).
 func (s *setup) planner() (*planner.Planner, error) {
-	cfg := planner.Config{}
-	if s.node != nil && s.node.Corrections != nil {
-		f := defaultFactors(&s.topo)
-		if err := f.Apply(s.node); err != nil {
+	var cfg planner.Config
+	if s.node != nil {
+		var err error
+		if cfg, err = node.PlannerConfig(s.node, &s.topo); err != nil {
 			return nil, usageError{err}
-		}
-		cfg.Factors = f
-	}
-	if s.node != nil && s.node.Constants != nil {
-		k, err := constantsFrom(s.node)
-		if err != nil {
-			return nil, usageError{err}
-		}
-		cfg.Constants = k
-	}
-	if s.node != nil && s.node.Fit != nil {
-		cells, err := capabilities.NodeFitCells(s.node, s.topo.NNodes)
-		if err != nil {
-			return nil, usageError{err}
-		}
-		for _, c := range cells {
-			cfg.Cells = append(cfg.Cells, planner.CellOverride{Coll: c.Coll, Algo: c.Algo, Proto: c.Proto,
-				LatUS: float32(c.LatUS), BWGBps: float32(c.BWGBps)})
 		}
 	}
 	var pl *planner.Planner

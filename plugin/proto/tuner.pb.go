@@ -1067,7 +1067,10 @@ type MenuCell struct {
 	Reason           string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	CorrectionSource string `protobuf:"bytes,6,opt,name=correction_source,json=correctionSource,proto3" json:"correction_source,omitempty"`
 	// Bandwidth correction per log2 size bucket (bucket i starts at 64 << i bytes), 24 values.
-	Factors       []float32 `protobuf:"fixed32,7,rep,packed,name=factors,proto3" json:"factors,omitempty"`
+	Factors []float32 `protobuf:"fixed32,7,rep,packed,name=factors,proto3" json:"factors,omitempty"`
+	// The host's lat_us and bw_gbps for this cell are fitted to measurements (a node table's fitted
+	// overlay), not computed from the constants: the plugin prices the cell with them as they are.
+	Fitted        bool `protobuf:"varint,8,opt,name=fitted,proto3" json:"fitted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1149,6 +1152,13 @@ func (x *MenuCell) GetFactors() []float32 {
 		return x.Factors
 	}
 	return nil
+}
+
+func (x *MenuCell) GetFitted() bool {
+	if x != nil {
+		return x.Fitted
+	}
+	return false
 }
 
 // Constants are NCCL's tuner constants (ncclTunerConstants_v5_t), each array flattened row-major.
@@ -1592,7 +1602,7 @@ const file_tuner_proto_rawDesc = "" +
 	"\x02op\x18\x02 \x01(\x05R\x02op\x12\x14\n" +
 	"\x05dtype\x18\x03 \x01(\x05R\x05dtype\x12\x19\n" +
 	"\bpipe_ops\x18\x04 \x01(\x03R\apipeOps\x12\x19\n" +
-	"\breg_buff\x18\x05 \x01(\bR\aregBuff\"\xc3\x01\n" +
+	"\breg_buff\x18\x05 \x01(\bR\aregBuff\"\xdb\x01\n" +
 	"\bMenuCell\x12\x12\n" +
 	"\x04algo\x18\x01 \x01(\x05R\x04algo\x12\x14\n" +
 	"\x05proto\x18\x02 \x01(\x05R\x05proto\x12\x15\n" +
@@ -1600,7 +1610,8 @@ const file_tuner_proto_rawDesc = "" +
 	"\abw_gbps\x18\x04 \x01(\x02R\x06bwGbps\x12\x16\n" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\x12+\n" +
 	"\x11correction_source\x18\x06 \x01(\tR\x10correctionSource\x12\x18\n" +
-	"\afactors\x18\a \x03(\x02R\afactors\"\xb2\x02\n" +
+	"\afactors\x18\a \x03(\x02R\afactors\x12\x16\n" +
+	"\x06fitted\x18\b \x01(\bR\x06fitted\"\xb2\x02\n" +
 	"\tConstants\x12\x19\n" +
 	"\bbase_lat\x18\x01 \x03(\x01R\abaseLat\x12\x15\n" +
 	"\x06hw_lat\x18\x02 \x03(\x01R\x05hwLat\x12\x1c\n" +

@@ -10,8 +10,8 @@ import (
 	"sort"
 
 	"github.com/collplan/collplan/capabilities"
-	"github.com/collplan/collplan/correction"
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/node"
 	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/tables"
 )
@@ -182,24 +182,13 @@ func compileBlock(ctx context.Context, req Request, tp *capabilities.Topology, k
 	} else {
 		b.NVLDomains, b.MinRanksPerNVL, b.MaxRanksPerNVL = tp.NRanks, 1, 1
 	}
-	f := correction.Default(tp)
-	if req.Node != nil {
-		if err := f.Apply(req.Node); err != nil {
-			return b, err
-		}
+	// The node table's corrections and fitted cells (at this node count); the constants are k,
+	// which the table's [constants] already went into.
+	cfg, err := node.PlannerConfig(req.Node, tp)
+	if err != nil {
+		return b, err
 	}
-	cfg := planner.Config{Constants: k, Factors: f}
-	if req.Node != nil {
-		// A fitted overlay's cells apply at the node count they were fitted at.
-		cells, err := capabilities.NodeFitCells(req.Node, tp.NNodes)
-		if err != nil {
-			return b, err
-		}
-		for _, c := range cells {
-			cfg.Cells = append(cfg.Cells, planner.CellOverride{Coll: c.Coll, Algo: c.Algo, Proto: c.Proto,
-				LatUS: float32(c.LatUS), BWGBps: float32(c.BWGBps)})
-		}
-	}
+	cfg.Constants = k
 	pl, err := planner.New(tp, cfg)
 	if err != nil {
 		return b, fmt.Errorf("shimtable: %d nodes x %d ranks: %w", tp.NNodes, tp.NRanks, err)

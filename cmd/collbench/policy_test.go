@@ -1,0 +1,51 @@
+package main
+
+import (
+	"context"
+	"io"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/correction"
+	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/planner"
+	"github.com/collplan/collplan/tables"
+)
+
+// TestCompileTableUsesOverlay: collbench plans with the cpu node table as calibrated, its fitted
+// overlay included: its DecisionTable is the one a planner configured here by hand with the
+// overlay's fitted cells and corrections compiles, not the hand-set table's.
+func TestCompileTableUsesOverlay(t *testing.T) {
+	nt, err := tables.Load("cpu")
+	require.NoError(t, err)
+	require.NotNil(t, nt.Fit, "the shipped cpu table has a fitted overlay")
+	nt.Node.GPUsPerNode = 2
+	topo, err := capabilities.FromNode(nt, 1)
+	require.NoError(t, err)
+	fit, err := capabilities.NodeFitCells(nt, 1)
+	require.NoError(t, err)
+	require.NotEmpty(t, fit)
+	var cfg planner.Config
+	for _, c := range fit {
+		cfg.Cells = append(cfg.Cells, planner.CellOverride{Coll: c.Coll, Algo: c.Algo, Proto: c.Proto, LatUS: float32(c.LatUS), BWGBps: float32(c.BWGBps)})
+	}
+	cfg.Factors = correction.Default(&topo)
+	require.NoError(t, cfg.Factors.Apply(nt))
+	cls := planner.Class{Coll: costmodel.AllReduce, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1}
+	compile := func(cfg planner.Config) *planner.DecisionTable {
+		pl, err := planner.New(&topo, cfg)
+		require.NoError(t, err)
+		dt, err := pl.Compile(context.Background(), cls)
+		require.NoError(t, err)
+		return dt
+	}
+	withFit, handSet := compile(cfg), compile(planner.Config{})
+	require.NotEqual(t, tableHash(handSet), tableHash(withFit), "the overlay changes the AllReduce picks")
+
+	got, err := compileTable(context.Background(), costmodel.AllReduce, 2, 2, tunerSpec{}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, tableHash(withFit), tableHash(got), "collbench: %s", describeTable(got, tunerSpec{}))
+}

@@ -1,0 +1,53 @@
+// Package node turns a node table into the planner's configuration: the table's tuner constants,
+// its bandwidth corrections and the cells its fitted overlay measured. Every command that plans
+// for a node table (planner, collbench, planner compile) builds its planner from it, so that a
+// fitted overlay (calibrate's NAME.fit.toml) changes every one of their picks alike.
+package node
+
+import (
+	"fmt"
+
+	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/correction"
+	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/planner"
+	"github.com/collplan/collplan/tables"
+)
+
+// PlannerConfig returns the planner configuration that node table n implies for topology tp
+// (which capabilities.FromNode built from n):
+//   - Constants: NCCL 2.30's, with the table's [constants] applied; nil (the planner's default)
+//     when the table has none;
+//   - Factors: NCCL's tree correction factors for tp (correction.Default), times the table's
+//     [corrections];
+//   - Cells: the fitted overlay's [[fit.cell]] entries fitted at tp.NNodes nodes (a cell fitted
+//     at 2 nodes says nothing about 4).
+//
+// Errors name the table file.
+func PlannerConfig(n *tables.Node, tp *capabilities.Topology) (planner.Config, error) {
+	var cfg planner.Config
+	if n == nil {
+		return cfg, nil
+	}
+	if n.Constants != nil {
+		k := costmodel.DefaultConstants()
+		if err := k.Apply(n.Constants); err != nil {
+			return cfg, fmt.Errorf("node: %s: %w", n.File, err)
+		}
+		cfg.Constants = &k
+	}
+	f := correction.Default(tp)
+	if err := f.Apply(n); err != nil {
+		return cfg, fmt.Errorf("node: %w", err)
+	}
+	cfg.Factors = f
+	cells, err := capabilities.NodeFitCells(n, tp.NNodes)
+	if err != nil {
+		return cfg, err
+	}
+	for _, c := range cells {
+		cfg.Cells = append(cfg.Cells, planner.CellOverride{Coll: c.Coll, Algo: c.Algo, Proto: c.Proto,
+			LatUS: float32(c.LatUS), BWGBps: float32(c.BWGBps)})
+	}
+	return cfg, nil
+}

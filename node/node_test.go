@@ -1,0 +1,52 @@
+package node
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/planner"
+	"github.com/collplan/collplan/tables"
+)
+
+// TestPlannerConfig: what testdata/fitted.toml says reaches the planner's configuration: its one
+// changed constant (the rest NCCL's), its correction factors on top of NCCL's tree factors, and
+// only the fitted cells of the node count priced.
+func TestPlannerConfig(t *testing.T) {
+	n, err := tables.LoadFile("testdata/fitted.toml")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		nodes int
+		cells []planner.CellOverride
+	}{
+		{1, []planner.CellOverride{{Coll: costmodel.AllReduce, Algo: costmodel.Ring, Proto: costmodel.LL, LatUS: 0.75, BWGBps: 3.5}}},
+		{2, []planner.CellOverride{{Coll: costmodel.AllReduce, Algo: costmodel.Ring, Proto: costmodel.Simple, LatUS: 9, BWGBps: 40}}},
+		{4, nil},
+	} {
+		tp, err := capabilities.FromNode(n, tc.nodes)
+		require.NoError(t, err)
+		cfg, err := PlannerConfig(n, &tp)
+		require.NoError(t, err)
+		assert.Equal(t, tc.cells, cfg.Cells, "%d nodes", tc.nodes)
+
+		require.NotNil(t, cfg.Constants)
+		want := costmodel.DefaultConstants()
+		want.BaseLat[costmodel.Ring] = [costmodel.NumProtos]float64{1.5, 2.5, 3.5}
+		assert.Equal(t, want, *cfg.Constants)
+
+		require.NotNil(t, cfg.Factors)
+		assert.Equal(t, float32(0.5), cfg.Factors.Factor(costmodel.AllGather, costmodel.Ring, costmodel.Simple, 64), "bucket 0")
+		assert.Equal(t, float32(0.25), cfg.Factors.Factor(costmodel.AllGather, costmodel.Ring, costmodel.Simple, 128), "bucket 1")
+		assert.Equal(t, float32(1), cfg.Factors.Factor(costmodel.AllReduce, costmodel.Ring, costmodel.Simple, 64))
+		// NCCL's treeCorrectionFactor for Tree/LL at bucket 0 is 1.0 and at bucket 4 (1 KiB) 0.9
+		// (reference §6): the defaults are still there beside the table's.
+		assert.Equal(t, float32(0.9), cfg.Factors.Factor(costmodel.AllReduce, costmodel.Tree, costmodel.LL, 1024))
+	}
+
+	cfg, err := PlannerConfig(nil, nil)
+	require.NoError(t, err)
+	assert.Equal(t, planner.Config{}, cfg, "no table, the planner's defaults")
+}

@@ -203,6 +203,7 @@ func TestTableFacts(t *testing.T) {
 		nvlsCh      map[string]int
 		typeIntra1  string
 		gpusPerNode int
+		overlay     string // the embedded fitted overlay, if any
 	}{
 		{name: "h100", cc: 90, arch: "x86", vend: "intel", nvs: 4, nvls: true, nvlsCh: map[string]int{"1": 16, "2": 16, "4": 16}, typeIntra1: "NVL", gpusPerNode: 8},
 		{name: "h200", cc: 90, arch: "x86", vend: "intel", nvs: 4, nvls: true, nvlsCh: map[string]int{"1": 16, "2": 16, "4": 16}, typeIntra1: "NVL", gpusPerNode: 8},
@@ -212,7 +213,7 @@ func TestTableFacts(t *testing.T) {
 		{name: "gh200", cc: 90, arch: "arm", vend: "undefined", nvs: 0, nvlsCh: map[string]int{"1": 0, "2": 0, "4": 0}, typeIntra1: "LOC", gpusPerNode: 1},
 		// §0.1 / addendum 3: SM100 nvlsChannels 24 on one node, 32 multi-node (24 for > 2 nodes when nicBw >= 48).
 		{name: "b200", cc: 100, arch: "x86", vend: "intel", nvs: 2, nvls: true, nvlsCh: map[string]int{"1": 24, "2": 32, "4": 24}, typeIntra1: "NVL", gpusPerNode: 8},
-		{name: "cpu", cc: 60, arch: "x86", vend: "intel", nvs: 0, nvlsCh: map[string]int{"1": 0, "2": 0, "4": 0}, typeIntra1: "PHB", gpusPerNode: 2},
+		{name: "cpu", cc: 60, arch: "x86", vend: "intel", nvs: 0, nvlsCh: map[string]int{"1": 0, "2": 0, "4": 0}, typeIntra1: "PHB", gpusPerNode: 2, overlay: "cpu.fit.toml"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -228,7 +229,7 @@ func TestTableFacts(t *testing.T) {
 				assert.Equal(t, want, n.Scale[k].NVLSChannels, "scale.%s.nvls_channels", k)
 			}
 			assert.Equal(t, c.typeIntra1, n.Scale["1"].Graphs["ring"].TypeIntra)
-			assert.Empty(t, n.Overlay)
+			assert.Equal(t, c.overlay, n.Overlay, "only cpu ships a fitted overlay (fitted on this project's host)")
 			assert.False(t, n.Node.CollNetEnable, "no table assumes CollNet/SHARP")
 			for k, s := range n.Scale {
 				assert.NotContains(t, s.Graphs, "collnet_direct", k)

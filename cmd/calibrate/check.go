@@ -11,8 +11,8 @@ import (
 
 	"github.com/collplan/collplan/calibrate"
 	"github.com/collplan/collplan/capabilities"
-	"github.com/collplan/collplan/correction"
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/node"
 	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/tables"
 )
@@ -30,26 +30,16 @@ func checkOverlay(ctx context.Context, n *tables.Node, overlayPath string, nodes
 	if err != nil {
 		return usageError{err}
 	}
-	cells, err := capabilities.NodeFitCells(on, nodes)
+	ncfg, err := node.PlannerConfig(on, &topo) // the overlay's fitted cells and corrections
 	if err != nil {
 		return usageError{err}
 	}
-	if len(cells) == 0 {
+	if len(ncfg.Cells) == 0 {
 		return usagef("%s: no fitted cell at %d nodes", overlayPath, nodes)
 	}
 	fcfg := cfg
-	if on.Corrections != nil {
-		// The overlay's [corrections] (fitted bucket factors) apply as the planner applies them.
-		f := correction.Default(&topo)
-		if err := f.Apply(on); err != nil {
-			return usageError{err}
-		}
-		fcfg.Factors = f
-	}
-	for _, c := range cells {
-		fcfg.Cells = append(fcfg.Cells, planner.CellOverride{Coll: c.Coll, Algo: c.Algo, Proto: c.Proto,
-			LatUS: float32(c.LatUS), BWGBps: float32(c.BWGBps)})
-	}
+	fcfg.Factors = ncfg.Factors
+	fcfg.Cells = append(append([]planner.CellOverride(nil), cfg.Cells...), ncfg.Cells...)
 	fitted, err := planner.New(&topo, fcfg)
 	if err != nil {
 		return fmt.Errorf("%s: %w", overlayPath, err)
@@ -59,7 +49,7 @@ func checkOverlay(ctx context.Context, n *tables.Node, overlayPath string, nodes
 		return usageError{err}
 	}
 	fmt.Fprintf(stderr, "calibrate: evaluated %s (%d fitted cells at %d nodes) on %d pinned points, not refitted\n",
-		overlayPath, len(cells), nodes, ev.Points)
+		overlayPath, len(ncfg.Cells), nodes, ev.Points)
 	if svg != "" {
 		if err := writeSVG(ctx, svg, fitted, prior, pts, fmt.Sprintf("calibrate --check %s, %d nodes: fresh sweep vs %s", n.Name, nodes, overlayPath)); err != nil {
 			return err

@@ -30,9 +30,8 @@ import (
 
 	"github.com/collplan/collplan/calibrate"
 	"github.com/collplan/collplan/capabilities"
-	"github.com/collplan/collplan/correction"
-	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/internal/bytesize"
+	"github.com/collplan/collplan/node"
 	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/tables"
 )
@@ -367,26 +366,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // priorPlanner builds the topology, the planner configuration and the prior planner of table n at
-// nodes nodes.
+// nodes nodes: the table as every command plans with it (node.PlannerConfig), its fitted overlay
+// included when it has one, so that a refit is compared with what ships.
 func priorPlanner(n *tables.Node, nodes int) (capabilities.Topology, planner.Config, *planner.Planner, error) {
 	topo, err := capabilities.FromNode(n, nodes)
 	if err != nil {
 		return topo, planner.Config{}, nil, usageError{err}
 	}
-	cfg := planner.Config{}
-	if n.Corrections != nil {
-		f := correction.Default(&topo)
-		if err := f.Apply(n); err != nil {
-			return topo, cfg, nil, usageError{err}
-		}
-		cfg.Factors = f
-	}
-	if n.Constants != nil {
-		k := costmodel.DefaultConstants()
-		if err := k.Apply(n.Constants); err != nil {
-			return topo, cfg, nil, usageError{fmt.Errorf("%s: %w", n.File, err)}
-		}
-		cfg.Constants = &k
+	cfg, err := node.PlannerConfig(n, &topo)
+	if err != nil {
+		return topo, cfg, nil, usageError{err}
 	}
 	prior, err := planner.New(&topo, cfg)
 	if err != nil {

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -208,44 +207,9 @@ func runFullCase(t *testing.T, comms []*Comm, m matrixCase, inputs fullInputs) b
 		}
 		fails++
 	}
-	for r := 0; r < n; r++ {
-		out := recvs[r]
-		switch coll {
-		case costmodel.AllReduce, costmodel.Reduce:
-			if coll == costmodel.Reduce && r != root {
-				break
-			}
-			if coll == costmodel.AllReduce && r > 0 {
-				// Rank 0's result was checked element by element; every other rank's must be the
-				// same bytes (a result equal to a correct one is correct).
-				if !bytes.Equal(out[:count*es], recvs[0][:count*es]) {
-					fail("rank %d's result differs from rank 0's", r)
-				}
-				break
-			}
-			for i := 0; i < count; i++ {
-				if err := checkElem(dt, op, out[i*es:], ins, i*es, scalars); err != nil {
-					fail("rank %d element %d: %v", r, i, err)
-				}
-			}
-		case costmodel.ReduceScatter:
-			for i := 0; i < count; i++ {
-				if err := checkElem(dt, op, out[i*es:], ins, (r*count+i)*es, scalars); err != nil {
-					fail("rank %d element %d: %v", r, i, err)
-				}
-			}
-		case costmodel.AllGather:
-			for p := 0; p < n; p++ {
-				if !bytes.Equal(out[p*count*es:(p+1)*count*es], ins[p][:count*es]) {
-					fail("rank %d: block of rank %d differs", r, p)
-				}
-			}
-		case costmodel.Broadcast:
-			if !bytes.Equal(out[:count*es], ins[root][:count*es]) {
-				fail("rank %d: broadcast result differs from root %d's input", r, root)
-			}
-		}
-	}
+	// Rank 0's AllReduce result is checked element by element; every other rank's must be the same
+	// bytes (a result equal to a correct one is correct).
+	checkResults(fail, coll, dt, op, count, es, root, ins, recvs, scalars, false)
 	b.checkUntouched(m, es, fail)
 
 	if m.size == sizeWrap && n > 1 {

@@ -397,39 +397,7 @@ func runMatrixCase(t *testing.T, m matrixCase) {
 		}
 		fails++
 	}
-	for r := 0; r < n; r++ {
-		out := recvs[r]
-		switch coll {
-		case costmodel.AllReduce, costmodel.Reduce:
-			if coll == costmodel.Reduce && r != root {
-				break
-			}
-			for i := 0; i < count; i++ {
-				if err := checkElem(dt, op, out[i*es:], ins, i*es, scalars); err != nil {
-					fail("rank %d element %d: %v", r, i, err)
-				}
-			}
-			if coll == costmodel.AllReduce && r > 0 && !bytes.Equal(out[:count*es], recvs[0][:count*es]) {
-				fail("rank %d's result differs from rank 0's", r)
-			}
-		case costmodel.ReduceScatter:
-			for i := 0; i < count; i++ {
-				if err := checkElem(dt, op, out[i*es:], ins, (r*count+i)*es, scalars); err != nil {
-					fail("rank %d element %d: %v", r, i, err)
-				}
-			}
-		case costmodel.AllGather:
-			for p := 0; p < n; p++ {
-				if !bytes.Equal(out[p*count*es:(p+1)*count*es], ins[p][:count*es]) {
-					fail("rank %d: block of rank %d differs", r, p)
-				}
-			}
-		case costmodel.Broadcast:
-			if !bytes.Equal(out[:count*es], ins[root][:count*es]) {
-				fail("rank %d: broadcast result differs from root %d's input", r, root)
-			}
-		}
-	}
+	checkResults(fail, coll, dt, op, count, es, root, ins, recvs, scalars, true)
 	b.checkUntouched(m, es, fail)
 
 	// Every FIFO in use wrapped its slots at least 3 times.

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -248,3 +249,48 @@ var bg = context.Background()
 
 // protos and algos for table tests.
 var protos = []costmodel.Proto{costmodel.LL, costmodel.LL128, costmodel.Simple}
+
+// checkResults checks every rank's output (recvs) of one call of coll against the inputs ins:
+// reductions element by element with checkElem, copies byte for byte, and every AllReduce rank's
+// result equal to rank 0's. With every false, ranks after 0 of an AllReduce are checked by that
+// equality alone (a result equal to a correct one is correct), which the full matrix uses to save time.
+func checkResults(fail func(string, ...any), coll costmodel.Coll, dt kernels.Dtype, op kernels.Op,
+	count, es, root int, ins, recvs [][]byte, scalars [][]byte, every bool) {
+	n := len(recvs)
+	for r := 0; r < n; r++ {
+		out := recvs[r]
+		switch coll {
+		case costmodel.AllReduce, costmodel.Reduce:
+			if coll == costmodel.Reduce && r != root {
+				break
+			}
+			if coll == costmodel.AllReduce && r > 0 && !bytes.Equal(out[:count*es], recvs[0][:count*es]) {
+				fail("rank %d's result differs from rank 0's", r)
+			}
+			if coll == costmodel.AllReduce && r > 0 && !every {
+				break
+			}
+			for i := 0; i < count; i++ {
+				if err := checkElem(dt, op, out[i*es:], ins, i*es, scalars); err != nil {
+					fail("rank %d element %d: %v", r, i, err)
+				}
+			}
+		case costmodel.ReduceScatter:
+			for i := 0; i < count; i++ {
+				if err := checkElem(dt, op, out[i*es:], ins, (r*count+i)*es, scalars); err != nil {
+					fail("rank %d element %d: %v", r, i, err)
+				}
+			}
+		case costmodel.AllGather:
+			for p := 0; p < n; p++ {
+				if !bytes.Equal(out[p*count*es:(p+1)*count*es], ins[p][:count*es]) {
+					fail("rank %d: block of rank %d differs", r, p)
+				}
+			}
+		case costmodel.Broadcast:
+			if !bytes.Equal(out[:count*es], ins[root][:count*es]) {
+				fail("rank %d: broadcast result differs from root %d's input", r, root)
+			}
+		}
+	}
+}

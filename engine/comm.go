@@ -26,7 +26,6 @@ type Comm struct {
 	topo    vtopo
 	tr      Transport
 	layout  connLayout
-	cfgWord uint64
 
 	ctrl  []byte
 	abort *uint64
@@ -143,7 +142,7 @@ func New(rank, n int, tr Transport, cfg Config) (*Comm, error) {
 	c.raceHidden = raceEnabled && !inproc
 	c.cores, c.procs = runtime.NumCPU(), runtime.GOMAXPROCS(0)
 	c.tuneLog = tuningWriter(rank, &cfg, os.Getenv)
-	c.cfgWord = layoutWord("config", uint64(n), uint64(cfg.RanksPerNode), uint64(b.LL), uint64(b.LL128), uint64(b.Simple))
+	cfgWord := layoutWord("config", uint64(n), uint64(cfg.RanksPerNode), uint64(b.LL), uint64(b.LL128), uint64(b.Simple))
 	c.tree[0], c.tree[1] = c.topo.trees()
 	size := ctrlSize(n)
 	ctrl, err := tr.Region(CtrlRegion, size)
@@ -151,7 +150,7 @@ func New(rank, n int, tr Transport, cfg Config) (*Comm, error) {
 		err = checkRegion(ctrl, CtrlRegion, size)
 	}
 	if err == nil {
-		err = claimLayout(ctrl, CtrlRegion, layoutWord("ctrl", uint64(n), c.cfgWord))
+		err = claimLayout(ctrl, CtrlRegion, layoutWord("ctrl", uint64(n), cfgWord))
 	}
 	if err != nil {
 		tr.Close()

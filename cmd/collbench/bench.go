@@ -249,6 +249,13 @@ func (b *bench) preamble(ctx context.Context) error {
 		rpn = b.n
 	}
 	fmt.Fprintf(w, "# collbench transport: %s, ranks per node: %d, plans: %s\n", b.transport, rpn, b.plans)
+	if b.transport == "shm" {
+		bind := "not bound by collbench's launcher"
+		if cpus := os.Getenv(engine.EnvBind); cpus != "" {
+			bind = fmt.Sprintf("rank r on the (r mod %d)-th of cpus %s", strings.Count(cpus, ",")+1, cpus)
+		}
+		fmt.Fprintf(w, "# collbench binding: %s\n", bind)
+	}
 	fmt.Fprintf(w, "#\n# Using devices\n")
 	host, err := os.Hostname()
 	if err != nil || host == "" {

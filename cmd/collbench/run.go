@@ -62,6 +62,7 @@ type options struct {
 	np        int
 	rpn       int
 	transport string
+	bindTo    string
 	algo      string // NCCL_ALGO as given ("" when free)
 	proto     string
 	channels  int
@@ -155,6 +156,7 @@ func parseArgs(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.np, "np", 0, "ranks (default: from the environment, else 2)")
 	fs.IntVar(&o.rpn, "ranks-per-node", 0, "ranks per virtual node (0: one node)")
 	fs.StringVar(&o.transport, "transport", "shm", "shm (ranks are processes) or inproc (goroutines)")
+	fs.StringVar(&o.bindTo, "bind-to", "auto", "shm ranks on CPUs: auto (rank r on the (r mod c)-th of c CPUs when ranks outnumber them) or none")
 	fs.StringVar(&o.algo, "algo", "", "pin the algorithm (NCCL_ALGO; Ring, Tree)")
 	fs.StringVar(&o.proto, "proto", "", "pin the protocol (NCCL_PROTO; LL, LL128, Simple)")
 	fs.IntVar(&o.channels, "channels", 0, "pin the channel count")
@@ -244,6 +246,8 @@ func parseArgs(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("-a %d: want 0, 1, 2 or 3", o.average)
 	case o.transport != "shm" && o.transport != "inproc":
 		return nil, fmt.Errorf("--transport %q: want shm or inproc", o.transport)
+	case o.bindTo != "auto" && o.bindTo != "none":
+		return nil, fmt.Errorf("--bind-to %q: want auto or none", o.bindTo)
 	}
 	// NCCL_ALGO / NCCL_PROTO from the environment unless given as flags.
 	if o.algo == "" {
@@ -365,6 +369,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	go forwardHups(fctx, reload)
 	l := &engine.Launcher{N: n, Argv: append([]string{exe}, args...), Env: append(os.Environ(), envReload+"="+reload),
 		Stdout: stdout, Stderr: stderr, Grace: 5 * time.Second}
+	if o.bindTo == "none" {
+		l.Bind = engine.BindNone
+	}
 	if err := l.Run(ctx); err != nil {
 		return fmt.Errorf("%d-rank job: %w", n, err)
 	}

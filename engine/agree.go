@@ -93,7 +93,7 @@ func (c *Comm) post(seq uint64, d desc) {
 	for i := dSeq + 1; i < descWords; i++ {
 		m[i] = d[i] // published by the release store of seq
 	}
-	atomic.StoreUint64(&m[dSeq], seq)
+	storeRelease(&m[dSeq], seq)
 }
 
 // posted returns rank p's descriptor of call seq, or ok false while p has not posted it.

@@ -83,7 +83,7 @@ func (e *endpoint) simpleSlotBytes(nb int) []byte {
 // publishSimple ends a Simple send: the release store of the tail.
 func (e *endpoint) publishSimple() {
 	e.step++
-	atomic.StoreUint64(e.tail, e.step)
+	storeRelease(e.tail, e.step)
 }
 
 // waitSimple waits for the current step's Simple payload (tail > step) and returns its first nb
@@ -100,7 +100,7 @@ func (e *endpoint) waitSimple(w *waiter, nb int) ([]byte, error) {
 // release ends a receive: head = step+1, handing the slot back to the sender.
 func (e *endpoint) release() {
 	e.step++
-	atomic.StoreUint64(e.head, e.step)
+	storeRelease(e.head, e.step)
 }
 
 // llLines is the number of LL lines nb payload bytes take.
@@ -179,7 +179,7 @@ func (e *endpoint) putLL128(src []byte) {
 		line := buf[:ll128LineBytes:ll128LineBytes]
 		buf = buf[ll128LineBytes:]
 		copy(line[:ll128LinePayload], src[off:])
-		atomic.StoreUint64(wordAt(line, ll128FlagOff), flag)
+		storeRelease(wordAt(line, ll128FlagOff), flag)
 	}
 	e.step++
 }

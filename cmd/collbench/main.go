@@ -3,7 +3,7 @@
 //
 //	collbench allreduce|allgather|reducescatter|broadcast|reduce [-b 8] [-e 128M] [-f 2] [-n 20]
 //	    [-w 5] [-c 1] [-o sum|prod|max|min|avg|mulsum|all] [-d float|...|all] [-S 1] [-C 1] [-np 4]
-//	    [--ranks-per-node 2] [--transport shm|inproc] [--algo Ring] [--proto LL128]
+//	    [--ranks-per-node 2] [--transport shm|inproc] [--bind-to auto|none] [--algo Ring] [--proto LL128]
 //
 // -o all and -d all run every op (mulsum included) for every type, in nccl-tests' order, under the
 // one header; mulsum is a PreMulSum operator with nccl-tests' per-rank scalar (1 on even ranks, 2

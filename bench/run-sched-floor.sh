@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The dependency patterns of NCCL's ring all-reduce (4 chunks and 1 chunk) and of OpenMPI's recursive
+# doubling, alone, on 4 processes, with and without binding: the floor under any implementation of
+# them on this host (see bench/sched-floor.c, docs/engine-vs-mpi.md). Usage: bench/run-sched-floor.sh [reps]
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+bin=${TMPDIR:-/tmp}/collplan-sched-floor
+cc -O2 -o "$bin" "$here/sched-floor.c"
+for ((i = 0; i < ${1:-3}; i++)); do
+  for pat in ring chain rd; do
+    for bind in none rr; do
+      "$bin" "$pat" "$bind" 100000
+    done
+  done
+done

@@ -1,0 +1,113 @@
+// sched-floor: the cost of a collective's dependency pattern alone on this host, with no data and no
+// library: 4 processes (more than the cores here), one 8-byte flag per hop in shared memory, a waiter
+// that polls 64 times and then calls sched_yield (what collplan's engine and OpenMPI's oversubscribed
+// progress loop both do). Patterns, per iteration:
+//   ring     NCCL's ring all-reduce of 4 non-empty chunks: 2(n-1) = 6 steps, every rank active at
+//            every step (each waits for its ring predecessor's previous step);
+//   chain    the same ring with one non-empty chunk: 6 dependent hops, one rank active at a time;
+//   rd       recursive doubling (OpenMPI's small all-reduce): log2(n) = 2 pairwise exchanges.
+// Binding: none, rr (rank r on cpu r mod 2, what collplan's launcher does when ranks outnumber
+// cores) or blk (ranks 0,1 on cpu 0, 2,3 on cpu 1).
+// Build and run: bench/run-sched-floor.sh (cc -O2).
+#define _GNU_SOURCE
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { N = 4, WARMUP = 1000 };
+
+typedef struct {
+    _Atomic long v;
+    char pad[56];
+} line;
+
+static double now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e9 + t.tv_nsec;
+}
+
+static void wait_ge(line *l, long v) {
+    for (int i = 0; atomic_load_explicit(&l->v, memory_order_acquire) < v; i++)
+        if (i >= 64) sched_yield();
+}
+
+// flag[from*N + to]: the counter rank `from` advances for rank `to`.
+static line *flag;
+static void post(int from, int to, long v) { atomic_store_explicit(&flag[from * N + to].v, v, memory_order_release); }
+static void wait_for(int from, int to, long v) { wait_ge(&flag[from * N + to], v); }
+
+int main(int argc, char **argv) {
+    if (argc != 4) {
+        fprintf(stderr, "usage: sched-floor ring|chain|rd none|rr|blk ITERS\n");
+        return 2;
+    }
+    const char *pat = argv[1], *bind = argv[2];
+    int iters = atoi(argv[3]);
+    if (iters <= 0 || (strcmp(pat, "ring") && strcmp(pat, "chain") && strcmp(pat, "rd")) ||
+        (strcmp(bind, "none") && strcmp(bind, "rr") && strcmp(bind, "blk"))) {
+        fprintf(stderr, "sched-floor: bad arguments\n");
+        return 2;
+    }
+    flag = mmap(0, sizeof(line) * N * N, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (flag == MAP_FAILED) {
+        perror("mmap");
+        return 1;
+    }
+    for (int r = 0; r < N; r++) {
+        if (fork() != 0) continue;
+        if (strcmp(bind, "none")) {
+            cpu_set_t s;
+            CPU_ZERO(&s);
+            CPU_SET(strcmp(bind, "rr") == 0 ? r % 2 : r / 2, &s);
+            if (sched_setaffinity(0, sizeof s, &s)) perror("sched_setaffinity");
+        }
+        int prev = (r + N - 1) % N, next = (r + 1) % N;
+        long seq = 0;
+        double t0 = 0;
+        for (int it = 0; it < WARMUP + iters; it++) {
+            if (it == WARMUP) t0 = now_ns();
+            if (!strcmp(pat, "ring")) {
+                post(r, next, seq + 1);
+                for (int s = 1; s < 2 * (N - 1); s++) {
+                    wait_for(prev, r, seq + s);
+                    post(r, next, seq + s + 1);
+                }
+                wait_for(prev, r, seq + 2 * (N - 1));
+                seq += 2 * (N - 1);
+            } else if (!strcmp(pat, "chain")) {
+                // Chunk 0 of NCCL's ring: at position h (0..6) rank (1+h)%N receives hop h-1 (h > 0)
+                // and sends hop h (h < 6), the counter it advances reaching seq+h+1.
+                for (int h = 0; h <= 2 * (N - 1); h++) {
+                    if ((1 + h) % N != r) continue;
+                    if (h > 0) wait_for(prev, r, seq + h);
+                    if (h < 2 * (N - 1)) post(r, next, seq + h + 1);
+                }
+                seq += 2 * (N - 1) + 1;
+            } else {
+                for (int k = 1; k < N; k <<= 1) {
+                    post(r, r ^ k, seq + 1);
+                    wait_for(r ^ k, r, seq + 1);
+                }
+                seq += 1;
+            }
+        }
+        if (r == 0) {
+            printf("%-5s bind %-4s %.2f us per iteration (%d iterations)\n", pat, bind, (now_ns() - t0) / iters / 1e3, iters);
+            fflush(stdout);
+        }
+        _exit(0);
+    }
+    int status, bad = 0;
+    for (int r = 0; r < N; r++) {
+        wait(&status);
+        bad |= !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    }
+    return bad;
+}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # collbench (engine, ranks as processes over /dev/shm) beside OpenMPI's MPI_Allreduce, float sum,
-# 8 B to 128 MiB by x4 and 256 MiB, np 2 and 4, on one machine, plus the DRAM bandwidth probe that
+# 8 B to 128 MiB by x4, 1 KiB and 256 MiB, np 2 and 4, on one machine, plus the DRAM bandwidth probe that
 # gives the physical bound busbw <= B(N-1)/N^2. See docs/engine-vs-mpi.md.
 #
 # The two are run REPS times (default 3), alternated (MPI np 2, collbench np 2, MPI np 4, collbench
@@ -26,13 +26,14 @@ for ((rep = 1; rep <= reps; rep++)); do
   for np in 2 4; do
     {
       "$peer/run-mpi-allreduce.sh" "$np" 8 134217728 7
+      "$peer/run-mpi-allreduce.sh" "$np" 1024 1024 7
       "$peer/run-mpi-allreduce.sh" "$np" "$big" "$big" 7
     } | tee "$out/mpi-np$np-run$rep.txt"
     # The MPI benchmark's statistic: per size, 7 repetitions (-N 7) of a timed loop whose length it
     # chooses (about 50 ms at 1 GB/s, at most 1000 calls), the time of the slowest rank (-a 3), and
     # the median of the 7. The file keeps every repetition's row.
     : > "$out/collbench-np$np-run$rep.txt"
-    for r in "8 131072 4 1000 50" "524288 2097152 4 100 10" "8388608 134217728 4 20 5" "$big $big 2 5 2"; do
+    for r in "8 131072 4 1000 50" "1024 1024 4 1000 50" "524288 2097152 4 100 10" "8388608 134217728 4 20 5" "$big $big 2 5 2"; do
       set -- $r
       "$out/collbench" allreduce -np "$np" -b "$1" -e "$2" -f "$3" -n "$4" -w "$5" -a 3 -N 7 \
         -d float -o sum | tee -a "$out/collbench-np$np-run$rep.txt"
@@ -72,6 +73,7 @@ for np in 2 4; do
     }
     END {
       bound = b*(n-1)/(n*n)
+      for (x = 2; x <= k; x++) { y = order[x]; z = x - 1; while (z > 0 && order[z] + 0 > y + 0) { order[z+1] = order[z]; z-- } order[z+1] = y }
       for (i = 1; i <= k; i++) { s = order[i]; if (!(s in mt) || !(s in ct)) continue
         m = median(mt[s]); c = median(ct[s])
         mb = s/m/1e3*2*(n-1)/n; cb = s/c/1e3*2*(n-1)/n

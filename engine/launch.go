@@ -35,8 +35,8 @@ import (
 // (the CPU list; absent when it did not bind). Bound, the two ranks sharing a core stay
 // together instead of being moved by the kernel's load balancing, and every ring or chain
 // neighbour of a rank runs on another core. Measured on 2 cores, 4 ranks, LL all-reduce of 8-512
-// B: 3.4-6.8 us per call bound, 4.8-7.9 unbound (median of 70 repetitions, alternated); at 2-128
-// MiB within 3 %. When every rank has a core the launcher does not bind: a bound 2-rank job took
+// B: 3.39-7.03 us per call bound, 4.12-7.25 unbound with the same waits (median of 84 values,
+// alternated; docs/engine-vs-mpi.md, sixth run); at 2-128 MiB within 3 %. When every rank has a core the launcher does not bind: a bound 2-rank job took
 // 0.68 against 0.52 us at 8 B (its idle Ps then compete with the rank for its one CPU).
 type Launcher struct {
 	N      int
@@ -164,11 +164,8 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	}
 	cmds, err := l.start(b, bind, env, addr, job, out, errw)
 	if rerr := b.restore(); err == nil && rerr != nil {
-		err = rerr
-		for _, c := range cmds {
-			c.Process.Kill()
-			c.Wait()
-		}
+		killAll(cmds)
+		return rerr
 	}
 	if err != nil {
 		return err
@@ -234,10 +231,7 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 func (l *Launcher) start(b *binder, bind bool, env []string, addr, job string, out, errw io.Writer) ([]*exec.Cmd, error) {
 	cmds := make([]*exec.Cmd, 0, l.N)
 	fail := func(r int, err error) ([]*exec.Cmd, error) {
-		for _, c := range cmds {
-			c.Process.Kill()
-			c.Wait()
-		}
+		killAll(cmds)
 		return nil, &LaunchError{Rank: r, Err: err}
 	}
 	for r := range l.N {
@@ -258,6 +252,14 @@ func (l *Launcher) start(b *binder, bind bool, env []string, addr, job string, o
 		cmds = append(cmds, cmd)
 	}
 	return cmds, nil
+}
+
+// killAll kills and reaps started ranks.
+func killAll(cmds []*exec.Cmd) {
+	for _, c := range cmds {
+		c.Process.Kill()
+		c.Wait()
+	}
 }
 
 type lockedWriter struct {

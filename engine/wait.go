@@ -47,17 +47,15 @@ type waiter struct {
 	ctx  context.Context
 	done <-chan struct{}
 
-	spin       bool  // every polling goroutine has a core: spin for spinTime before yielding
-	spinning   bool  // the current wait is in its spin phase
-	spinEnd    int64 // nanotime at which the current wait's spin phase ends
-	yieldStart int64 // nanotime at which the current wait started yielding
-	yieldEnd   int64 // nanotime at which the current wait stops yielding and starts sleeping
-	yieldPoll  int   // the poll at which it started yielding
-	sleep      time.Duration
-	osYield    bool // the whole yield phase also yields the OS thread (see osYieldNeeded)
-	bulk       bool // a worker's waiter in a call of at least bulkBytes: see osYieldAfter
-	agree      bool // the calling goroutine's worker: its waits also check the peers' descriptors
-	shared     bool // the rank runs other workers in this call: an osYield wait still calls Gosched
+	spin     bool  // every polling goroutine has a core: spin for spinTime before yielding
+	spinning bool  // the current wait is in its spin phase
+	spinEnd  int64 // nanotime at which the current wait's spin phase ends
+	yieldEnd int64 // nanotime at which the current wait stops yielding and starts sleeping
+	sleep    time.Duration
+	osYield  bool // the whole yield phase also yields the OS thread (see osYieldNeeded)
+	bulk     bool // a worker's waiter in a call of at least bulkBytes: see osYieldAfter
+	agree    bool // the calling goroutine's worker: its waits also check the peers' descriptors
+	shared   bool // the rank runs other workers in this call: an osYield wait still calls Gosched
 }
 
 // osYieldAfter is how long a worker's wait in a call of at least bulkBytes yields only the
@@ -140,15 +138,15 @@ func (w *waiter) idle(i int) error {
 	switch {
 	case w.yieldEnd == 0:
 		now = nanotime()
-		w.yieldStart, w.yieldEnd, w.yieldPoll, w.sleep = now, now+int64(yieldTime), i, minSleep
-	case w.bulk || (i-w.yieldPoll)%clockPolls == 0:
+		w.yieldEnd, w.sleep = now+int64(yieldTime), minSleep
+	case w.bulk || i%clockPolls == 0:
 		now = nanotime()
 	}
 	if now < w.yieldEnd {
 		if !w.osYield || w.shared {
 			runtime.Gosched()
 		}
-		if w.osYield || w.bulk && now-w.yieldStart > int64(osYieldAfter) {
+		if w.osYield || w.bulk && now-(w.yieldEnd-int64(yieldTime)) > int64(osYieldAfter) {
 			osYield()
 		}
 		return nil

@@ -9,7 +9,8 @@ import (
 )
 
 // A worker runs one channel's share of a call on one goroutine: NCCL's thread block. A tree
-// channel of a non-root rank has two (reduce-up and broadcast-down), like runTreeSplit's two teams.
+// channel of a non-root rank has two (reduce-up and broadcast-down), like runTreeSplit's two teams,
+// unless its range is one FIFO step (tree.go).
 // It talks to its peers through endpoints and moves data with the primitives below.
 type worker struct {
 	c     *Comm
@@ -59,6 +60,8 @@ const (
 	jobTreeDown
 	jobTreeLeafUp
 	jobTreeLeafDown
+	jobTreeUpDown
+	jobTreeLeafUpDown
 )
 
 // runJob runs the worker's job, records its error and, when wg is not nil, marks it done.
@@ -84,6 +87,10 @@ func (w *worker) runJob(wg *sync.WaitGroup) {
 		w.err = w.tree.each(w, send)
 	case jobTreeLeafDown:
 		w.err = w.tree.each(w, recv)
+	case jobTreeUpDown:
+		w.err = w.tree.upDown(w, recvReduceSend, recvCopySend)
+	case jobTreeLeafUpDown:
+		w.err = w.tree.upDown(w, send, recv)
 	}
 	if wg != nil {
 		wg.Done()

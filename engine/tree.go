@@ -6,7 +6,10 @@ import "unsafe"
 // Even channels run on tree 0, odd channels on tree 1, so half the channels climb each tree of the
 // double binary tree. The root reduces and turns the sums around in one primitive; every other rank
 // runs reduce-up and broadcast-down concurrently on two goroutines, chunk by chunk (NCCL's
-// runTreeSplit, src/device/all_reduce.h).
+// runTreeSplit, src/device/all_reduce.h). A channel whose range is one FIFO step has nothing to
+// overlap (its one piece goes down only after it has come up), so there a single goroutine runs up
+// and then down, as NCCL's runTreeUpDown does: a second goroutine would only add a wake-up and,
+// with more ranks than cores, a context switch to the critical path.
 func (c *Comm) treeTasks(w *waiter, cl *call, ch, lo, hi int, tasks []*worker) ([]*worker, error) {
 	links := c.tree[ch%2][c.rank]
 	var fromBuf, toBuf [maxPeers]*endpoint
@@ -41,6 +44,18 @@ func (c *Comm) treeTasks(w *waiter, cl *call, ch, lo, hi int, tasks []*worker) (
 	if err != nil {
 		return tasks, err
 	}
+	if hi-lo <= cl.plan.pieceElems {
+		wk := c.worker(w, cl, ch, 0)
+		wk.setPeers(fromKids, []*endpoint{toUp})
+		wk.ensureScratch(wk.pieceBytes, max(len(fromKids), 1))
+		t.fromUp = fromUp
+		t.nKids = copy(t.toKids[:], toKids)
+		wk.tree, wk.job = t, jobTreeUpDown
+		if len(fromKids) == 0 {
+			wk.job = jobTreeLeafUpDown
+		}
+		return append(tasks, wk), nil
+	}
 	up := c.worker(w, cl, ch, 0)
 	up.setPeers(fromKids, []*endpoint{toUp})
 	up.ensureScratch(up.pieceBytes, len(fromKids))
@@ -68,6 +83,23 @@ func (c *Comm) treeTasks(w *waiter, cl *call, ch, lo, hi int, tasks []*worker) (
 type treeRun struct {
 	cl     *call
 	lo, hi int
+
+	// For a one-goroutine non-root rank (jobTreeUpDown): the peers of the broadcast-down half,
+	// which the worker switches to once its reduce-up half is done.
+	fromUp *endpoint
+	toKids [maxPeers]*endpoint
+	nKids  int
+}
+
+// upDown runs reduce-up with the worker's peers (children to parent), then broadcast-down from the
+// parent to the children on the same goroutine.
+func (t *treeRun) upDown(w *worker, up, down prim) error {
+	if err := t.each(w, up); err != nil {
+		return err
+	}
+	w.recvs = append(w.recvBuf[:0], t.fromUp)
+	w.sends = append(w.sendBuf[:0], t.toKids[:t.nKids]...)
+	return t.each(w, down)
 }
 
 func (t *treeRun) each(w *worker, p prim) error {

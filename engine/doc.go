@@ -61,7 +61,9 @@
 // all-gather in one loop (send, recvReduceSend..., recvReduceCopySend, recvCopySend..., recv).
 // Tree, for AllReduce, as runTreeSplit: the root receives, reduces and sends back down in one
 // primitive; every other rank runs reduce-up (recvReduceSend, or send at a leaf) and
-// broadcast-down (recvCopySend, or recv at a leaf) concurrently on two goroutines, chunk by chunk.
+// broadcast-down (recvCopySend, or recv at a leaf) concurrently on two goroutines, chunk by chunk;
+// a channel whose range is one FIFO step runs the two halves in sequence on one goroutine, as
+// runTreeUpDown does (nothing to overlap there, and a second goroutine costs a wake-up).
 // Chunk and step sizes come from the plan, capped by the connection buffers as NCCL's
 // calcCollChunking caps them (and, on a cycling ring, at half the FIFO so every rank's first chunk
 // fits before it receives).

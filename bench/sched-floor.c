@@ -8,24 +8,41 @@
 //   rd       recursive doubling (OpenMPI's small all-reduce): log2(n) = 2 pairwise exchanges.
 // Binding: none, rr (rank r on cpu r mod 2, what collplan's launcher does when ranks outnumber
 // cores) or blk (ranks 0,1 on cpu 0, 2,3 on cpu 1).
+// Wait (optional fourth argument; the waits tried for the engine):
+//   yield     64 polls, then sched_yield after every failed poll (the default);
+//   yield0    sched_yield from the first failed poll (what the engine does when oversubscribed);
+//   matespin  like yield0, but while the other rank bound to this core is waiting too, up to 200
+//             pause-polls first (bound runs only);
+//   futex     sleep in FUTEX_WAIT on the flag, woken by the poster's FUTEX_WAKE when it sees a
+//             sleeper (shared futex on the shared mapping).
 // Build and run: bench/run-sched-floor.sh (cc -O2).
 #define _GNU_SOURCE
+#include <limits.h>
+#include <linux/futex.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 enum { N = 4, WARMUP = 1000 };
 
+// A flag: the counter (32 bits, a futex word) and whether a waiter sleeps on it.
 typedef struct {
-    _Atomic long v;
+    _Atomic int v;
+    _Atomic int sleepers;
     char pad[56];
 } line;
+
+enum { WAIT_YIELD, WAIT_YIELD0, WAIT_MATESPIN, WAIT_FUTEX };
+static int wait_mode;
+static line *waiting; // waiting[r].v: rank r is in a wait (matespin)
+static int me, mate;
 
 static double now_ns(void) {
     struct timespec t;
@@ -33,35 +50,81 @@ static double now_ns(void) {
     return t.tv_sec * 1e9 + t.tv_nsec;
 }
 
-static void wait_ge(line *l, long v) {
-    for (int i = 0; atomic_load_explicit(&l->v, memory_order_acquire) < v; i++)
-        if (i >= 64) sched_yield();
+static int ready(line *l, int v) { return atomic_load_explicit(&l->v, memory_order_acquire) >= v; }
+
+static void wait_ge(line *l, int v) {
+    switch (wait_mode) {
+    case WAIT_YIELD:
+    case WAIT_YIELD0:
+        for (int i = 0; !ready(l, v); i++)
+            if (wait_mode == WAIT_YIELD0 || i >= 64) sched_yield();
+        return;
+    case WAIT_MATESPIN:
+        if (ready(l, v)) return;
+        atomic_store_explicit(&waiting[me].v, 1, memory_order_relaxed);
+        for (int spun = 0; !ready(l, v);) {
+            if (spun < 200 && atomic_load_explicit(&waiting[mate].v, memory_order_relaxed)) {
+                spun++;
+                __builtin_ia32_pause();
+                continue;
+            }
+            sched_yield();
+        }
+        atomic_store_explicit(&waiting[me].v, 0, memory_order_relaxed);
+        return;
+    default:
+        // Announce the sleeper before re-reading the counter; the poster stores the counter before
+        // reading the announcement (both sequentially consistent), so one of them sees the other.
+        while (!ready(l, v)) {
+            atomic_store(&l->sleepers, 1);
+            int cur = atomic_load(&l->v);
+            if (cur >= v) return;
+            syscall(SYS_futex, &l->v, FUTEX_WAIT, cur, 0, 0, 0);
+        }
+    }
 }
 
 // flag[from*N + to]: the counter rank `from` advances for rank `to`.
 static line *flag;
-static void post(int from, int to, long v) { atomic_store_explicit(&flag[from * N + to].v, v, memory_order_release); }
+static void post(int from, int to, int v) {
+    line *l = &flag[from * N + to];
+    if (wait_mode != WAIT_FUTEX) {
+        atomic_store_explicit(&l->v, v, memory_order_release);
+        return;
+    }
+    atomic_store(&l->v, v);
+    if (atomic_load(&l->sleepers)) {
+        atomic_store(&l->sleepers, 0);
+        syscall(SYS_futex, &l->v, FUTEX_WAKE, INT_MAX, 0, 0, 0);
+    }
+}
 static void wait_for(int from, int to, long v) { wait_ge(&flag[from * N + to], v); }
 
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: sched-floor ring|chain|rd none|rr|blk ITERS\n");
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: sched-floor ring|chain|rd none|rr|blk ITERS [yield|yield0|matespin|futex]\n");
         return 2;
     }
-    const char *pat = argv[1], *bind = argv[2];
+    const char *pat = argv[1], *bind = argv[2], *waitname = argc == 5 ? argv[4] : "yield";
     int iters = atoi(argv[3]);
+    wait_mode = !strcmp(waitname, "yield") ? WAIT_YIELD : !strcmp(waitname, "yield0") ? WAIT_YIELD0
+              : !strcmp(waitname, "matespin") ? WAIT_MATESPIN : !strcmp(waitname, "futex") ? WAIT_FUTEX : -1;
     if (iters <= 0 || (strcmp(pat, "ring") && strcmp(pat, "chain") && strcmp(pat, "rd")) ||
-        (strcmp(bind, "none") && strcmp(bind, "rr") && strcmp(bind, "blk"))) {
+        (strcmp(bind, "none") && strcmp(bind, "rr") && strcmp(bind, "blk")) || wait_mode < 0 ||
+        (wait_mode == WAIT_MATESPIN && !strcmp(bind, "none"))) {
         fprintf(stderr, "sched-floor: bad arguments\n");
         return 2;
     }
     flag = mmap(0, sizeof(line) * N * N, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (flag == MAP_FAILED) {
+    waiting = mmap(0, sizeof(line) * N, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (flag == MAP_FAILED || waiting == MAP_FAILED) {
         perror("mmap");
         return 1;
     }
     for (int r = 0; r < N; r++) {
         if (fork() != 0) continue;
+        me = r;
+        mate = strcmp(bind, "rr") == 0 ? (r + 2) % N : r ^ 1; // the other rank on this core
         if (strcmp(bind, "none")) {
             cpu_set_t s;
             CPU_ZERO(&s);
@@ -69,7 +132,7 @@ int main(int argc, char **argv) {
             if (sched_setaffinity(0, sizeof s, &s)) perror("sched_setaffinity");
         }
         int prev = (r + N - 1) % N, next = (r + 1) % N;
-        long seq = 0;
+        int seq = 0;
         double t0 = 0;
         for (int it = 0; it < WARMUP + iters; it++) {
             if (it == WARMUP) t0 = now_ns();
@@ -99,7 +162,8 @@ int main(int argc, char **argv) {
             }
         }
         if (r == 0) {
-            printf("%-5s bind %-4s %.2f us per iteration (%d iterations)\n", pat, bind, (now_ns() - t0) / iters / 1e3, iters);
+            printf("%-5s bind %-4s wait %-8s %.2f us per iteration (%d iterations)\n", pat, bind, waitname,
+                   (now_ns() - t0) / iters / 1e3, iters);
             fflush(stdout);
         }
         _exit(0);

@@ -36,8 +36,9 @@ import (
 // together instead of being moved by the kernel's load balancing, and every ring or chain
 // neighbour of a rank runs on another core. Measured on 2 cores, 4 ranks, LL all-reduce of 8-512
 // B: 3.39-7.03 us per call bound, 4.12-7.25 unbound with the same waits (median of 84 values,
-// alternated; docs/engine-vs-mpi.md, sixth run); at 2-128 MiB within 3 %. When every rank has a core the launcher does not bind: a bound 2-rank job took
-// 0.68 against 0.52 us at 8 B (its idle Ps then compete with the rank for its one CPU).
+// alternated; docs/engine-vs-mpi.md, sixth run); at 2-128 MiB within 3 %. When every rank has a
+// core the launcher does not bind: a bound 2-rank job took 0.68 against 0.52 us at 8 B (its idle
+// Ps then compete with the rank for its one CPU).
 type Launcher struct {
 	N      int
 	Argv   []string  // program and arguments, the same for every rank

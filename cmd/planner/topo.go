@@ -104,7 +104,8 @@ func (f *topoFlags) build(fs *flag.FlagSet) (*setup, error) {
 }
 
 // planner builds the planner over the topology, with what the node table implies (node.PlannerConfig:
-// its constants, corrections and fitted cells at this node count) and the tuner plugin when one was given (its Init may replace the model; see plugin.Client.Planner).
+// its constants, corrections and fitted cells at this node count) and the tuner plugin when one
+// was given (its Init may replace the model; see plugin.Client.Planner).
 func (s *setup) planner() (*planner.Planner, error) {
 	var cfg planner.Config
 	if s.node != nil {

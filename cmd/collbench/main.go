@@ -19,12 +19,12 @@
 // [--tuner-config FILE] [--tuner-timeout D] [--tuner-sha256 HEX]); every rank compiles it and the
 // rendezvous checks that the tables agree (a failing tuner falls back to the built-in policy on
 // every rank, and the plans line says so). SIGHUP (to the launcher, which passes it on to rank 0)
-// recompiles the table, re-reading --tuner-config; rank 0 announces the table hash and the
-// sequence number of the first call to run it, every rank compiles and checks it, and all switch
-// at that call (a log line per rank on stderr names it); a table that does not compile leaves the old one. --ab A,B
-// [--ab-config-a FILE] [--ab-config-b FILE] [--ab-runs 15] [--ab-seed 1] times two policies
-// interleaved run by run on one communicator and prints per size both medians and a bootstrap 95%
-// confidence interval of their difference, with a verdict.
+// recompiles the table, re-reading --tuner-config; rank 0 announces the table hash and the sequence
+// number of the first call to run it, every rank compiles and checks it, and all switch at that
+// call (a log line per rank on stderr names it); a table that does not compile leaves the old one.
+// --ab A,B [--ab-config-a FILE] [--ab-config-b FILE] [--ab-runs 15] [--ab-seed 1] times two
+// policies interleaved run by run on one communicator and prints per size both medians and a
+// bootstrap 95% confidence interval of their difference, with a verdict.
 package main
 
 import (

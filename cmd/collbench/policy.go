@@ -25,9 +25,10 @@ const envReload = "COLLBENCH_RELOAD_FILE"
 type tunerSpec = plugin.Spec
 
 // compileTable compiles the planner's DecisionTable for coll on the cpu node table (ranks per node
-// set to the communicator's virtual nodes; its fitted overlay applied, node.PlannerConfig) with
-// the tuner of spec: one Init and one Tune round trip, then the plugin is closed, so each compile re-reads its configuration file. A tuner that fails
-// leaves the planner's built-in policy, with the reason in the table's TunerNote.
+// set to the communicator's virtual nodes; its fitted overlay applied, node.PlannerConfig) with the
+// tuner of spec: one Init and one Tune round trip, then the plugin is closed, so each compile
+// re-reads its configuration file. A tuner that fails leaves the planner's built-in policy, with
+// the reason in the table's TunerNote.
 func compileTable(ctx context.Context, coll costmodel.Coll, n, rpn int, spec tunerSpec, logTo io.Writer) (*planner.DecisionTable, error) {
 	if rpn <= 0 || rpn > n {
 		rpn = n

@@ -219,6 +219,7 @@ type policy struct {
 	ivs  []Interval
 	name string
 	note string
+	err  error // why the tuner's answer was not used (note says it in a sentence)
 }
 
 // edits returns the edits of the interval holding n (nil when none does).
@@ -244,6 +245,7 @@ func (pl *Planner) policyFor(ctx context.Context, m *Menu) *policy {
 	}
 	if err != nil {
 		po.note = fmt.Sprintf("tuner %s failed, using the built-in policy: %v", po.name, err)
+		po.err = err
 		return po
 	}
 	po.ivs = ivs
@@ -339,6 +341,11 @@ func (pr *Prepared) Menu() *Menu { return pr.menu }
 
 // Tuner names the policy consulted ("" for none) and says when it misbehaved.
 func (pr *Prepared) Tuner() (name, note string) { return pr.po.name, pr.po.note }
+
+// TunerErr is why the tuner's answer for the class was not used (nil when it was, or when there
+// is no tuner): the failure the note describes. Commands that must not fall back (offline queries)
+// report it.
+func (pr *Prepared) TunerErr() error { return pr.po.err }
 
 // Explain plans one size of a class and explains it: the one-interval case of the tuner's answer.
 func (pl *Planner) Explain(ctx context.Context, cls Class, nBytes int64) (*Plan, error) {

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -15,7 +16,11 @@ import (
 
 	hclog "github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
+	"github.com/hashicorp/go-plugin/runner"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
 	"github.com/collplan/collplan/capabilities"
@@ -80,9 +85,14 @@ type instance struct {
 	w      *wire
 	stderr *tail
 	exited func() bool
-	// kill ends the plugin at once and waits until its stderr is read.
+	// kill ends the plugin at once and waits (bounded) until its stderr is read.
 	kill func()
 	dead bool // a failure was handled
+
+	r       *groupRunner     // the process (nil in TestClient)
+	conn    *grpc.ClientConn // the connection (nil in TestClient)
+	endOnce sync.Once
+	stuck   bool // the process was not reaped within exitWait of its SIGKILL
 }
 
 // New returns a client for the plugin at cfg.Path; nothing starts until the first call.
@@ -166,6 +176,9 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	if inst != nil {
 		inst.kill()
+		if inst.stuck {
+			c.log.Warn("tuner process did not exit within its kill wait; leaving it", "pid", inst.r.ID(), "wait", exitWait)
+		}
 	}
 	return nil
 }
@@ -411,52 +424,218 @@ type startError struct {
 func (e *startError) Error() string { return e.err.Error() }
 func (e *startError) Unwrap() error { return e.err }
 
-// dialProcess starts the plugin binary and completes go-plugin's handshake.
+// dialProcess starts the plugin binary in a process group of its own (groupRunner) and completes
+// go-plugin's handshake and the gRPC connection, all within StartTimeout: a plugin that never
+// prints its handshake, names an address that accepts and never answers, or forks without end
+// costs the host its start deadline, then its whole group is killed. (go-plugin alone waited up to
+// 20 s for a gRPC connection after the handshake, and its Kill waited for the plugin's stdout
+// reader as long as any descendant held the pipe.)
 func (c *Client) dialProcess(context.Context) (*instance, error) {
 	stderr := newTail(32 << 10)
-	cmd := exec.Command(c.cfg.Path)
-	var sec *goplugin.SecureConfig
 	if c.cfg.SHA256 != nil {
-		sec = &goplugin.SecureConfig{Checksum: c.cfg.SHA256, Hash: sha256.New()}
+		if err := checkSum(c.cfg.Path, c.cfg.SHA256); err != nil {
+			return nil, &startError{err: err, stderr: stderr}
+		}
 	}
+	timeout := c.cfg.StartTimeout
 	pl := hclog.NewNullLogger()
 	if c.log.IsDebug() {
 		pl = c.log.Named("go-plugin")
 	}
+	g := &startGuard{}
 	pc := goplugin.NewClient(&goplugin.ClientConfig{
 		HandshakeConfig:  Handshake,
 		VersionedPlugins: versionedPlugins(nil),
-		Cmd:              cmd,
+		RunnerFunc: func(_ hclog.Logger, spec *exec.Cmd, socketDir string) (runner.Runner, error) {
+			return g.runner(newGroupRunner(c.cfg.Path, spec, socketDir))
+		},
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
-		StartTimeout:     c.cfg.StartTimeout,
-		SecureConfig:     sec,
+		StartTimeout:     timeout,
 		Logger:           pl,
 		Stderr:           stderr,
 		SyncStdout:       io.Discard,
 		SyncStderr:       stderr,
+		// gRPC's own connect timeout (20 s by default) must not outlast the start deadline.
+		GRPCDialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff: backoff.DefaultConfig, MinConnectTimeout: timeout})},
 	})
-	kill := func() {
-		if cmd.Process != nil {
-			_ = cmd.Process.Kill()
-		}
-		pc.Kill()
+	type dialed struct {
+		w    *wire
+		conn *grpc.ClientConn
+		err  error
 	}
+	done := make(chan dialed, 1)
+	deadline := time.Now().Add(timeout)
+	go func() {
+		w, conn, err := connect(pc, deadline)
+		if g.abandon(conn) {
+			return // the host gave up and killed the plugin; conn is closed
+		}
+		done <- dialed{w, conn, err}
+	}()
+	// go-plugin's own start timer (the handshake) runs from slightly later; its more telling error
+	// comes first unless the wait is past the handshake.
+	t := time.NewTimer(timeout + 250*time.Millisecond)
+	defer t.Stop()
+	var d dialed
+	select {
+	case d = <-done:
+	case <-t.C:
+		d.err = fmt.Errorf("timeout while waiting for plugin to start: no gRPC connection within %s", timeout)
+		if g.abandon(nil) {
+			select { // it finished after all, in the meantime
+			case d = <-done:
+			default:
+			}
+		}
+	}
+	inst := &instance{w: d.w, stderr: stderr, conn: d.conn, r: g.get()}
+	inst.exited = inst.hasExited
+	inst.kill = inst.end
+	if d.err != nil {
+		inst.end()
+		return nil, &startError{err: startProblem(d.err, c.cfg.Path), stderr: stderr}
+	}
+	return inst, nil
+}
+
+// startProblem makes a failed start one line. go-plugin's message for a plugin that printed
+// something other than its handshake spans lines (what it read, then a diagnosis).
+func startProblem(err error, path string) error {
+	msg := err.Error()
+	if rest, ok := strings.CutPrefix(msg, "Unrecognized remote plugin message: "); ok {
+		got, _, _ := strings.Cut(rest, "\n")
+		if got == "" {
+			return fmt.Errorf("%s exited without printing go-plugin's handshake line: is it a collplan tuner (built with plugin.Serve)?", path)
+		}
+		return fmt.Errorf("%s printed %q instead of go-plugin's handshake line: is it a collplan tuner (built with plugin.Serve)?", path, got)
+	}
+	if strings.ContainsRune(msg, '\n') {
+		return fmt.Errorf("%s", strings.Join(strings.Fields(msg), " "))
+	}
+	return err
+}
+
+// connect completes go-plugin's handshake, dispenses the tuner and waits, until deadline, for the
+// gRPC connection to be ready.
+func connect(pc *goplugin.Client, deadline time.Time) (*wire, *grpc.ClientConn, error) {
 	rpc, err := pc.Client()
 	if err != nil {
-		kill()
-		return nil, &startError{err: err, stderr: stderr}
+		return nil, nil, err
+	}
+	gc, ok := rpc.(*goplugin.GRPCClient)
+	if !ok {
+		return nil, nil, fmt.Errorf("dispense: unexpected protocol client %T", rpc)
 	}
 	raw, err := rpc.Dispense(PluginName)
 	if err != nil {
-		kill()
-		return nil, &startError{err: fmt.Errorf("dispense: %w", err), stderr: stderr}
+		return nil, gc.Conn, fmt.Errorf("dispense: %w", err)
 	}
 	w, ok := raw.(*wire)
 	if !ok {
-		kill()
-		return nil, &startError{err: fmt.Errorf("dispense: unexpected %T", raw), stderr: stderr}
+		return nil, gc.Conn, fmt.Errorf("dispense: unexpected %T", raw)
 	}
-	return &instance{w: w, stderr: stderr, exited: pc.Exited, kill: kill}, nil
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	conn := gc.Conn
+	conn.Connect()
+	for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
+		if st == connectivity.Shutdown {
+			return nil, conn, errors.New("gRPC connection to the plugin shut down")
+		}
+		if !conn.WaitForStateChange(ctx, st) {
+			return nil, conn, fmt.Errorf("timeout while waiting for plugin to start: the gRPC connection to the address of its handshake is %s", strings.ToLower(st.String()))
+		}
+	}
+	return w, conn, nil
+}
+
+// startGuard hands the runner go-plugin builds over to the host and lets the host give up a
+// start that outlasts the deadline without leaking a process: a runner built after the host gave
+// up is refused, one built before is killed, and a connection made after it is closed.
+type startGuard struct {
+	mu        sync.Mutex
+	r         *groupRunner
+	abandoned bool
+}
+
+func (g *startGuard) runner(r *groupRunner) (runner.Runner, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.abandoned {
+		return nil, errors.New("the host gave up starting the plugin")
+	}
+	g.r = r
+	return r, nil
+}
+
+func (g *startGuard) get() *groupRunner {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.r
+}
+
+// abandon is called by the host when it gives up (conn nil) and by the dialing goroutine when it
+// is done (its connection, if any). It reports whether the start was abandoned: the first caller
+// wins; the second finds it so and, when it is the dialing goroutine, closes its connection.
+func (g *startGuard) abandon(conn *grpc.ClientConn) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.abandoned {
+		if conn != nil {
+			_ = conn.Close()
+		}
+		return true
+	}
+	g.abandoned = true
+	return false
+}
+
+// checkSum compares the binary at path with a SHA-256 pin.
+func checkSum(path string, want []byte) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("checksum: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return fmt.Errorf("checksum of %s: %w", path, err)
+	}
+	if got := h.Sum(nil); !bytes.Equal(got, want) {
+		return fmt.Errorf("%s: checksums did not match: sha256 %x, pinned %x", path, got, want)
+	}
+	return nil
+}
+
+// hasExited reports whether the plugin process is gone.
+func (i *instance) hasExited() bool { return i.r == nil || i.r.hasExited() }
+
+// end kills the plugin's process group, closes the connection, waits (bounded) for the process
+// to be reaped and its stderr to be read to the end, and removes its socket directory. It never
+// waits for the plugin's cooperation: the plugin has no state the host needs.
+func (i *instance) end() {
+	i.endOnce.Do(func() {
+		r := i.r
+		if r != nil {
+			_ = r.Kill(context.Background())
+		}
+		if i.conn != nil {
+			_ = i.conn.Close()
+		}
+		if r == nil {
+			return
+		}
+		if !r.exitedWithin(exitWait) {
+			i.stuck = true
+		}
+		if r.stderr != nil {
+			r.stderr.readWithin(drainTime + 100*time.Millisecond)
+		}
+		if r.socketDir != "" {
+			_ = os.RemoveAll(r.socketDir)
+		}
+	})
 }
 
 // Resolve finds a tuner binary for --tuner: a value with a path separator is a path; a bare NAME
@@ -472,17 +651,18 @@ func Resolve(s string) (string, error) {
 	if !strings.HasPrefix(name, "tuner-") {
 		name = "tuner-" + name
 	}
-	var tried []string
 	if exe, err := os.Executable(); err == nil {
 		p := filepath.Join(filepath.Dir(exe), name)
 		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
 			return p, nil
 		}
-		tried = append(tried, filepath.Dir(exe))
 	}
 	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
 	}
-	tried = append(tried, "PATH")
-	return "", fmt.Errorf("plugin: tuner %q not found: no executable %s in %s", s, name, strings.Join(tried, " or "))
+	return "", fmt.Errorf("plugin: tuner %q not found: no executable %s beside this program or on PATH; %s", s, name, BuildHint)
 }
+
+// BuildHint says how to get the tuner binaries where Resolve finds them. Under `go run` the
+// program runs from the build cache, where no tuner is beside it.
+const BuildHint = "build the tuners with `go build -o bin/ ./cmd/...` and run bin/planner, bin/collbench (they find bin/tuner-NAME), or put bin on PATH"

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"bytes"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -56,12 +57,42 @@ func Open(s Spec, logTo io.Writer) (*Client, error) {
 		}
 	}
 	if s.Config != "" {
-		if _, err := os.Stat(s.Config); err != nil {
-			return nil, fmt.Errorf("plugin: tuner configuration: %w", err)
+		if err := checkConfig(s.Config); err != nil {
+			return nil, err
 		}
 	}
 	if cfg.Logger, err = EnvLogger(logTo); err != nil {
 		return nil, err
 	}
 	return New(cfg)
+}
+
+// checkConfig refuses a --tuner-config that cannot be a configuration: missing, unreadable, a
+// directory or another non-regular file, or binary (a NUL byte in its first 4 KiB; every policy's
+// configuration is text).
+func checkConfig(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("plugin: --tuner-config: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("plugin: --tuner-config: %w", err)
+	}
+	if fi.IsDir() {
+		return fmt.Errorf("plugin: --tuner-config %s: a directory, not a configuration file", path)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("plugin: --tuner-config %s: not a regular file", path)
+	}
+	head := make([]byte, 4096)
+	n, err := io.ReadFull(f, head)
+	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+		return fmt.Errorf("plugin: --tuner-config: %w", err)
+	}
+	if bytes.IndexByte(head[:n], 0) >= 0 {
+		return fmt.Errorf("plugin: --tuner-config %s: a binary file, not a tuner configuration", path)
+	}
+	return nil
 }

@@ -8,31 +8,57 @@ import (
 	"sync"
 )
 
-// tail keeps the last bytes a plugin wrote to stderr, for the failure log.
+// tail keeps the last max bytes a plugin wrote to stderr, for the failure log: a ring buffer, so
+// that a write costs its own length whatever the plugin has written before. (It used to append and
+// then copy the whole kept buffer forward on every write: a plugin writing 100 MB of 1 KiB lines
+// cost the host 6 s of CPU, and its calls timed out.)
 type tail struct {
-	mu  sync.Mutex
-	buf []byte
-	max int
+	mu   sync.Mutex
+	buf  []byte // max bytes once full
+	next int    // where the next byte goes once full
+	full bool
 }
 
-func newTail(max int) *tail { return &tail{max: max} }
+func newTail(max int) *tail { return &tail{buf: make([]byte, 0, max)} }
 
 func (t *tail) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - t.max; over > 0 {
-		t.buf = slices.Clone(t.buf[over:])
+	n, max := len(p), cap(t.buf)
+	if len(p) > max {
+		p = p[len(p)-max:]
 	}
-	return len(p), nil
+	if !t.full {
+		k := min(len(p), max-len(t.buf))
+		t.buf = append(t.buf, p[:k]...)
+		p = p[k:]
+		if len(t.buf) < max {
+			return n, nil
+		}
+		t.full = true
+	}
+	for len(p) > 0 {
+		k := copy(t.buf[t.next:], p)
+		p = p[k:]
+		t.next = (t.next + k) % max
+	}
+	return n, nil
+}
+
+// bytes returns the kept bytes, oldest first.
+func (t *tail) bytes() []byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.full {
+		return slices.Clone(t.buf)
+	}
+	return append(slices.Clone(t.buf[t.next:]), t.buf[:t.next]...)
 }
 
 // String returns the captured text, hclog JSON lines (what a plugin's logger writes) rendered as
 // "[LEVEL] message key=value ...".
 func (t *tail) String() string {
-	t.mu.Lock()
-	raw := string(t.buf)
-	t.mu.Unlock()
+	raw := string(t.bytes())
 	var b strings.Builder
 	for _, line := range strings.Split(strings.TrimRight(raw, "\n"), "\n") {
 		if line == "" {

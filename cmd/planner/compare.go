@@ -67,7 +67,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return err
 		}
-		sides[i] = &side{name: t[0], pl: pl, prepared: map[capabilities.Coll]*planner.Prepared{}}
+		sides[i] = &side{name: t[0], label: 'A' + rune(i), pl: pl, prepared: map[capabilities.Coll]*planner.Prepared{}}
 	}
 	keys := make([]measureKey, 0, len(meas))
 	for k := range meas {
@@ -79,6 +79,15 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		return int(min(1, max(-1, x.bytes-y.bytes)))
 	})
+	// Every tuner answers every collective before anything is printed: a tuner that fails is an
+	// error, not a table half scored on the built-in policy.
+	for _, k := range keys {
+		for _, sd := range sides {
+			if _, err := sd.pick(ctx, cls, k); err != nil {
+				return err
+			}
+		}
+	}
 	fmt.Fprintf(stdout, "%s, %s %s, pipe ops %d: tuner A = %s, tuner B = %s; ground truth: %d pinned sizes from %s\n",
 		s.source, cls.Dtype, cls.Op, cls.PipeOps, sides[0].name, sides[1].name, len(keys), *sweeps)
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
@@ -92,7 +101,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		for i, sd := range sides {
 			pick, err := sd.pick(ctx, cls, k)
 			if err != nil {
-				return usageError{err}
+				return err
 			}
 			picks[i] = pick
 			t, ok := cells[pick]
@@ -126,7 +135,9 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 // side is one tuner's planner and its score.
 type side struct {
-	name       string
+	name  string
+	label rune // 'A' or 'B'
+
 	pl         *planner.Planner
 	prepared   map[capabilities.Coll]*planner.Prepared
 	regrets    []float64
@@ -140,8 +151,8 @@ func (sd *side) pick(ctx context.Context, cls planner.Class, k measureKey) (plan
 	if !ok {
 		cls.Coll = k.coll
 		var err error
-		if pr, err = sd.pl.Prepare(ctx, cls); err != nil {
-			return planner.Cell{}, err
+		if pr, err = prepare(ctx, sd.pl, cls); err != nil {
+			return planner.Cell{}, fmt.Errorf("tuner %c: %w", sd.label, err)
 		}
 		sd.prepared[k.coll] = pr
 	}

@@ -27,7 +27,11 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	plan, err := pl.Explain(ctx, cls, n)
+	pr, err := prepare(ctx, pl, cls)
+	if err != nil {
+		return err
+	}
+	plan, err := pr.Explain(n)
 	if err != nil {
 		return usageError{err}
 	}

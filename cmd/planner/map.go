@@ -37,9 +37,9 @@ func runMap(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if lo < 1 || hi < lo || hi > planner.MaxBytes {
 		return usagef("--min %d and --max %d: want 1 <= min <= max <= %d", lo, hi, planner.MaxBytes)
 	}
-	pr, err := pl.Prepare(ctx, cls)
+	pr, err := prepare(ctx, pl, cls)
 	if err != nil {
-		return usageError{err}
+		return err
 	}
 	dt, err := pr.Compile()
 	if err != nil {

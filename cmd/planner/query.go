@@ -38,14 +38,26 @@ type answerJSON struct {
 	Threads    int    `json:"threads"`
 	ChunkBytes int64  `json:"chunk_bytes"`
 	SliceBytes int64  `json:"slice_bytes"`
+	// Policy names what produced the row: the tuner's name when it answered for the row's class,
+	// "builtin" when there is no tuner or it failed (then TunerNote says why).
+	Policy    string `json:"policy"`
+	TunerNote string `json:"tuner_note,omitempty"`
 }
 
-const csvHeader = "coll,bytes,op,dtype,pipe_ops,algo,proto,time_us,channels,threads,chunk_bytes,slice_bytes"
+const csvHeader = "coll,bytes,op,dtype,pipe_ops,algo,proto,time_us,channels,threads,chunk_bytes,slice_bytes,policy"
+
+// builtinPolicy is the policy column of a row the planner's built-in policy produced.
+const builtinPolicy = "builtin"
 
 // runQuery answers queries from stdin. A line starting with '{' is a JSON object (answered with
 // a JSON line); any other non-blank, non-# line is CSV "coll,bytes[,op[,dtype[,pipe_ops]]]"
 // (answered with a CSV row; a header line starting with "coll" is skipped). A bad line stops the
 // run with an error naming its line number.
+//
+// The tuner is asked once per class. A tuner that fails for a class (it crashed, hung, answered
+// garbage) does not stop the stream: that class's rows come from the built-in policy and say so in
+// their policy column, stderr says why at the first such row, and the command exits with status 2
+// at the end, since not every answer is the tuner's.
 func runQuery(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	c := newCommand("query", stderr, false)
 	_, _, pl, help, err := c.parse(args)
@@ -55,9 +67,12 @@ func runQuery(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	cf := &c.cf
 	// One prepared class and DecisionTable per class: the tuner is asked once per class, not per line.
 	type compiled struct {
-		pr *planner.Prepared
-		dt *planner.DecisionTable
+		pr     *planner.Prepared
+		dt     *planner.DecisionTable
+		policy string
+		note   string
 	}
+	var failed []string // "stdin:N: CLASS" of the classes the tuner failed for
 	cache := map[planner.Class]compiled{}
 	w := bufio.NewWriter(stdout)
 	defer w.Flush()
@@ -92,8 +107,17 @@ func runQuery(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			if c.dt, err = c.pr.Compile(); err != nil {
 				return usagef("stdin:%d: %v", line, err)
 			}
-			if _, note := c.pr.Tuner(); note != "" {
-				fmt.Fprintln(stderr, "planner:", note)
+			name, note := c.pr.Tuner()
+			c.policy, c.note = name, note
+			switch {
+			case name == "":
+				c.policy = builtinPolicy
+			case c.pr.TunerErr() != nil:
+				c.policy = builtinPolicy
+				at := fmt.Sprintf("stdin:%d: %v %v %v, pipe ops %d", line, cls.Coll, cls.Dtype, cls.Op, cls.PipeOps)
+				failed = append(failed, at)
+				fmt.Fprintf(stderr, "planner: %s: tuner %s failed: %v; this class's rows come from the built-in policy (policy %q)\n",
+					at, name, c.pr.TunerErr(), builtinPolicy)
 			}
 			cache[cls] = c
 		}
@@ -103,7 +127,8 @@ func runQuery(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		}
 		a := answerJSON{Coll: cls.Coll.String(), Bytes: n, Op: cls.Op.String(), Dtype: cls.Dtype.String(),
 			PipeOps: cls.PipeOps, Algo: plan.Algo.String(), Proto: plan.Proto.String(), TimeUS: f32(plan.TimeUS),
-			Channels: plan.Channels, Threads: plan.Threads, ChunkBytes: plan.ChunkBytes, SliceBytes: plan.SliceBytes}
+			Channels: plan.Channels, Threads: plan.Threads, ChunkBytes: plan.ChunkBytes, SliceBytes: plan.SliceBytes,
+			Policy: c.policy, TunerNote: c.note}
 		if d := c.dt.Lookup(n); d != plan.Decision {
 			return fmt.Errorf("stdin:%d: decision table and planner disagree at %d bytes (%v vs %v)", line, n, d, plan.Decision)
 		}
@@ -122,13 +147,19 @@ func runQuery(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		t, _ := a.TimeUS.MarshalJSON()
 		cw.Write([]string{a.Coll, strconv.FormatInt(n, 10), a.Op, a.Dtype, strconv.Itoa(a.PipeOps), a.Algo, a.Proto,
 			string(t), strconv.Itoa(a.Channels), strconv.Itoa(a.Threads), strconv.FormatInt(a.ChunkBytes, 10),
-			strconv.FormatInt(a.SliceBytes, 10)})
+			strconv.FormatInt(a.SliceBytes, 10), a.Policy})
 		cw.Flush()
 	}
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("stdin: %w", err)
 	}
-	return cw.Error()
+	if err := cw.Error(); err != nil {
+		return err
+	}
+	if len(failed) > 0 {
+		return usagef("the tuner failed for %d classes (first at %s): their rows came from the built-in policy", len(failed), failed[0])
+	}
+	return nil
 }
 
 func parseJSONQuery(text string, def *classFlags) (planner.Class, int64, error) {

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"io"
+	"os"
 	"sync"
 
+	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/plugin"
 )
 
@@ -20,7 +23,14 @@ func (f *tunerFlags) register(fs *flag.FlagSet) {
 
 // client resolves the plugin and returns its client (nil for none). Nothing starts yet. Log lines
 // go to logTo.
+//
+// The planner's commands do not fall back (a failing tuner is an error: see prepare), so the
+// client's own "using the built-in policy" warnings would be wrong here: it logs only when
+// COLLPLAN_TUNER_LOG asks for it.
 func (f *tunerFlags) client(logTo io.Writer) (*plugin.Client, error) {
+	if os.Getenv(plugin.EnvLogVar) == "" {
+		logTo = io.Discard
+	}
 	c, err := plugin.Open(f.Spec, logTo)
 	if err != nil {
 		return nil, usageError{err}
@@ -55,4 +65,19 @@ func (s *tunerSet) closeAll() {
 	for _, c := range cs {
 		_ = c.Close()
 	}
+}
+
+// prepare asks the planner (and its tuner) for a class. These commands answer offline questions,
+// so a tuner that fails (does not start, is misconfigured, crashes, hangs, answers garbage) is an
+// error, exit status 2, never an answer from the built-in policy passed off as the tuner's.
+func prepare(ctx context.Context, pl *planner.Planner, cls planner.Class) (*planner.Prepared, error) {
+	pr, err := pl.Prepare(ctx, cls)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if err := pr.TunerErr(); err != nil {
+		name, _ := pr.Tuner()
+		return nil, usagef("tuner %s failed: %v", name, err)
+	}
+	return pr, nil
 }

@@ -11,6 +11,9 @@
 //	exit        exits with status 3 inside Tune, after a line on stderr
 //	exitonce    exits like exit the first time (it leaves CONFIG.once beside its configuration),
 //	            then answers like ok: a plugin that a restart cures
+//	exitsecond  answers the first Tune like ok, then exits inside the second (a plugin that dies
+//	            between two classes)
+//	chatty      writes 100 MB to stderr in 1 KiB lines inside each Tune, then answers like ok
 //	illegal     forces a cell the host's menu marks not legal (the planner must refuse it)
 //	disableall  disables every cell
 //	badinit     answers Init with constants of the wrong shape
@@ -25,6 +28,7 @@ import (
 	"math"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	hclog "github.com/hashicorp/go-hclog"
@@ -95,6 +99,7 @@ type server struct {
 	pb.UnimplementedTunerServer
 	personality string
 	config      string
+	tunes       atomic.Int64
 }
 
 func (s *server) Configure(_ context.Context, req *pb.ConfigureRequest) (*pb.ConfigureResponse, error) {
@@ -122,7 +127,20 @@ func (s *server) Init(context.Context, *pb.InitRequest) (*pb.InitResponse, error
 }
 
 func (s *server) Tune(_ context.Context, req *pb.TuneRequest) (*pb.TuneResponse, error) {
+	n := s.tunes.Add(1)
 	switch s.personality {
+	case "exitsecond":
+		if n == 2 {
+			fmt.Fprintln(stderrFD, "tuner-fault: exiting at the second class")
+			os.Exit(3)
+		}
+	case "chatty":
+		line := []byte(strings.Repeat("c", 1023) + "\n")
+		for range 100 << 10 {
+			if _, err := stderrFD.Write(line); err != nil {
+				break
+			}
+		}
 	case "panic":
 		panic("tuner-fault: panicking inside Tune")
 	case "sleep":

@@ -360,7 +360,7 @@ func TestResolve(t *testing.T) {
 		{"rules", tuner("rules"), ""},
 		{"tuner-rules", tuner("rules"), ""},
 		{"./some/tuner", "./some/tuner", ""},
-		{"nosuch", "", `tuner "nosuch" not found: no executable tuner-nosuch in`},
+		{"nosuch", "", `tuner "nosuch" not found: no executable tuner-nosuch beside this program or on PATH; build the tuners with`},
 	} {
 		got, err := plugin.Resolve(tc.in)
 		if tc.err != "" {

@@ -30,6 +30,9 @@ type Comm struct {
 	ctrl  []byte
 	abort *uint64
 	state []*uint64     // per rank: bit 0 closed
+	// per rank, for the watchdog (wait.go): the last beat (monoNow) of a sleeping wait, and the
+	// rank+1 that wait waits for (0 none)
+	beat, waitsFor []*uint64
 	desc  [][2][]uint64 // per rank, per sequence parity: descWords words (agree.go)
 	agree agreement     // the current call's agreement
 
@@ -61,6 +64,8 @@ type Comm struct {
 	raceHidden bool
 
 	cores, procs int // runtime.NumCPU and GOMAXPROCS when the Comm was made (see spinFits)
+
+	session atomic.Pointer[Session] // the rendezvous connections watching the peers (Session.Attach)
 
 	statsMu sync.Mutex
 	stats   []ChannelStats
@@ -159,10 +164,12 @@ func New(rank, n int, tr Transport, cfg Config) (*Comm, error) {
 	c.ctrl = ctrl
 	c.abort = wordAt(ctrl, ctrlAbortOff)
 	c.state = make([]*uint64, n)
+	c.beat, c.waitsFor = make([]*uint64, n), make([]*uint64, n)
 	c.desc = make([][2][]uint64, n)
 	for r := 0; r < n; r++ {
 		base := ctrlRankOff + r*ctrlRankSize
 		c.state[r] = wordAt(ctrl, base)
+		c.beat[r], c.waitsFor[r] = wordAt(ctrl, base+8), wordAt(ctrl, base+16)
 		c.desc[r][0] = wordsOf(ctrl[base+lineBytes : base+lineBytes+descWords*8])
 		c.desc[r][1] = wordsOf(ctrl[base+2*lineBytes : base+2*lineBytes+descWords*8])
 	}
@@ -239,6 +246,9 @@ func (c *Comm) RedOpDestroy(op kernels.Op) error {
 func (c *Comm) Close() error {
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
+		if s := c.session.Load(); s != nil {
+			s.detach() // no abort from a lost peer once the regions are unmapped
+		}
 		c.callMu.Lock()
 		defer c.callMu.Unlock()
 		atomic.OrUint64(c.state[c.rank], stateClosed)
@@ -257,6 +267,12 @@ func (c *Comm) Abort() error {
 // setAbort aborts the communicator on behalf of this rank, unless it is already aborted.
 func (c *Comm) setAbort(reason int) {
 	atomic.CompareAndSwapUint64(c.abort, 0, abortWord(c.rank, reason))
+}
+
+// abortFor aborts the communicator naming another rank (gone or stalled), unless it is already
+// aborted.
+func (c *Comm) abortFor(rank, reason int) {
+	atomic.CompareAndSwapUint64(c.abort, 0, abortWord(rank, reason))
 }
 
 // AllReduce reduces count elements of send across the ranks with op and leaves the result in recv
@@ -507,6 +523,9 @@ func (c *Comm) endpoint(ch, from, to int) (*endpoint, error) {
 		return nil, err
 	}
 	e := newEndpoint(r, c.layout)
+	if e.peer = from; from == c.rank {
+		e.peer = to
+	}
 	c.eps[k] = e
 	return e, nil
 }

@@ -34,6 +34,7 @@ type endpoint struct {
 
 	step     uint64
 	headSeen uint64 // the sender's last read of head: it rereads the line only when this is too old
+	peer     int    // the rank at the other end: the one this side's waits wait for
 }
 
 func newEndpoint(r []byte, l connLayout) *endpoint {
@@ -67,7 +68,7 @@ func (e *endpoint) reserve(w *waiter) error {
 	if e.headSeen = atomic.LoadUint64(e.head); e.headSeen >= need {
 		return nil
 	}
-	if err := w.waitGE(e.head, need); err != nil {
+	if err := w.waitGE(e.head, need, e.peer); err != nil {
 		return err
 	}
 	e.headSeen = atomic.LoadUint64(e.head)
@@ -90,7 +91,7 @@ func (e *endpoint) publishSimple() {
 // bytes.
 func (e *endpoint) waitSimple(w *waiter, nb int) ([]byte, error) {
 	if atomic.LoadUint64(e.tail) <= e.step {
-		if err := w.waitGE(e.tail, e.step+1); err != nil {
+		if err := w.waitGE(e.tail, e.step+1, e.peer); err != nil {
 			return nil, err
 		}
 	}
@@ -139,13 +140,13 @@ func (e *endpoint) getLL(w *waiter, dst []byte) error {
 	for k := 0; k < n; k++ {
 		v1 := atomic.LoadUint64(&words[2*k])
 		if uint32(v1>>32) != flag {
-			if v1, err = w.waitLL(&words[2*k], flag); err != nil {
+			if v1, err = w.waitLL(&words[2*k], flag, e.peer); err != nil {
 				return err
 			}
 		}
 		v2 := atomic.LoadUint64(&words[2*k+1])
 		if uint32(v2>>32) != flag {
-			if v2, err = w.waitLL(&words[2*k+1], flag); err != nil {
+			if v2, err = w.waitLL(&words[2*k+1], flag, e.peer); err != nil {
 				return err
 			}
 		}
@@ -154,11 +155,11 @@ func (e *endpoint) getLL(w *waiter, dst []byte) error {
 		binary.LittleEndian.PutUint32(d[4:], uint32(v2))
 	}
 	if tail := dst[llLinePayload*n:]; len(tail) > 0 {
-		v1, err := w.waitLL(&words[2*n], flag)
+		v1, err := w.waitLL(&words[2*n], flag, e.peer)
 		if err != nil {
 			return err
 		}
-		v2, err := w.waitLL(&words[2*n+1], flag)
+		v2, err := w.waitLL(&words[2*n+1], flag, e.peer)
 		if err != nil {
 			return err
 		}
@@ -193,7 +194,7 @@ func (e *endpoint) getLL128(w *waiter, dst []byte) error {
 		line := buf[:ll128LineBytes:ll128LineBytes]
 		buf = buf[ll128LineBytes:]
 		if p := wordAt(line, ll128FlagOff); atomic.LoadUint64(p) != flag {
-			if err := w.waitEq(p, flag); err != nil {
+			if err := w.waitEq(p, flag, e.peer); err != nil {
 				return err
 			}
 		}

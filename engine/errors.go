@@ -49,13 +49,19 @@ func (e *MismatchError) Error() string {
 // Is makes errors.Is(err, ErrMismatch) true.
 func (e *MismatchError) Is(target error) bool { return target == ErrMismatch }
 
-// AbortError says which rank aborted the communicator and why.
+// AbortError says which rank the abort names and why: the rank that aborted the communicator,
+// or, when Lost is set, the rank that another rank found gone or stalled (a dead or stopped
+// process cannot abort for itself).
 type AbortError struct {
 	Rank   int
 	Reason string
+	Lost   bool
 }
 
 func (e *AbortError) Error() string {
+	if e.Lost {
+		return fmt.Sprintf("engine: communicator aborted: rank %d: %s", e.Rank, e.Reason)
+	}
 	return fmt.Sprintf("engine: communicator aborted by rank %d (%s)", e.Rank, e.Reason)
 }
 
@@ -70,10 +76,16 @@ const (
 	abortUser     = 4 // Comm.Abort, or AbortWord stored by a launcher
 	abortDisagree = 5 // the ranks disagreed on a call (agree.go)
 	abortPeer     = 6 // a peer closed without joining a call; the word names the peer
+	abortGone     = 7 // the named rank is lost: its rendezvous connection ended without a goodbye
+	abortStalled  = 8 // the named rank stopped moving data: the watchdog (Config.Timeout) fired
+	abortExited   = 9 // the named rank's process exited (its launcher saw it)
 )
 
 var abortReasons = [...]string{"", "context done", "closed during a collective", "internal error", "aborted",
-	"the ranks disagreed on a call", "a peer closed without joining a call"}
+	"the ranks disagreed on a call", "a peer closed without joining a call",
+	"lost: its rendezvous connection ended without a goodbye (its process died, or the connection was cut)",
+	"it stopped moving data: a rank waited on it past the watchdog's timeout (stopped, hung, or not in the call)",
+	"its process exited before the job ended"}
 
 // AbortWord returns the value that, stored with an atomic 8-byte store at byte CtrlAbortOffset of
 // the "ctrl" region while the word is still 0, aborts the communicator on behalf of rank: every
@@ -81,7 +93,15 @@ var abortReasons = [...]string{"", "context done", "closed during a collective",
 // it, since a dead process cannot abort for itself.
 func AbortWord(rank int) uint64 { return abortWord(rank, abortUser) }
 
+
 func abortWord(rank, reason int) uint64 { return uint64(rank+1)<<8 | uint64(reason) }
+
+// abortNames reports whether abort word w names a rank at fault (gone or stalled) rather than the
+// rank that aborted.
+func abortNames(w uint64) bool {
+	r := int(w & 0xff)
+	return r == abortGone || r == abortStalled || r == abortExited
+}
 
 func abortErr(w uint64) error {
 	reason := int(w & 0xff)
@@ -89,5 +109,5 @@ func abortErr(w uint64) error {
 	if reason < len(abortReasons) {
 		r = abortReasons[reason]
 	}
-	return &AbortError{Rank: int(w>>8) - 1, Reason: r}
+	return &AbortError{Rank: int(w>>8) - 1, Reason: r, Lost: abortNames(w)}
 }

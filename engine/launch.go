@@ -67,13 +67,21 @@ const (
 // being on the (r mod len)-th.
 const EnvBind = "COLLPLAN_BIND"
 
-// LaunchError names the rank whose failure ended the job.
+// LaunchError names the rank whose failure ended the job: the first rank that exited with an
+// error (Rank, Err) and, when the communicator's abort named another rank as gone or stalled
+// before that (Culprit, Cause), that rank.
 type LaunchError struct {
 	Rank int
 	Err  error
+
+	Culprit int   // the rank the abort names; meaningful when Cause is set
+	Cause   error // the abort that named Culprit, nil when Rank is the one at fault
 }
 
 func (e *LaunchError) Error() string {
+	if e.Cause != nil {
+		return fmt.Sprintf("engine: launch: rank %d: %v (rank %d exited first: %v)", e.Culprit, e.Cause, e.Rank, e.Err)
+	}
 	return fmt.Sprintf("engine: launch: rank %d: %v", e.Rank, e.Err)
 }
 func (e *LaunchError) Unwrap() error { return e.Err }
@@ -163,7 +171,7 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		}
 		env = append(env, EnvBind+"="+strings.Join(list, ","))
 	}
-	cmds, err := l.start(b, bind, env, addr, job, out, errw)
+	cmds, err := l.start(ctx, b, bind, env, addr, job, out, errw)
 	if rerr := b.restore(); err == nil && rerr != nil {
 		killAll(cmds)
 		return rerr
@@ -200,7 +208,12 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 			alive[e.rank] = false
 			if e.err != nil && first == nil {
 				first = &LaunchError{Rank: e.rank, Err: e.err}
-				if _, aerr := AbortShm(job, e.rank); aerr != nil {
+				// The communicator may have been aborted already, naming the rank at fault (a
+				// stopped rank named by the watchdog, while the rank that exited first is one it
+				// stalled): then that is the rank to name.
+				if w, _ := abortWordShm(job); w != 0 && abortNames(w) && int(w>>8)-1 != e.rank {
+					first.Culprit, first.Cause = int(w>>8)-1, abortErr(w)
+				} else if _, aerr := abortShm(job, e.rank, abortExited); aerr != nil {
 					fmt.Fprintf(errw, "collplan: aborting job %s for rank %d: %v\n", job, e.rank, aerr)
 				}
 				startGrace()
@@ -228,14 +241,19 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 }
 
 // start starts the ranks from the calling (locked) thread, rank r bound to b.cpus[r mod len] when
-// bind is set. On failure it kills and reaps the ranks already started.
-func (l *Launcher) start(b *binder, bind bool, env []string, addr, job string, out, errw io.Writer) ([]*exec.Cmd, error) {
+// bind is set. It checks ctx before each start (a stop request while hundreds of ranks start is
+// served at once). On failure or cancellation it kills and reaps the ranks already started.
+func (l *Launcher) start(ctx context.Context, b *binder, bind bool, env []string, addr, job string, out, errw io.Writer) ([]*exec.Cmd, error) {
 	cmds := make([]*exec.Cmd, 0, l.N)
 	fail := func(r int, err error) ([]*exec.Cmd, error) {
 		killAll(cmds)
 		return nil, &LaunchError{Rank: r, Err: err}
 	}
 	for r := range l.N {
+		if err := ctx.Err(); err != nil {
+			killAll(cmds)
+			return nil, fmt.Errorf("engine: launch: stopped after starting %d of %d ranks: %w", r, l.N, err)
+		}
 		if bind {
 			if err := b.pin(b.cpus[r%len(b.cpus)]); err != nil {
 				return fail(r, err)
@@ -274,10 +292,14 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 	return w.w.Write(p)
 }
 
-// IsLaunchError reports whether err comes from a rank of a launched job, and which.
+// IsLaunchError reports whether err comes from a rank of a launched job, and which rank is at
+// fault.
 func IsLaunchError(err error) (int, bool) {
 	var le *LaunchError
 	if errors.As(err, &le) {
+		if le.Cause != nil {
+			return le.Culprit, true
+		}
 		return le.Rank, true
 	}
 	return -1, false

@@ -24,7 +24,8 @@ import (
 //
 //	line 0        layout word: checks that every rank agrees on n and the configuration
 //	line 1        abort word: 0, or who aborted the communicator and why
-//	line 2+3r     rank r's state word (bit 0: closed)
+//	line 2+3r     rank r's state word (bit 0: closed), then its watchdog beat and "waits for"
+//	              words (wait.go)
 //	line 3+3r     rank r's call descriptor for even sequence numbers
 //	line 4+3r     rank r's call descriptor for odd sequence numbers
 const (

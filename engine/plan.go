@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
@@ -46,6 +47,11 @@ type Config struct {
 	// DebugLog receives rank 0's NCCL-style TUNING lines when NCCL_DEBUG=INFO and
 	// NCCL_DEBUG_SUBSYS asks for TUNING (see tuninglog.go); nil means standard error.
 	DebugLog io.Writer
+
+	// Timeout is the watchdog's: a wait inside a call that sees no progress for this long aborts
+	// the communicator on every rank, naming the rank that stopped moving data (see wait.go).
+	// 0 turns it off. (collbench defaults to 10 minutes, as PyTorch's process groups do.)
+	Timeout time.Duration
 }
 
 // PlanFunc returns the plan for a call of collective coll on nBytes bytes (the model byte count).
@@ -107,6 +113,9 @@ func (cfg Config) normalize(n int) (Config, error) {
 	}
 	if cfg.Channels == 0 {
 		cfg.Channels = 2
+	}
+	if cfg.Timeout < 0 {
+		return cfg, fmt.Errorf("%w: Timeout %s", ErrInvalid, cfg.Timeout)
 	}
 	if cfg.Channels < 0 || cfg.Channels > MaxChannels {
 		return cfg, fmt.Errorf("%w: Channels %d (want 1..%d)", ErrInvalid, cfg.Channels, MaxChannels)

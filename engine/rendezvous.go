@@ -1,10 +1,10 @@
 package engine
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"net"
@@ -115,18 +115,34 @@ func (e *RendezvousError) Error() string { return "engine: rendezvous: " + e.Msg
 // Is makes errors.Is(err, ErrConfig) true.
 func (e *RendezvousError) Is(target error) bool { return target == ErrConfig }
 
-// Rendezvous brings the ranks of a job together over TCP on loopback: rank 0 listens on addr, the
+// Rendezvous brings the ranks of a job together (see Join) and closes the connections at once,
+// returning the job id. Ranks that use it learn of a dead peer only through their waits' other
+// checks (a launcher's abort, the watchdog); Join keeps the connections and aborts on EOF.
+func Rendezvous(ctx context.Context, rank, size int, addr string, cfgHash uint64, job string, timeout time.Duration) (string, error) {
+	s, err := Join(ctx, rank, size, addr, cfgHash, job, timeout)
+	if err != nil {
+		return "", err
+	}
+	s.Close()
+	return s.Job, nil
+}
+
+// Join brings the ranks of a job together over TCP on loopback: rank 0 listens on addr, the
 // others connect (retrying until the deadline) and send their rank, size and configuration hash;
 // rank 0 checks every rank's against its own and hands out the job id (job, or a fresh one owned
 // by this process when job is ""), or refuses every rank with the same error naming the first
-// difference. Every rank returns the job id, or an error; none waits past timeout.
-func Rendezvous(ctx context.Context, rank, size int, addr string, cfgHash uint64, job string, timeout time.Duration) (string, error) {
+// difference. Every rank returns its Session, or an error; none waits past timeout.
+//
+// The connections stay open for the communicator's life (Session.Attach): a rank whose process
+// dies closes them (the kernel does), and the rank at the other end aborts the communicator on
+// its behalf, so no rank waits forever for a dead peer, with or without a launcher.
+func Join(ctx context.Context, rank, size int, addr string, cfgHash uint64, job string, timeout time.Duration) (*Session, error) {
 	if size < 1 || rank < 0 || rank >= size {
-		return "", fmt.Errorf("%w: rank %d of %d", ErrInvalid, rank, size)
+		return nil, fmt.Errorf("%w: rank %d of %d", ErrInvalid, rank, size)
 	}
 	if job != "" {
 		if err := validJobID(job); err != nil {
-			return "", err
+			return nil, err
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -135,19 +151,29 @@ func Rendezvous(ctx context.Context, rank, size int, addr string, cfgHash uint64
 		if job == "" {
 			job = NewJobID(os.Getpid())
 		}
-		return job, nil
+		return newSession(job, rank, nil), nil
 	}
 	if rank == 0 {
-		return rendezvousRoot(ctx, size, addr, cfgHash, job)
+		job, conns, err := rendezvousRoot(ctx, size, addr, cfgHash, job)
+		if err != nil {
+			return nil, err
+		}
+		return newSession(job, 0, conns), nil
 	}
-	return rendezvousPeer(ctx, rank, size, addr, cfgHash)
+	job, c, err := rendezvousPeer(ctx, rank, size, addr, cfgHash)
+	if err != nil {
+		return nil, err
+	}
+	conns := make([]net.Conn, size)
+	conns[0] = c
+	return newSession(job, rank, conns), nil
 }
 
-func rendezvousRoot(ctx context.Context, size int, addr string, cfgHash uint64, job string) (string, error) {
+func rendezvousRoot(ctx context.Context, size int, addr string, cfgHash uint64, job string) (string, []net.Conn, error) {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
-		return "", fmt.Errorf("engine: rendezvous: rank 0 listening on %s: %w", addr, err)
+		return "", nil, fmt.Errorf("engine: rendezvous: rank 0 listening on %s: %w", addr, err)
 	}
 	defer ln.Close()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
@@ -156,7 +182,11 @@ func rendezvousRoot(ctx context.Context, size int, addr string, cfgHash uint64, 
 		job = NewJobID(os.Getpid())
 	}
 	conns := make([]net.Conn, size)
+	keep := false
 	defer func() {
+		if keep {
+			return
+		}
 		for _, c := range conns {
 			if c != nil {
 				c.Close()
@@ -175,13 +205,13 @@ func rendezvousRoot(ctx context.Context, size int, addr string, cfgHash uint64, 
 						missing = append(missing, strconv.Itoa(r))
 					}
 				}
-				return "", fmt.Errorf("engine: rendezvous at %s: ranks %s did not join: %w", addr, strings.Join(missing, ","), ctx.Err())
+				return "", nil, fmt.Errorf("engine: rendezvous at %s: ranks %s did not join: %w", addr, strings.Join(missing, ","), ctx.Err())
 			}
-			return "", fmt.Errorf("engine: rendezvous at %s: %w", addr, err)
+			return "", nil, fmt.Errorf("engine: rendezvous at %s: %w", addr, err)
 		}
 		deadline, _ := ctx.Deadline()
 		c.SetDeadline(deadline)
-		line, err := bufio.NewReader(c).ReadString('\n')
+		line, err := readLine(c)
 		var r, n int
 		var h uint64
 		if err == nil {
@@ -211,12 +241,33 @@ func rendezvousRoot(ctx context.Context, size int, addr string, cfgHash uint64, 
 		c.Write([]byte(reply))
 	}
 	if refusal != "" {
-		return "", &RendezvousError{Msg: refusal}
+		return "", nil, &RendezvousError{Msg: refusal}
 	}
-	return job, nil
+	for _, c := range conns[1:] {
+		c.SetDeadline(time.Time{})
+	}
+	keep = true
+	return job, conns, nil
 }
 
-func rendezvousPeer(ctx context.Context, rank, size int, addr string, cfgHash uint64) (string, error) {
+// readLine reads one line from c a byte at a time, so that nothing after it is buffered away (the
+// connection lives on).
+func readLine(c net.Conn) (string, error) {
+	var b strings.Builder
+	var one [1]byte
+	for b.Len() < 256 {
+		if _, err := c.Read(one[:]); err != nil {
+			return b.String(), err
+		}
+		b.WriteByte(one[0])
+		if one[0] == '\n' {
+			return b.String(), nil
+		}
+	}
+	return b.String(), errors.New("line too long")
+}
+
+func rendezvousPeer(ctx context.Context, rank, size int, addr string, cfgHash uint64) (string, net.Conn, error) {
 	var d net.Dialer
 	var c net.Conn
 	var err error
@@ -227,38 +278,45 @@ func rendezvousPeer(ctx context.Context, rank, size int, addr string, cfgHash ui
 		}
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("engine: rendezvous: rank %d could not reach rank 0 at %s: %w (last: %v)", rank, addr, ctx.Err(), err)
+			return "", nil, fmt.Errorf("engine: rendezvous: rank %d could not reach rank 0 at %s: %w (last: %v)", rank, addr, ctx.Err(), err)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	defer c.Close()
+	keep := false
+	defer func() {
+		if !keep {
+			c.Close()
+		}
+	}()
 	stop := context.AfterFunc(ctx, func() { c.Close() })
-	defer stop()
 	if deadline, ok := ctx.Deadline(); ok {
 		c.SetDeadline(deadline)
 	}
 	if _, err := fmt.Fprintf(c, "HELLO %d %d %x\n", rank, size, cfgHash); err != nil {
-		return "", fmt.Errorf("engine: rendezvous: rank %d: %w", rank, err)
+		stop()
+		return "", nil, fmt.Errorf("engine: rendezvous: rank %d: %w", rank, err)
 	}
-	line, err := bufio.NewReader(c).ReadString('\n')
+	line, err := readLine(c)
+	if !stop() { // the context ended and closed the connection
+		return "", nil, fmt.Errorf("engine: rendezvous: rank %d waiting for rank 0 at %s: %w", rank, addr, ctx.Err())
+	}
 	if err != nil {
-		if ctx.Err() != nil {
-			err = ctx.Err()
-		}
-		return "", fmt.Errorf("engine: rendezvous: rank %d waiting for rank 0 at %s: %w", rank, addr, err)
+		return "", nil, fmt.Errorf("engine: rendezvous: rank %d waiting for rank 0 at %s: %w", rank, addr, err)
 	}
 	line = strings.TrimSpace(line)
 	switch {
 	case strings.HasPrefix(line, "OK "):
 		job := strings.TrimPrefix(line, "OK ")
 		if err := validJobID(job); err != nil {
-			return "", fmt.Errorf("engine: rendezvous: rank 0 sent %w", err)
+			return "", nil, fmt.Errorf("engine: rendezvous: rank 0 sent %w", err)
 		}
-		return job, nil
+		c.SetDeadline(time.Time{})
+		keep = true
+		return job, c, nil
 	case strings.HasPrefix(line, "ERR "):
-		return "", &RendezvousError{Msg: strings.TrimPrefix(line, "ERR ")}
+		return "", nil, &RendezvousError{Msg: strings.TrimPrefix(line, "ERR ")}
 	}
-	return "", fmt.Errorf("engine: rendezvous: rank %d: unexpected reply %q", rank, line)
+	return "", nil, fmt.Errorf("engine: rendezvous: rank %d: unexpected reply %q", rank, line)
 }
 
 // FreeLoopbackAddr returns a 127.0.0.1 address whose port was free a moment ago.

@@ -216,7 +216,10 @@ func RemoveStaleShm() ([]string, error) {
 // AbortShm aborts job jobID's communicator on behalf of rank (a launcher's duty when rank's
 // process died): it stores AbortWord(rank) in the control region's abort word unless the
 // communicator is already aborted. It reports false when the control region does not exist yet.
-func AbortShm(jobID string, rank int) (bool, error) {
+func AbortShm(jobID string, rank int) (bool, error) { return abortShm(jobID, rank, abortUser) }
+
+// abortShm stores abortWord(rank, reason) in job jobID's abort word unless it is set.
+func abortShm(jobID string, rank, reason int) (bool, error) {
 	if err := validJobID(jobID); err != nil {
 		return false, err
 	}
@@ -233,6 +236,22 @@ func AbortShm(jobID string, rank int) (bool, error) {
 		return false, fmt.Errorf("engine: abort job %s: %w", jobID, err)
 	}
 	defer syscall.Munmap(b)
-	atomic.CompareAndSwapUint64(wordAt(b, CtrlAbortOffset), 0, AbortWord(rank))
+	atomic.CompareAndSwapUint64(wordAt(b, CtrlAbortOffset), 0, abortWord(rank, reason))
 	return true, nil
+}
+
+// abortWordShm reads job jobID's abort word (0 when not aborted or when the control region does
+// not exist).
+func abortWordShm(jobID string) (uint64, error) {
+	path := shmPath(ShmDir(), ShmPrefix(jobID), CtrlRegion)
+	st, err := os.Stat(path)
+	if err != nil || st.Size() < CtrlAbortOffset+8 {
+		return 0, nil
+	}
+	b, err := mapFile(path, int(st.Size()), false)
+	if err != nil {
+		return 0, err
+	}
+	defer syscall.Munmap(b)
+	return atomic.LoadUint64(wordAt(b, CtrlAbortOffset)), nil
 }

@@ -41,11 +41,23 @@ const (
 	maxSleep   = 256 * time.Microsecond
 )
 
+// The watchdog. A wait that has lasted Config.Timeout aborts the communicator naming the rank that
+// stopped moving data. Waits past their yield phase publish, in the waiting rank's control line,
+// a beat (a monotonic clock shared by the host's processes, at most every beatEvery) and the rank
+// they wait for; the rank that fires follows those "waits for" links from its own peer until a
+// rank shows no recent beat (a stopped or hung process: SIGSTOP, a debugger, a dead scheduler) or
+// waits for nothing (it is not in the call), and names it. Only waits that already sleep pay for
+// any of this.
+const beatEvery = 100 * time.Millisecond
+
 // waiter carries what a wait loop checks besides its word.
 type waiter struct {
 	c    *Comm
 	ctx  context.Context
 	done <-chan struct{}
+
+	marked   bool  // this wait published what it waits for: clear it when the wait ends
+	lastBeat int64 // monoNow of this waiter's last published beat
 
 	spin     bool  // every polling goroutine has a core: spin for spinTime before yielding
 	spinning bool  // the current wait is in its spin phase
@@ -97,10 +109,11 @@ func osYieldNeeded(c *Comm) bool {
 	return c.n > runtime.NumCPU()
 }
 
-// idle is called after the i-th unsuccessful poll (i from 0). It returns an error when the wait
-// must end: the communicator was aborted, this Comm closed, or the context done (the last two abort
-// the communicator, since this rank will not play its part in the call).
-func (w *waiter) idle(i int) error {
+// idle is called after the i-th unsuccessful poll (i from 0) of a wait for rank peer. It returns
+// an error when the wait must end: the communicator was aborted, this Comm closed, the context
+// done (the last two abort the communicator, since this rank will not play its part in the call),
+// or the wait outlasted the watchdog's timeout.
+func (w *waiter) idle(i, peer int) error {
 	if i == 0 {
 		if err := w.agreePoll(); err != nil {
 			return err
@@ -151,9 +164,63 @@ func (w *waiter) idle(i int) error {
 		}
 		return nil
 	}
+	if err := w.watch(now, peer); err != nil {
+		return err
+	}
 	time.Sleep(w.sleep)
 	w.sleep = min(2*w.sleep, maxSleep)
 	return nil
+}
+
+// watch is the sleep phase's watchdog duty: publish a beat and whom this rank waits for, and fire
+// once the wait has lasted the timeout.
+func (w *waiter) watch(now int64, peer int) error {
+	c := w.c
+	if c.n == 1 {
+		return nil
+	}
+	if !w.marked {
+		w.marked = true
+		atomic.StoreUint64(c.waitsFor[c.rank], uint64(peer+1))
+	}
+	if m := monoNow(); m-w.lastBeat >= int64(beatEvery) {
+		w.lastBeat = m
+		atomic.StoreUint64(c.beat[c.rank], uint64(m))
+	}
+	if c.cfg.Timeout <= 0 || now-(w.yieldEnd-int64(yieldTime)) < int64(c.cfg.Timeout) {
+		return nil
+	}
+	c.abortFor(c.stalledRank(peer), abortStalled)
+	return c.abortError(atomic.LoadUint64(c.abort))
+}
+
+// unmark clears what a finished wait published.
+func (w *waiter) unmark() {
+	w.marked = false
+	atomic.StoreUint64(w.c.waitsFor[w.c.rank], 0)
+}
+
+// stalledRank follows the "waits for" links from peer to the rank that stopped moving data: the
+// first that has shown no beat for staleAfter, or that waits for nothing; peer itself when the
+// links go round (every rank on the cycle alive and waiting: a call the ranks disagree on).
+func (c *Comm) stalledRank(peer int) int {
+	stale := max(3*beatEvery, c.cfg.Timeout/2)
+	now := monoNow()
+	r := peer
+	for range c.n {
+		if r < 0 || r >= c.n || r == c.rank {
+			return peer
+		}
+		if now-int64(atomic.LoadUint64(c.beat[r])) > int64(stale) {
+			return r
+		}
+		next := int(atomic.LoadUint64(c.waitsFor[r])) - 1
+		if next < 0 {
+			return r
+		}
+		r = next
+	}
+	return peer
 }
 
 // nanotime is a monotonic clock in nanoseconds.
@@ -196,34 +263,44 @@ func (w *waiter) check() error {
 	return nil
 }
 
-// waitGE waits until *p >= v.
-func (w *waiter) waitGE(p *uint64, v uint64) error {
+// waitGE waits until *p >= v, written by rank peer.
+func (w *waiter) waitGE(p *uint64, v uint64, peer int) error {
 	for i := 0; atomic.LoadUint64(p) < v; i++ {
-		if err := w.idle(i); err != nil {
+		if err := w.idle(i, peer); err != nil {
 			return err
 		}
+	}
+	if w.marked {
+		w.unmark()
 	}
 	return nil
 }
 
-// waitEq waits until *p == v.
-func (w *waiter) waitEq(p *uint64, v uint64) error {
+// waitEq waits until *p == v, written by rank peer.
+func (w *waiter) waitEq(p *uint64, v uint64, peer int) error {
 	for i := 0; atomic.LoadUint64(p) != v; i++ {
-		if err := w.idle(i); err != nil {
+		if err := w.idle(i, peer); err != nil {
 			return err
 		}
+	}
+	if w.marked {
+		w.unmark()
 	}
 	return nil
 }
 
-// waitLL waits until the LL half-line *p carries flag in its upper 32 bits and returns it.
-func (w *waiter) waitLL(p *uint64, flag uint32) (uint64, error) {
+// waitLL waits until the LL half-line *p, written by rank peer, carries flag in its upper 32 bits
+// and returns it.
+func (w *waiter) waitLL(p *uint64, flag uint32, peer int) (uint64, error) {
 	for i := 0; ; i++ {
 		v := atomic.LoadUint64(p)
 		if uint32(v>>32) == flag {
+			if w.marked {
+				w.unmark()
+			}
 			return v, nil
 		}
-		if err := w.idle(i); err != nil {
+		if err := w.idle(i, peer); err != nil {
 			return 0, err
 		}
 	}

@@ -449,6 +449,7 @@ func (c *Client) dialProcess(context.Context) (*instance, error) {
 		RunnerFunc: func(_ hclog.Logger, spec *exec.Cmd, socketDir string) (runner.Runner, error) {
 			return g.runner(newGroupRunner(c.cfg.Path, spec, socketDir))
 		},
+		UnixSocketConfig: &goplugin.UnixSocketConfig{TempDir: socketBase()},
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
 		StartTimeout:     timeout,
 		Logger:           pl,
@@ -514,6 +515,16 @@ func startProblem(err error, path string) error {
 		return fmt.Errorf("%s", strings.Join(strings.Fields(msg), " "))
 	}
 	return err
+}
+
+// socketBase is where the plugin's socket directory is made: os.TempDir(), unless a socket path
+// in it would pass the kernel's limit of 108 bytes (sun_path), as under a test's long TMPDIR;
+// then /tmp. go-plugin makes BASE/plugin-dirNNNNNNNNNN/pluginNNNNNNNNNN (up to 39 bytes more).
+func socketBase() string {
+	if d := os.TempDir(); len(d)+40 < 108 {
+		return d
+	}
+	return "/tmp"
 }
 
 // connect completes go-plugin's handshake, dispenses the tuner and waits, until deadline, for the

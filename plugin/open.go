@@ -32,34 +32,51 @@ func (s Spec) String() string {
 	return s.Name
 }
 
+// Check checks s as Open does, without making a client: the binary resolves, the configuration
+// is a text file, the timeout and the pin are well formed. Commands that start ranks check their
+// tuner flags once with it, before any rank starts.
+func (s Spec) Check() error {
+	_, _, err := s.config()
+	return err
+}
+
+// config checks s and returns the client's configuration, Path "" for no tuner.
+func (s Spec) config() (Config, string, error) {
+	path, err := Resolve(s.Name)
+	if err != nil {
+		return Config{}, "", err
+	}
+	if path == "" {
+		if s.Config != "" || s.Timeout != 0 || s.SHA256 != "" {
+			return Config{}, "", fmt.Errorf("plugin: --tuner-config, --tuner-timeout and --tuner-sha256 need --tuner")
+		}
+		return Config{}, "", nil
+	}
+	if s.Timeout < 0 {
+		return Config{}, "", fmt.Errorf("plugin: tuner timeout %s: must be positive", s.Timeout)
+	}
+	cfg := Config{Path: path, ConfigPath: s.Config, StartTimeout: s.Timeout, CallTimeout: s.Timeout}
+	if s.SHA256 != "" {
+		if cfg.SHA256, err = hex.DecodeString(strings.TrimSpace(s.SHA256)); err != nil || len(cfg.SHA256) != 32 {
+			return Config{}, "", fmt.Errorf("plugin: tuner sha256 %q: want 64 hex digits", s.SHA256)
+		}
+	}
+	if s.Config != "" {
+		if err := checkConfig(s.Config); err != nil {
+			return Config{}, "", err
+		}
+	}
+	return cfg, path, nil
+}
+
 // Open checks s, resolves its binary and returns its client, which logs to logTo (EnvLogger);
 // nothing starts until the first call. For no tuner it returns nil and no error, unless s also
 // sets a configuration, a timeout or a pin, which need a tuner. Every error names the flag or file
 // at fault.
 func Open(s Spec, logTo io.Writer) (*Client, error) {
-	path, err := Resolve(s.Name)
-	if err != nil {
+	cfg, path, err := s.config()
+	if err != nil || path == "" {
 		return nil, err
-	}
-	if path == "" {
-		if s.Config != "" || s.Timeout != 0 || s.SHA256 != "" {
-			return nil, fmt.Errorf("plugin: --tuner-config, --tuner-timeout and --tuner-sha256 need --tuner")
-		}
-		return nil, nil
-	}
-	if s.Timeout < 0 {
-		return nil, fmt.Errorf("plugin: tuner timeout %s: must be positive", s.Timeout)
-	}
-	cfg := Config{Path: path, ConfigPath: s.Config, StartTimeout: s.Timeout, CallTimeout: s.Timeout}
-	if s.SHA256 != "" {
-		if cfg.SHA256, err = hex.DecodeString(strings.TrimSpace(s.SHA256)); err != nil || len(cfg.SHA256) != 32 {
-			return nil, fmt.Errorf("plugin: tuner sha256 %q: want 64 hex digits", s.SHA256)
-		}
-	}
-	if s.Config != "" {
-		if err := checkConfig(s.Config); err != nil {
-			return nil, err
-		}
 	}
 	if cfg.Logger, err = EnvLogger(logTo); err != nil {
 		return nil, err

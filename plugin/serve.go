@@ -31,9 +31,15 @@ func Serve(f Factory) {
 
 // exitWithParent ends the plugin when its host is gone (the process was reparented): a host that
 // exits without Close must not leave its plugin behind.
+//
+// It also removes the directory the host made for the plugin's socket (go-plugin passes it in
+// PLUGIN_UNIX_SOCKET_DIR), which the host can no longer remove.
 func exitWithParent(ppid int, every time.Duration) {
 	for range time.Tick(every) {
 		if os.Getppid() != ppid {
+			if dir := os.Getenv(goplugin.EnvUnixSocketDir); dir != "" {
+				_ = os.RemoveAll(dir)
+			}
 			os.Exit(0)
 		}
 	}

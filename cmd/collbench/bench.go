@@ -81,8 +81,9 @@ func (b *bench) run(ctx context.Context) error {
 	b.es = o.dt.Size()
 	b.sendBuf, b.recvBuf = make([]byte, send), make([]byte, recv)
 	// Collectives run to completion once started: a stop request (ctx) ends the sweep between
-	// sizes, agreed by every rank.
-	cctx := context.WithoutCancel(ctx)
+	// sizes, agreed by every rank; a call still blocked hardGrace later is aborted.
+	cctx, cancel := callContext(ctx)
+	defer cancel()
 	if err := b.preamble(cctx); err != nil {
 		return err
 	}

@@ -29,9 +29,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -41,24 +43,91 @@ func main() {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() {
-		// The first SIGINT/SIGTERM stops the run at the next size (-N 0 runs until then). Copies
-		// arriving within a second (ctrl-C reaches the ranks both from the terminal and from the
-		// launcher) are absorbed; a later one kills the process.
+		// The first SIGINT/SIGTERM stops the run at the next size (-N 0 runs until then); a call
+		// still blocked hardGrace later is aborted (callContext), and the rank cleans up and exits.
+		// Copies arriving within a second (ctrl-C reaches the ranks both from the terminal and
+		// from the launcher) are absorbed; a later one aborts at once, and the one after that
+		// ends the process.
 		<-sigs
 		first := time.Now()
 		cancel()
+		later := 0
 		for s := range sigs {
-			if time.Since(first) > time.Second {
-				signal.Stop(sigs)
-				syscall.Kill(os.Getpid(), s.(syscall.Signal))
+			if time.Since(first) <= time.Second {
+				continue
 			}
+			if later++; later == 1 {
+				abortCalls()
+				continue
+			}
+			signal.Stop(sigs)
+			syscall.Kill(os.Getpid(), s.(syscall.Signal))
 		}
 	}()
 	notifyHups()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "collbench:", err)
-		os.Exit(1)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	switch {
+	case err == nil, errors.Is(err, errHelp):
+		return
 	}
+	fmt.Fprintln(os.Stderr, "collbench:", err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		os.Exit(2)
+	}
+	os.Exit(1)
+}
+
+// usageError marks bad input (flags, the environment's rank variables, a size that cannot fit):
+// exit status 2, before any rank starts.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// errHelp: -h was asked for and the usage printed; exit status 0.
+var errHelp = errors.New("help requested")
+
+// hardGrace is how long after a stop request a collective may stay blocked (a dead or stopped
+// peer) before this rank aborts it, so that every rank cleans up and exits before a launcher's
+// grace (5 s) ends in SIGKILL.
+const hardGrace = 2 * time.Second
+
+// hardStop is closed by a second stop signal: calls abort at once.
+var (
+	hardStop     = make(chan struct{})
+	hardStopOnce sync.Once
+)
+
+func abortCalls() { hardStopOnce.Do(func() { close(hardStop) }) }
+
+// callContext is the context of the collectives: a stop request (ctx) ends the sweep between sizes,
+// agreed by every rank, so calls are not cancelled by it; but a call still running hardGrace after
+// it, or after a second signal, is aborted (a peer that died or stopped would otherwise keep this
+// rank waiting for the watchdog).
+func callContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-hardStop:
+			cancel()
+			return
+		case <-cctx.Done():
+			return
+		}
+		t := time.NewTimer(hardGrace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-hardStop:
+		case <-cctx.Done():
+		}
+		cancel()
+	}()
+	return cctx, cancel
 }
 
 // notifyHups counts SIGHUPs (a policy reload: see reloadWatch) instead of letting them end the

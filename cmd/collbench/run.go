@@ -60,6 +60,8 @@ type options struct {
 	dtNames, opNames []string
 
 	np        int
+	maxNP     int           // --max-np (0: the host's limit, maxRanks)
+	timeout   time.Duration // --timeout: the engine's watchdog
 	rpn       int
 	transport string
 	bindTo    string
@@ -104,25 +106,68 @@ var (
 	allOps    = []string{"sum", "prod", "max", "min", "avg", "mulsum"}
 )
 
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: collbench allreduce|allgather|reducescatter|broadcast|reduce [flags]")
+const usageLine = "usage: collbench allreduce|allgather|reducescatter|broadcast|reduce [flags]"
+
+// help prints the whole usage: what collbench is, then every flag.
+func help(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "%s\n\ncollbench runs collplan's engine with nccl-tests' flags and prints nccl-tests' table (see\nthe package documentation, `go doc ./cmd/collbench`). Flags:\n\n", usageLine)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
 }
 
 // parseArgs reads the command line: the collective, then nccl-tests' flags and collbench's own.
-func parseArgs(args []string, stderr io.Writer) (*options, error) {
+// -h prints the usage to stdout and returns errHelp; a bad flag is one line naming it, with the
+// hint to run -h.
+func parseArgs(args []string, stdout io.Writer) (*options, error) {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help") {
+		_, fs := newFlags("allreduce")
+		help(stdout, fs)
+		return nil, errHelp
+	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		usage(stderr)
-		return nil, errors.New("missing collective")
+		return nil, usagef("missing collective: %s (run 'collbench -h' for the flags)", usageLine)
 	}
-	cc, ok := colls[strings.ToLower(args[0])]
-	if !ok {
-		usage(stderr)
-		return nil, fmt.Errorf("unknown collective %q", args[0])
+	if _, ok := colls[strings.ToLower(args[0])]; !ok {
+		return nil, usagef("unknown collective %q: %s", args[0], usageLine)
 	}
+	o, fs := newFlags(args[0])
+	var ab, abCfg, abCfgA, abCfgB string
+	fs.StringVar(&ab, "ab", "", "A,B: live A/B of two tuners (e.g. none,rules), interleaved run by run at each size")
+	fs.StringVar(&abCfg, "ab-config", "", "A,B: the two tuners' configuration files (either may be empty)")
+	fs.StringVar(&abCfgA, "ab-config-a", "", "configuration file of --ab's A")
+	fs.StringVar(&abCfgB, "ab-config-b", "", "configuration file of --ab's B")
+	var perIter, cpuTime, stamps int
+	num := func(p *int, short, long string, def int, usage string) {
+		fs.IntVar(p, short, def, usage)
+		fs.IntVar(p, long, def, usage)
+	}
+	num(&perIter, "I", "per_iter_timing", 0, "1 adds i_min i_max i_p99 i_cv% columns")
+	num(&cpuTime, "C", "report_cputime", 0, "1 reports CPU time instead of wall time")
+	num(&stamps, "S", "report_timestamps", 0, "1 adds a timestamp (date and time) to every row")
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			help(stdout, fs)
+			return nil, errHelp
+		}
+		return nil, usagef("%v (run 'collbench %s -h' for the flags)", err, args[0])
+	}
+	o, err := o.finish(ab, abCfg, abCfgA, abCfgB, perIter, cpuTime, stamps, fs)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return o, nil
+}
+
+// newFlags makes the flag set of collective name and the options it fills (the --ab and column
+// flags are parseArgs' own).
+func newFlags(name string) (*options, *flag.FlagSet) {
+	cc := colls[strings.ToLower(name)]
 	o := &options{coll: cc.c, program: cc.prog, minBytes: 32 << 20, maxBytes: 32 << 20, stepF: 1, stepB: 1 << 20,
 		iters: 20, warmup: 1, agg: 1, cycles: 1, check: 1, average: 1}
-	fs := flag.NewFlagSet("collbench "+args[0], flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := flag.NewFlagSet("collbench "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // parseArgs reports a bad flag in one line
+	fs.Usage = func() {}
 	sz := func(p *int64, short, long, usage string) {
 		fs.Var(bytesize.Flag{V: p}, short, usage)
 		fs.Var(bytesize.Flag{V: p}, long, usage)
@@ -147,13 +192,10 @@ func parseArgs(args []string, stderr io.Writer) (*options, error) {
 	str(&o.opName, "o", "op", "sum", "sum|prod|max|min|avg|mulsum|all")
 	str(&o.dtName, "d", "datatype", "float", "int8|uint8|int32|uint32|int64|uint64|half|float|double|bfloat16|f8e4m3|f8e5m2|all")
 	num(&o.root, "r", "root", 0, "root of broadcast and reduce")
-	var perIter int
-	num(&perIter, "I", "per_iter_timing", 0, "1 adds i_min i_max i_p99 i_cv% columns")
 	num(&o.average, "a", "average", 1, "time across ranks: 0 rank 0, 1 avg, 2 min, 3 max")
-	var cpuTime, stamps int
-	num(&cpuTime, "C", "report_cputime", 0, "1 reports CPU time instead of wall time")
-	num(&stamps, "S", "report_timestamps", 0, "1 adds a timestamp (date and time) to every row")
 	fs.IntVar(&o.np, "np", 0, "ranks (default: from the environment, else 2)")
+	fs.IntVar(&o.maxNP, "max-np", 0, "the most ranks -np may ask for (default: 8 per core, at least 16, and what memory holds)")
+	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "watchdog: a rank whose peers move no data for this long aborts the job, naming the rank that stopped (0: off)")
 	fs.IntVar(&o.rpn, "ranks-per-node", 0, "ranks per virtual node (0: one node)")
 	fs.StringVar(&o.transport, "transport", "shm", "shm (ranks are processes) or inproc (goroutines)")
 	fs.StringVar(&o.bindTo, "bind-to", "auto", "shm ranks on CPUs: auto (rank r on the (r mod c)-th of c CPUs when ranks outnumber them) or none")
@@ -168,16 +210,13 @@ func parseArgs(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.tuner.Config, "tuner-config", "", "configuration file handed to the tuner (re-read on SIGHUP)")
 	fs.DurationVar(&o.tuner.Timeout, "tuner-timeout", 0, "tuner start and per-call deadline (default 5s to start, 2s per call)")
 	fs.StringVar(&o.tuner.SHA256, "tuner-sha256", "", "pin the tuner binary to this SHA-256 (hex)")
-	var ab, abCfg, abCfgA, abCfgB string
-	fs.StringVar(&ab, "ab", "", "A,B: live A/B of two tuners (e.g. none,rules), interleaved run by run at each size")
-	fs.StringVar(&abCfg, "ab-config", "", "A,B: the two tuners' configuration files (either may be empty)")
-	fs.StringVar(&abCfgA, "ab-config-a", "", "configuration file of --ab's A")
-	fs.StringVar(&abCfgB, "ab-config-b", "", "configuration file of --ab's B")
 	fs.IntVar(&o.abRuns, "ab-runs", 15, "timed runs per policy and size (each -n iterations)")
 	fs.Uint64Var(&o.abSeed, "ab-seed", 1, "seed of the bootstrap")
-	if err := fs.Parse(args[1:]); err != nil {
-		return nil, err
-	}
+	return o, fs
+}
+
+// finish checks the parsed flags and fills what follows from them.
+func (o *options) finish(ab, abCfg, abCfgA, abCfgB string, perIter, cpuTime, stamps int, fs *flag.FlagSet) (*options, error) {
 	if ab != "" {
 		names := strings.Split(ab, ",")
 		if len(names) != 2 || names[0] == "" || names[1] == "" {
@@ -248,6 +287,16 @@ func parseArgs(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("--transport %q: want shm or inproc", o.transport)
 	case o.bindTo != "auto" && o.bindTo != "none":
 		return nil, fmt.Errorf("--bind-to %q: want auto or none", o.bindTo)
+	case o.np < 0:
+		return nil, fmt.Errorf("-np %d: want a positive rank count (0: from the environment, else 2)", o.np)
+	case o.maxNP < 0:
+		return nil, fmt.Errorf("--max-np %d: want a positive rank count", o.maxNP)
+	case o.timeout < 0:
+		return nil, fmt.Errorf("--timeout %s: want a positive duration, or 0 for no watchdog", o.timeout)
+	case o.channels < 0 || o.channels > engine.MaxChannels:
+		return nil, fmt.Errorf("--channels %d: want 1..%d (0: the plan's)", o.channels, engine.MaxChannels)
+	case o.root < 0:
+		return nil, fmt.Errorf("-r %d: want a rank", o.root)
 	}
 	// NCCL_ALGO / NCCL_PROTO from the environment unless given as flags.
 	if o.algo == "" {
@@ -270,7 +319,7 @@ func (o *options) setCombo(dt, op string) {
 
 // engineConfig turns the options into the engine's configuration for n ranks.
 func (o *options) engineConfig(n int) (engine.Config, string, error) {
-	cfg := engine.Config{RanksPerNode: o.rpn, Buffers: o.buffers}
+	cfg := engine.Config{RanksPerNode: o.rpn, Buffers: o.buffers, Timeout: o.timeout}
 	if o.algo != "" {
 		a, err := parseEnum(o.algo, "algorithm", costmodel.NumAlgos, func(i int) string { return costmodel.Algo(i).String() })
 		if err != nil {
@@ -303,6 +352,34 @@ func (o *options) engineConfig(n int) (engine.Config, string, error) {
 	return cfg, plans, nil
 }
 
+// validate finds what engineConfig and abTables would refuse for n ranks, without compiling: the
+// pins' names, and each tuner's flags (the binary resolves, its configuration is a text file).
+func (o *options) validate(n int) error {
+	if o.algo != "" {
+		if _, err := parseEnum(o.algo, "--algo (or NCCL_ALGO)", costmodel.NumAlgos, func(i int) string { return costmodel.Algo(i).String() }); err != nil {
+			return err
+		}
+	}
+	if o.proto != "" {
+		if _, err := parseEnum(o.proto, "--proto (or NCCL_PROTO)", costmodel.NumProtos, func(i int) string { return costmodel.Proto(i).String() }); err != nil {
+			return err
+		}
+	}
+	pinnedAll := o.algo != "" && o.proto != "" && o.channels > 0
+	if (o.tuner.String() != "none" || len(o.ab) > 0) && (!o.usePlan || pinnedAll || n < 2) {
+		return errors.New("--tuner and --ab need the planner's tables: leave --planner on and do not pin algorithm, protocol and channels all at once (and run at least 2 ranks)")
+	}
+	if err := o.tuner.Check(); err != nil {
+		return err
+	}
+	for i, spec := range o.ab {
+		if err := spec.Check(); err != nil {
+			return fmt.Errorf("--ab policy %c: %w", 'A'+i, err)
+		}
+	}
+	return nil
+}
+
 // abTables compiles --ab's two policies' tables.
 func (o *options) abTables(n int) ([2]*planner.DecisionTable, error) {
 	var ts [2]*planner.DecisionTable
@@ -328,30 +405,38 @@ func parseEnum(s, what string, num int, name func(int) string) (int, error) {
 // run is collbench: a launcher of rank processes, one rank of a multi-process job, or (inproc)
 // every rank of a job in this process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	o, err := parseArgs(args, stderr)
+	o, err := parseArgs(args, stdout)
 	if err != nil {
 		return err
 	}
 	env, isRank, err := engine.EnvFrom(os.Getenv)
 	if err != nil {
+		return usageError{err}
+	}
+	isRank = isRank && o.transport != "inproc"
+	n := o.np
+	switch {
+	case isRank:
+		if o.np != 0 && o.np != env.Size {
+			return usagef("-np %d, but the environment (%s) says %d ranks", o.np, env.Source, env.Size)
+		}
+		n = env.Size
+	case n == 0:
+		n = 2
+	}
+	// Everything a rank would find wrong with the flags is found here, once, before any rank
+	// starts (a launcher's ranks would each print the same error).
+	if err := o.validate(n); err != nil {
+		return usageError{err}
+	}
+	if err := o.checkLimits(n, !isRank); err != nil {
 		return err
 	}
 	if o.transport == "inproc" {
-		n := o.np
-		if n == 0 {
-			n = 2
-		}
 		return runInProcess(ctx, o, n, stdout, stderr)
 	}
 	if isRank {
-		if o.np != 0 && o.np != env.Size {
-			return fmt.Errorf("-np %d, but the environment (%s) says %d ranks", o.np, env.Source, env.Size)
-		}
 		return runRankProcess(ctx, o, env, stdout, stderr)
-	}
-	n := o.np
-	if n == 0 {
-		n = 2
 	}
 	exe, err := selfExe()
 	if err != nil {
@@ -401,10 +486,14 @@ func runRankProcess(ctx context.Context, o *options, env engine.Env, stdout, std
 			fmt.Fprintln(os.Stderr, "collbench: warning:", err)
 		}
 	}
-	job, err := engine.Rendezvous(ctx, env.Rank, env.Size, env.Addr, h, env.Job, rendezvousTimeout)
+	// The rendezvous connections stay open for the job's life: a rank whose process dies aborts
+	// the communicator through them, with or without a launcher.
+	sess, err := engine.Join(ctx, env.Rank, env.Size, env.Addr, h, env.Job, rendezvousTimeout)
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", env.Rank, err)
 	}
+	defer sess.Close()
+	job := sess.Job
 	// Without a launcher rank 0 removes the segments when it closes.
 	tr, err := engine.NewShmTransport(job, env.Job == "" && env.Rank == 0)
 	if err != nil {
@@ -414,6 +503,7 @@ func runRankProcess(ctx context.Context, o *options, env engine.Env, stdout, std
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", env.Rank, err)
 	}
+	sess.Attach(c)
 	out := io.Discard
 	if env.Rank == 0 {
 		out = stdout

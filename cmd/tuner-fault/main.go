@@ -77,6 +77,9 @@ var stderrFD *os.File
 func exitWithParent(ppid int) {
 	for range time.Tick(500 * time.Millisecond) {
 		if os.Getppid() != ppid {
+			if dir := os.Getenv(goplugin.EnvUnixSocketDir); dir != "" {
+				_ = os.RemoveAll(dir)
+			}
 			os.Exit(0)
 		}
 	}

@@ -75,3 +75,18 @@ func (f Flag) Set(s string) error {
 	}
 	return err
 }
+
+// Approx formats n in the largest 1024-based unit it reaches, to one decimal ("22.8 GiB"): for
+// estimates and quantities read off the system, where Format's exact units would be unreadable.
+func Approx(n int64) string {
+	names := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+	v, i := float64(n), 0
+	for (v >= 1024 || v <= -1024) && i < len(names)-1 {
+		v /= 1024
+		i++
+	}
+	if i == 0 {
+		return fmt.Sprintf("%d B", n)
+	}
+	return fmt.Sprintf("%.1f %s", v, names[i])
+}

@@ -50,3 +50,16 @@ func TestFlag(t *testing.T) {
 	assert.Equal(t, int64(4096), v, "a bad value leaves the flag as it was")
 	assert.Equal(t, "", Flag{}.String())
 }
+
+func TestApprox(t *testing.T) {
+	for _, tc := range []struct {
+		n    int64
+		want string
+	}{
+		{0, "0 B"}, {1023, "1023 B"}, {1024, "1.0 KiB"}, {1536, "1.5 KiB"},
+		{23896200 << 10, "22.8 GiB"}, // 23896200 KiB / 1048576 = 22.79 GiB
+		{64 << 30, "64.0 GiB"}, {-2048, "-2.0 KiB"},
+	} {
+		assert.Equal(t, tc.want, Approx(tc.n), "%d", tc.n)
+	}
+}

@@ -29,12 +29,12 @@ type Comm struct {
 
 	ctrl  []byte
 	abort *uint64
-	state []*uint64     // per rank: bit 0 closed
+	state []*uint64 // per rank: bit 0 closed
 	// per rank, for the watchdog (wait.go): the last beat (monoNow) of a sleeping wait, and the
 	// rank+1 that wait waits for (0 none)
 	beat, waitsFor []*uint64
-	desc  [][2][]uint64 // per rank, per sequence parity: descWords words (agree.go)
-	agree agreement     // the current call's agreement
+	desc           [][2][]uint64 // per rank, per sequence parity: descWords words (agree.go)
+	agree          agreement     // the current call's agreement
 
 	rings  [][]int // per channel, built on first use
 	ringIx []int

@@ -93,7 +93,6 @@ var abortReasons = [...]string{"", "context done", "closed during a collective",
 // it, since a dead process cannot abort for itself.
 func AbortWord(rank int) uint64 { return abortWord(rank, abortUser) }
 
-
 func abortWord(rank, reason int) uint64 { return uint64(rank+1)<<8 | uint64(reason) }
 
 // abortNames reports whether abort word w names a rank at fault (gone or stalled) rather than the

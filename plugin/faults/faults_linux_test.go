@@ -79,13 +79,13 @@ type scene struct {
 // fault is one misbehaviour. tuner returns the --tuner value; arm turns the fault on (before the
 // command for planner and collbench start, after the first rows for a reload).
 type fault struct {
-	name    string
-	tuner   func(t *testing.T, s *scene) string
-	config  string   // initial --tuner-config content ("" for none)
-	flags   func(s *scene) []string
-	arm     func(t *testing.T, s *scene)
-	timeout time.Duration // the deadline that applies (--tuner-timeout, or the 2 s call default)
-	want    string        // in the error or fallback note
+	name                   string
+	tuner                  func(t *testing.T, s *scene) string
+	config                 string // initial --tuner-config content ("" for none)
+	flags                  func(s *scene) []string
+	arm                    func(t *testing.T, s *scene)
+	timeout                time.Duration // the deadline that applies (--tuner-timeout, or the 2 s call default)
+	want                   string        // in the error or fallback note
 	planner, start, reload outcome
 }
 
@@ -632,4 +632,3 @@ func reapOrphans() {
 		}
 	}
 }
-

@@ -122,6 +122,9 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	if env == nil {
 		env = os.Environ()
 	}
+	if env, err = shmDirEnv(env); err != nil {
+		return err
+	}
 	if _, err := RemoveStaleShm(); err != nil {
 		fmt.Fprintf(stderr, "collplan: warning: %v\n", err)
 	}

@@ -5,6 +5,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,13 +20,72 @@ import (
 // ranks were started by something else) removes the job's files when it ends, and
 // RemoveStaleShm removes the files of any job whose owner process no longer exists.
 
-// ShmDir is the directory of the shared-memory segments: /dev/shm, or os.TempDir() where there is
-// no /dev/shm.
+// EnvShmDir names a directory that replaces /dev/shm as the home of the segments (COLLPLAN_SHM_DIR):
+// an absolute path to an existing directory, the same for every process of a job (a launcher checks
+// that its ranks get its own). Give it a tmpfs that holds the job's regions when /dev/shm is small
+// (Docker gives a container 64 MiB unless --shm-size says more).
+const EnvShmDir = "COLLPLAN_SHM_DIR"
+
+// ShmDir is the directory of the shared-memory segments: COLLPLAN_SHM_DIR when set (whether or not
+// it is valid: the transport and RemoveStaleShm check it), else /dev/shm, or
+// os.TempDir() where there is no /dev/shm.
 func ShmDir() string {
+	if d := os.Getenv(EnvShmDir); d != "" {
+		return d
+	}
 	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
 		return "/dev/shm"
 	}
 	return os.TempDir()
+}
+
+// shmDir returns ShmDir, or an error naming COLLPLAN_SHM_DIR when it is not an absolute path to a
+// directory. Relative paths are refused because ranks started by hand may not share a working
+// directory, and ranks in different directories would never meet.
+func shmDir() (string, error) {
+	d := os.Getenv(EnvShmDir)
+	if d == "" {
+		return ShmDir(), nil
+	}
+	if !filepath.IsAbs(d) {
+		return "", fmt.Errorf("%w: %s=%q: not an absolute path", ErrInvalid, EnvShmDir, d)
+	}
+	st, err := os.Stat(d)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return "", fmt.Errorf("%w: %s=%q: %v", ErrInvalid, EnvShmDir, d, err)
+	}
+	if !st.IsDir() {
+		return "", fmt.Errorf("%w: %s=%q: not a directory", ErrInvalid, EnvShmDir, d)
+	}
+	return d, nil
+}
+
+// shmDirEnv returns env, the environment of ranks a launcher starts, with this process's segment
+// directory: the launcher's lock and cleanup must be where its ranks make their segments. env gets
+// this process's COLLPLAN_SHM_DIR when it has none; one that differs is an error.
+func shmDirEnv(env []string) ([]string, error) {
+	if _, err := shmDir(); err != nil {
+		return nil, err
+	}
+	ours := os.Getenv(EnvShmDir)
+	theirs, set := "", false
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, EnvShmDir+"="); ok {
+			theirs, set = v, true // the last one wins, as in os/exec
+		}
+	}
+	switch {
+	case !set && ours != "":
+		return append(append([]string(nil), env...), EnvShmDir+"="+ours), nil
+	case theirs != ours:
+		return nil, fmt.Errorf("%w: the ranks' environment has %s=%q, this process %q: a launcher and its ranks must share the segment directory",
+			ErrInvalid, EnvShmDir, theirs, ours)
+	}
+	return env, nil
 }
 
 // ShmPrefix is the file name prefix of job jobID's segments: "collplan-<jobid>-".
@@ -49,13 +109,18 @@ type ShmTransport struct {
 	closed bool
 }
 
-// NewShmTransport returns a Transport over the segments of job jobID. With remove set, Close also
-// removes the job's segment files (the owner's duty, when no launcher does it).
+// NewShmTransport returns a Transport over the segments of job jobID in ShmDir (checked). With
+// remove set, Close also removes the job's segment files (the owner's duty, when no launcher does
+// it).
 func NewShmTransport(jobID string, remove bool) (*ShmTransport, error) {
 	if err := validJobID(jobID); err != nil {
 		return nil, err
 	}
-	return &ShmTransport{dir: ShmDir(), prefix: ShmPrefix(jobID), removeOnEnd: remove, maps: make(map[string][]byte)}, nil
+	dir, err := shmDir()
+	if err != nil {
+		return nil, err
+	}
+	return &ShmTransport{dir: dir, prefix: ShmPrefix(jobID), removeOnEnd: remove, maps: make(map[string][]byte)}, nil
 }
 
 // shmPath returns the file of region name of job jobID.
@@ -63,8 +128,9 @@ func shmPath(dir, prefix, name string) string {
 	return filepath.Join(dir, prefix+strings.ReplaceAll(name, "/", "."))
 }
 
-// Region maps region name: the file is created if absent (zero-filled by the kernel) and sized
-// with an idempotent ftruncate, so no rank waits for another.
+// Region maps region name: the file is created if absent (zero-filled by the kernel), and every
+// rank allocates its whole size (allocate: idempotent, so no rank waits for another, and a
+// directory without room is an error naming the region, not SIGBUS at the first touch).
 func (t *ShmTransport) Region(name string, size int) ([]byte, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("engine: shm region %s: size %d", name, size)
@@ -88,7 +154,7 @@ func (t *ShmTransport) Region(name string, size int) ([]byte, error) {
 	return r, nil
 }
 
-// mapFile maps size bytes of path MAP_SHARED, creating and sizing it when create is set.
+// mapFile maps size bytes of path MAP_SHARED, creating and allocating it when create is set.
 func mapFile(path string, size int, create bool) ([]byte, error) {
 	flags := os.O_RDWR
 	if create {
@@ -103,11 +169,14 @@ func mapFile(path string, size int, create bool) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case st.Size() == int64(size):
-	case st.Size() == 0 && create:
-		if err := f.Truncate(int64(size)); err != nil {
-			return nil, fmt.Errorf("ftruncate %s: %w", path, err)
+	// Size 0: just created (here or by a rank whose allocation has not finished, which then
+	// serializes with ours); any other size but ours: another configuration.
+	if st.Size() != int64(size) && (st.Size() != 0 || !create) {
+		return nil, fmt.Errorf("%w: %s is %d bytes, want %d", ErrConfig, path, st.Size(), size)
+	}
+	if create {
+		if err := allocate(f, filepath.Dir(path), size); err != nil {
+			return nil, err
 		}
 		if st, err = f.Stat(); err != nil {
 			return nil, err
@@ -115,8 +184,6 @@ func mapFile(path string, size int, create bool) ([]byte, error) {
 		if st.Size() != int64(size) {
 			return nil, fmt.Errorf("%w: %s is %d bytes, want %d", ErrConfig, path, st.Size(), size)
 		}
-	default:
-		return nil, fmt.Errorf("%w: %s is %d bytes, want %d", ErrConfig, path, st.Size(), size)
 	}
 	b, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
@@ -127,6 +194,29 @@ func mapFile(path string, size int, create bool) ([]byte, error) {
 		return nil, fmt.Errorf("mmap %s: not aligned to %d bytes", path, RegionAlign)
 	}
 	return b, nil
+}
+
+// noSpaceError says that dir cannot hold a region of size bytes, and how much it has.
+func noSpaceError(dir string, size int, err error) error {
+	free := "an unknown amount"
+	if n, ok := freeBytes(dir); ok {
+		free = fmtBytes(n)
+	}
+	return fmt.Errorf("%s has %s free, the region needs %s (set %s to a larger tmpfs): %w",
+		dir, free, fmtBytes(int64(size)), EnvShmDir, err)
+}
+
+// fmtBytes writes n in B, KiB, MiB or GiB with one decimal.
+func fmtBytes(n int64) string {
+	switch {
+	case n < 1<<10:
+		return fmt.Sprintf("%d B", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	case n < 1<<30:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
 }
 
 // Close unmaps every region (and removes the job's files when the transport was made with
@@ -158,7 +248,11 @@ func RemoveShm(jobID string) (int, error) {
 	if err := validJobID(jobID); err != nil {
 		return 0, err
 	}
-	return removeShm(ShmDir(), ShmPrefix(jobID))
+	dir, err := shmDir()
+	if err != nil {
+		return 0, err
+	}
+	return removeShm(dir, ShmPrefix(jobID))
 }
 
 func removeShm(dir, prefix string) (int, error) {
@@ -187,7 +281,10 @@ func ShmFiles(jobID string) []string {
 // RemoveStaleShm removes the segment files left by crashed jobs: those whose job id names an owner
 // process that no longer exists. It returns the files it removed.
 func RemoveStaleShm() ([]string, error) {
-	dir := ShmDir()
+	dir, err := shmDir()
+	if err != nil {
+		return nil, err
+	}
 	files, err := filepath.Glob(filepath.Join(dir, "collplan-*"))
 	if err != nil {
 		return nil, fmt.Errorf("engine: listing %s: %w", dir, err)
@@ -204,7 +301,7 @@ func RemoveStaleShm() ([]string, error) {
 		if !ok || processAlive(pid) {
 			continue
 		}
-		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("engine: removing stale %s: %w", f, err))
 			continue
 		}
@@ -220,7 +317,11 @@ func AbortShm(jobID string, rank int) (bool, error) {
 	if err := validJobID(jobID); err != nil {
 		return false, err
 	}
-	path := shmPath(ShmDir(), ShmPrefix(jobID), CtrlRegion)
+	dir, err := shmDir()
+	if err != nil {
+		return false, err
+	}
+	path := shmPath(dir, ShmPrefix(jobID), CtrlRegion)
 	st, err := os.Stat(path)
 	if errors.Is(err, os.ErrNotExist) || (err == nil && st.Size() < CtrlAbortOffset+8) {
 		return false, nil

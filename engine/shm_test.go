@@ -93,6 +93,79 @@ func TestShmRegionZeroAndShared(t *testing.T) {
 	assert.Empty(t, ShmFiles(job))
 }
 
+// TestShmDirOverride: COLLPLAN_SHM_DIR moves the segments to another directory;
+// one that is not an existing directory, named by an absolute path, is an error naming the
+// variable, wherever the directory is used.
+func TestShmDirOverride(t *testing.T) {
+	tmp := t.TempDir()
+	file := filepath.Join(tmp, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	for _, tc := range []struct {
+		name, dir, err string
+	}{
+		{"directory", tmp, ""},
+		{"missing", filepath.Join(tmp, "none"), "no such file or directory"},
+		{"file", file, "not a directory"},
+		{"relative", "shm", "not an absolute path"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("COLLPLAN_SHM_DIR", tc.dir)
+			assert.Equal(t, tc.dir, ShmDir())
+			job := NewJobID(os.Getpid())
+			tr, err := NewShmTransport(job, true)
+			_, serr := RemoveStaleShm()
+			if tc.err != "" {
+				for _, err := range []error{err, serr} {
+					require.Error(t, err)
+					assert.Contains(t, err.Error(), "COLLPLAN_SHM_DIR="+strconv.Quote(tc.dir))
+					assert.Contains(t, err.Error(), tc.err)
+				}
+				return
+			}
+			require.NoError(t, err)
+			require.NoError(t, serr)
+			_, err = tr.Region("ctrl", 4096)
+			require.NoError(t, err)
+			files, _ := filepath.Glob(filepath.Join(tc.dir, ShmPrefix(job)+"*"))
+			assert.Len(t, files, 1, "the region")
+			require.NoError(t, tr.Close())
+			files, _ = filepath.Glob(filepath.Join(tc.dir, "*collplan-*"))
+			assert.Empty(t, files)
+		})
+	}
+}
+
+// TestShmDirEnv: a launcher hands its segment directory to ranks whose environment names none,
+// and refuses ranks that would use another one.
+func TestShmDirEnv(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, ours string
+		env, want  []string
+		err        string
+	}{
+		{"neither", "", []string{"A=1"}, []string{"A=1"}, ""},
+		{"handed down", dir, []string{"A=1"}, []string{"A=1", "COLLPLAN_SHM_DIR=" + dir}, ""},
+		{"same", dir, []string{"COLLPLAN_SHM_DIR=" + dir}, []string{"COLLPLAN_SHM_DIR=" + dir}, ""},
+		{"other", dir, []string{"COLLPLAN_SHM_DIR=/dev/shm"}, nil, `COLLPLAN_SHM_DIR="/dev/shm", this process "` + dir + `"`},
+		{"only theirs", "", []string{"COLLPLAN_SHM_DIR=" + dir}, nil, `COLLPLAN_SHM_DIR="` + dir + `", this process ""`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("COLLPLAN_SHM_DIR", tc.ours)
+			got, err := shmDirEnv(tc.env)
+			if tc.err != "" {
+				require.ErrorIs(t, err, ErrInvalid)
+				assert.Contains(t, err.Error(), tc.err)
+				err = (&Launcher{N: 1, Argv: []string{"true"}, Env: tc.env}).Run(context.Background())
+				assert.ErrorContains(t, err, tc.err, "the launcher refuses to start")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
 // TestRemoveStaleShm: segments of a job whose owner is dead are removed; a live owner's are kept.
 func TestRemoveStaleShm(t *testing.T) {
 	stale := NewJobID(deadPid(t))

@@ -4,10 +4,12 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -55,8 +57,8 @@ func TestShmRegionAllocated(t *testing.T) {
 				fallocate = tc.fallocate
 				t.Cleanup(func() { fallocate = saved })
 			}
-			job := NewJobID(os.Getpid())
-			tr, err := NewShmTransport(job, true)
+			job := newJob(t)
+			tr, err := NewShmTransport(job)
 			require.NoError(t, err)
 			defer tr.Close()
 			r, err := tr.Region("conn/0/0-1", size)
@@ -100,7 +102,9 @@ func TestShmNoSpaceInner(t *testing.T) {
 	dir := os.Getenv("COLLPLAN_SHM_DIR")
 	require.Equal(t, dir, ShmDir())
 	t.Run("region", func(t *testing.T) {
-		tr, err := NewShmTransport(NewJobID(os.Getpid()), true)
+		lock, err := CreateJobLock(NewJobID(os.Getpid()))
+		require.NoError(t, err)
+		tr, err := NewShmTransport(lock.Job())
 		require.NoError(t, err)
 		_, err = tr.Region("conn/0/0-1", 9<<19) // 4.5 MiB
 		require.Error(t, err)
@@ -110,7 +114,7 @@ func TestShmNoSpaceInner(t *testing.T) {
 		r, err := tr.Region(CtrlRegion, 64<<10)
 		require.NoError(t, err, "a region that fits is made")
 		assert.Equal(t, make([]byte, 64<<10), r)
-		require.NoError(t, tr.Close())
+		require.NoError(t, errors.Join(tr.Close(), lock.Close()))
 		files, _ := filepath.Glob(filepath.Join(dir, "*"))
 		assert.Empty(t, files)
 	})
@@ -134,4 +138,73 @@ func TestShmNoSpaceInner(t *testing.T) {
 		files, _ := filepath.Glob(filepath.Join(dir, "*"))
 		assert.Empty(t, files)
 	})
+}
+
+// TestShmOtherPIDNamespace: a job started by hand inside another PID namespace (a container:
+// unshare -pf) has pids that mean nothing outside; another job's cleanup outside (RemoveStaleShm,
+// and a launcher's start) leaves its files alone, and the job finishes correctly.
+func TestShmOtherPIDNamespace(t *testing.T) {
+	requireUnshare(t, "-pf", "--mount-proc")
+	// Other tests' cleanups (other checkouts' included) must not interfere: a private directory.
+	t.Setenv("COLLPLAN_SHM_DIR", t.TempDir())
+	base := deadPidWindow(t, 500)
+	goFile := filepath.Join(t.TempDir(), "go")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "unshare", "-pf", "--kill-child", "--mount-proc", os.Args[0], "-test.run=^TestShmHelperProcess$")
+	cmd.Env = append(os.Environ(), envShmHelper+"=nsdriver", envShmLastPid+"="+strconv.Itoa(base), envShmGo+"="+goFile)
+	out := &lineBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	ready := waitLines(t, out, regexp.MustCompile(`READY rank=(\d) pid=(\d+) job=(\S+)`), 2, time.Minute)
+	job := ready[0][3]
+	owner, ok := jobOwner(job)
+	require.True(t, ok, job)
+	require.Greater(t, owner, base, "rank 0's pid in its namespace")
+	require.ErrorIs(t, syscall.Kill(owner, 0), syscall.ESRCH, "no process here has the job's owner pid %d", owner)
+
+	before := ShmFiles(job)
+	require.NotEmpty(t, before)
+	_, err := RemoveStaleShm()
+	require.NoError(t, err)
+	assert.ElementsMatch(t, before, ShmFiles(job), "RemoveStaleShm outside kept the live job's files")
+	require.NoError(t, (&Launcher{N: 1, Argv: []string{"true"}}).Run(ctx))
+	assert.ElementsMatch(t, before, ShmFiles(job), "another job's start kept the live job's files")
+
+	require.NoError(t, os.WriteFile(goFile, nil, 0o600))
+	select {
+	case err := <-done:
+		done <- err
+		require.NoError(t, err, "%s", out.String())
+	case <-time.After(time.Minute):
+		t.Fatalf("the job still runs a minute after it was let go:\n%s", out.String())
+	}
+	assert.Len(t, regexp.MustCompile(`DONE rank=\d`).FindAllString(out.String(), -1), 2, out.String())
+	assert.Empty(t, ShmFiles(job), "the job's last process removed its files")
+}
+
+// deadPidWindow returns a pid p such that no process has a pid in p+1..p+n here.
+func deadPidWindow(t *testing.T, n int) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	require.NoError(t, err)
+	max, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+	for p := max - n - 1; p > 300; p -= n {
+		free := true
+		for q := p + 1; q <= p+n && free; q++ {
+			free = syscall.Kill(q, 0) == syscall.ESRCH
+		}
+		if free {
+			return p
+		}
+	}
+	t.Skip("no window of unused pids")
+	return 0
 }

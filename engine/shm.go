@@ -43,7 +43,7 @@ func ShmDir() string {
 
 // shmDir returns ShmDir, or an error naming COLLPLAN_SHM_DIR when it is not an absolute path to a
 // directory. Relative paths are refused because ranks started by hand may not share a working
-// directory, and ranks in different directories would never meet.
+// directory, and ranks in different directories would not find the job's lock and segments.
 func shmDir() (string, error) {
 	d := os.Getenv(EnvShmDir)
 	if d == "" {
@@ -140,12 +140,14 @@ func sameFile(f *os.File, path string) bool {
 //     ShmTransport.Close) drops its shared lock and then tries for the exclusive one without
 //     waiting; whoever gets it removes the job's files. Dropping first makes this race-free: of
 //     processes letting go at the same moment, the last to drop finds no other holder, or one that
-//     already has the exclusive lock and cleans. (Converting the shared lock in place would not
-//     be: two holders could each fail to convert while the other still held.) So a job whose rank
-//     0 was killed with SIGKILL is removed by its last rank to close, and a job whose processes
-//     were all killed, by the next RemoveStaleShm.
+//     already has the exclusive lock and cleans. (Converting the shared lock in place is not
+//     enough where a failed conversion keeps the shared lock: two holders could each fail while
+//     the other still held. Linux drops it first, but flock(2) does not promise either.) So a job
+//     whose rank 0 was killed with SIGKILL is removed by its last rank to close, and a job whose
+//     processes were all killed, by the next RemoveStaleShm.
 //
-// Job ids must not be reused (NewJobID's are random): the lock is found by name.
+// Go opens files close-on-exec, so the processes a holder starts (a launcher's ranks) do not
+// inherit its hold. Job ids must not be reused (NewJobID's are random): the lock is found by name.
 type JobLock struct {
 	job, dir string
 	mu       sync.Mutex

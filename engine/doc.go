@@ -91,6 +91,16 @@
 // "conn/C/FROM-TO", zeroed, aligned, identical for every rank that asks, holding nothing but bytes
 // and 64-bit words used with sync/atomic, so they can live in a file mapped by several processes.
 //
+// # Shared memory
+//
+// ShmTransport keeps each region in a file of ShmDir: /dev/shm, or the directory that
+// COLLPLAN_SHM_DIR names (a larger tmpfs where /dev/shm is small, as in containers). A rank
+// allocates a region's memory when it maps it (fallocate), so a directory without room is an error
+// naming the region, its size and the space free, never SIGBUS at the first touch. A job's files
+// live as long as some process of the job holds its lock file (JobLock): the last one to let go
+// removes them, and RemoveStaleShm (which a Launcher and rank 0 of a job started by hand run first)
+// removes those of jobs whose processes all died, in whatever PID namespace they ran.
+//
 // # The race detector
 //
 // With the in-process transport the regions are Go memory and the race detector sees every

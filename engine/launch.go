@@ -130,6 +130,9 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	if env == nil {
 		env = os.Environ()
 	}
+	if env, err = shmDirEnv(env); err != nil {
+		return err
+	}
 	if _, err := RemoveStaleShm(); err != nil {
 		fmt.Fprintf(stderr, "collplan: warning: %v\n", err)
 	}
@@ -137,11 +140,14 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	if job == "" {
 		job = NewJobID(os.Getpid())
 	}
-	if err := validJobID(job); err != nil {
+	// The job's lock exists before any rank can look for it; whoever lets go of the job last (this
+	// launcher, once every rank has exited) removes the job's files.
+	lock, err := CreateJobLock(job)
+	if err != nil {
 		return err
 	}
 	defer func() {
-		if _, rerr := RemoveShm(job); rerr != nil && err == nil {
+		if rerr := lock.Close(); rerr != nil && err == nil {
 			err = rerr
 		}
 	}()

@@ -5,7 +5,6 @@ package engine
 import (
 	"encoding/binary"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 
@@ -79,10 +78,10 @@ func treeRaceComms(t *testing.T, n int, shm bool, cfg Config) []*Comm {
 		})
 		return comms
 	}
-	job := NewJobID(os.Getpid())
+	job := newJob(t)
 	comms := make([]*Comm, n)
 	for r := range comms {
-		tr, err := NewShmTransport(job, r == 0)
+		tr, err := NewShmTransport(job)
 		require.NoError(t, err)
 		comms[r], err = New(r, n, tr, cfg)
 		require.NoError(t, err)

@@ -6,11 +6,14 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,15 +30,26 @@ func deadPid(t *testing.T) int {
 	return cmd.Process.Pid
 }
 
+// newJob returns a fresh job id and its lock, held by this process until the test ends.
+func newJob(t *testing.T) string {
+	t.Helper()
+	lock, err := CreateJobLock(NewJobID(os.Getpid()))
+	require.NoError(t, err)
+	t.Cleanup(func() { lock.Close() })
+	return lock.Job()
+}
+
 // TestShmTransportAllReduce: four ranks, each with its own ShmTransport over the same job's files
-// (each region mapped once per rank, as in separate processes), all-reduce correctly; the owner's
-// Close removes the files.
+// (each region mapped once per rank, as in separate processes), all-reduce correctly; the last of
+// the job's holders to let go (here the job's lock, after every rank closed) removes the files.
 func TestShmTransportAllReduce(t *testing.T) {
 	const n, count = 4, 1000
-	job := NewJobID(os.Getpid())
+	lock, err := CreateJobLock(NewJobID(os.Getpid()))
+	require.NoError(t, err)
+	job := lock.Job()
 	comms := make([]*Comm, n)
 	for r := range comms {
-		tr, err := NewShmTransport(job, r == 0)
+		tr, err := NewShmTransport(job)
 		require.NoError(t, err)
 		comms[r], err = New(r, n, tr, Config{Buffers: tinyBuffers()})
 		require.NoError(t, err)
@@ -66,16 +80,26 @@ func TestShmTransportAllReduce(t *testing.T) {
 	for r := n - 1; r >= 0; r-- {
 		require.NoError(t, comms[r].Close())
 	}
-	assert.Empty(t, ShmFiles(job), "rank 0's Close removes the job's segments")
+	assert.NotEmpty(t, ShmFiles(job), "the job's lock still holds the files")
+	require.NoError(t, lock.Close())
+	assert.Empty(t, ShmFiles(job), "the last one out removes the job's files")
 }
 
 // TestShmRegionZeroAndShared: a region is zero when created, the same bytes for every rank, and
 // a size disagreement is an error.
 func TestShmRegionZeroAndShared(t *testing.T) {
-	job := NewJobID(os.Getpid())
-	a, err := NewShmTransport(job, true)
+	lock, err := CreateJobLock(NewJobID(os.Getpid()))
 	require.NoError(t, err)
-	b, err := NewShmTransport(job, false)
+	job := lock.Job()
+	require.NoError(t, lock.Close(), "the last one out removes the job's files")
+	_, err = NewShmTransport(job)
+	require.ErrorContains(t, err, "has ended", "a job whose lock is gone cannot be joined")
+	lock, err = CreateJobLock(job)
+	require.NoError(t, err)
+	a, err := NewShmTransport(job)
+	require.NoError(t, err)
+	require.NoError(t, lock.Close(), "a still holds the job")
+	b, err := NewShmTransport(job)
 	require.NoError(t, err)
 	ra, err := a.Region("conn/0/0-1", 4096)
 	require.NoError(t, err)
@@ -88,32 +112,263 @@ func TestShmRegionZeroAndShared(t *testing.T) {
 	require.NoError(t, err)
 	_, err = a.Region("ctrl", 256)
 	assert.ErrorIs(t, err, ErrConfig)
+	_, err = a.Region("lock", 256)
+	assert.ErrorIs(t, err, ErrInvalid, "the lock file's name is not a region's")
 	require.NoError(t, b.Close())
+	assert.NotEmpty(t, ShmFiles(job))
 	require.NoError(t, a.Close())
 	assert.Empty(t, ShmFiles(job))
 }
 
-// TestRemoveStaleShm: segments of a job whose owner is dead are removed; a live owner's are kept.
+// TestShmRegionConcurrent: ranks that create and size the same regions at the same moment all get
+// the same zeroed bytes of the right size.
+func TestShmRegionConcurrent(t *testing.T) {
+	const n, size = 8, 1 << 20
+	job := newJob(t)
+	trs := make([]*ShmTransport, n)
+	for r := range trs {
+		var err error
+		trs[r], err = NewShmTransport(job)
+		require.NoError(t, err)
+		defer trs[r].Close()
+	}
+	for _, name := range []string{"ctrl", "conn/0/0-1", "conn/1/1-0"} {
+		regions := make([][]byte, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for r, tr := range trs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				regions[r], errs[r] = tr.Region(name, size)
+			}()
+		}
+		wg.Wait()
+		for r := range trs {
+			require.NoError(t, errs[r], "%s rank %d", name, r)
+			require.Len(t, regions[r], size)
+		}
+		assert.Equal(t, make([]byte, size), regions[0], name)
+		regions[n-1][size-1] = 9
+		for r := range trs {
+			assert.Equal(t, byte(9), regions[r][size-1], "%s rank %d", name, r)
+		}
+	}
+}
+
+// TestJobLock: a job id is created once; a job without a lock cannot be joined, and the error
+// names the lock file.
+func TestJobLock(t *testing.T) {
+	job := newJob(t)
+	_, err := CreateJobLock(job)
+	require.ErrorContains(t, err, "in use")
+	other := NewJobID(os.Getpid())
+	_, err = NewShmTransport(other)
+	require.ErrorContains(t, err, filepath.Join(ShmDir(), ShmPrefix(other)+"lock"))
+	_, err = CreateJobLock("x-1")
+	require.ErrorIs(t, err, ErrInvalid)
+}
+
+// TestShmDirOverride: COLLPLAN_SHM_DIR moves the segments (and lock files) to another directory;
+// one that is not an existing directory, named by an absolute path, is an error naming the
+// variable, wherever the directory is used.
+func TestShmDirOverride(t *testing.T) {
+	tmp := t.TempDir()
+	file := filepath.Join(tmp, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	for _, tc := range []struct {
+		name, dir, err string
+	}{
+		{"directory", tmp, ""},
+		{"missing", filepath.Join(tmp, "none"), "no such file or directory"},
+		{"file", file, "not a directory"},
+		{"relative", "shm", "not an absolute path"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("COLLPLAN_SHM_DIR", tc.dir)
+			assert.Equal(t, tc.dir, ShmDir())
+			lock, err := CreateJobLock(NewJobID(os.Getpid()))
+			_, serr := RemoveStaleShm()
+			if tc.err != "" {
+				for _, err := range []error{err, serr} {
+					require.Error(t, err)
+					assert.Contains(t, err.Error(), "COLLPLAN_SHM_DIR="+strconv.Quote(tc.dir))
+					assert.Contains(t, err.Error(), tc.err)
+				}
+				return
+			}
+			require.NoError(t, err)
+			require.NoError(t, serr)
+			tr, err := NewShmTransport(lock.Job())
+			require.NoError(t, err)
+			_, err = tr.Region("ctrl", 4096)
+			require.NoError(t, err)
+			files, _ := filepath.Glob(filepath.Join(tc.dir, ShmPrefix(lock.Job())+"*"))
+			assert.Len(t, files, 2, "the lock and the region")
+			require.NoError(t, errors.Join(tr.Close(), lock.Close()))
+			files, _ = filepath.Glob(filepath.Join(tc.dir, "*collplan-*"))
+			assert.Empty(t, files)
+		})
+	}
+}
+
+// TestShmDirEnv: a launcher hands its segment directory to ranks whose environment names none,
+// and refuses ranks that would use another one.
+func TestShmDirEnv(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, ours string
+		env, want  []string
+		err        string
+	}{
+		{"neither", "", []string{"A=1"}, []string{"A=1"}, ""},
+		{"handed down", dir, []string{"A=1"}, []string{"A=1", "COLLPLAN_SHM_DIR=" + dir}, ""},
+		{"same", dir, []string{"COLLPLAN_SHM_DIR=" + dir}, []string{"COLLPLAN_SHM_DIR=" + dir}, ""},
+		{"other", dir, []string{"COLLPLAN_SHM_DIR=/dev/shm"}, nil, `COLLPLAN_SHM_DIR="/dev/shm", this process "` + dir + `"`},
+		{"only theirs", "", []string{"COLLPLAN_SHM_DIR=" + dir}, nil, `COLLPLAN_SHM_DIR="` + dir + `", this process ""`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("COLLPLAN_SHM_DIR", tc.ours)
+			got, err := shmDirEnv(tc.env)
+			if tc.err != "" {
+				require.ErrorIs(t, err, ErrInvalid)
+				assert.Contains(t, err.Error(), tc.err)
+				err = (&Launcher{N: 1, Argv: []string{"true"}, Env: tc.env}).Run(context.Background())
+				assert.ErrorContains(t, err, tc.err, "the launcher refuses to start")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+// TestRemoveStaleShm: a job is stale when no process holds its lock (every one of them was killed
+// with SIGKILL, whatever its id's pid says) or when it has no lock file; a job some process holds
+// is kept, even if its id names a dead pid (as the ids of a job in another PID namespace do).
 func TestRemoveStaleShm(t *testing.T) {
-	stale := NewJobID(deadPid(t))
-	live := NewJobID(os.Getpid())
-	for _, j := range []string{stale, live} {
-		require.NoError(t, os.WriteFile(filepath.Join(ShmDir(), ShmPrefix(j)+"ctrl"), []byte("x"), 0o600))
+	// Other tests' cleanups (other checkouts' included) must not interfere: a private directory.
+	t.Setenv("COLLPLAN_SHM_DIR", t.TempDir())
+	dir := ShmDir()
+	type job struct {
+		id    string
+		stale bool
+	}
+	var jobs []job
+
+	// Every process of the job killed; its id names this (live) process.
+	killed := NewJobID(os.Getpid())
+	holders := []*holder{startHolder(t, killed, true), startHolder(t, killed, false)}
+	for _, h := range holders {
+		h.kill(t)
+	}
+	jobs = append(jobs, job{killed, true})
+
+	// Held by this process, ids naming a dead and a live pid.
+	for _, id := range []string{NewJobID(deadPid(t)), NewJobID(os.Getpid())} {
+		lock, err := CreateJobLock(id)
+		require.NoError(t, err)
+		defer lock.Close()
+		tr, err := NewShmTransport(id)
+		require.NoError(t, err)
+		defer tr.Close()
+		_, err = tr.Region(CtrlRegion, 4096)
+		require.NoError(t, err)
+		jobs = append(jobs, job{id, false})
+	}
+
+	// A segment without a lock file.
+	nolock := NewJobID(os.Getpid())
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ShmPrefix(nolock)+"ctrl"), []byte("x"), 0o600))
+	jobs = append(jobs, job{nolock, true})
+
+	// A lock under construction whose creator died before putting it in place.
+	orphan := filepath.Join(dir, "."+ShmPrefix(NewJobID(os.Getpid()))+"lock-0123abcd")
+	require.NoError(t, os.WriteFile(orphan, nil, 0o600))
+
+	for _, j := range jobs {
+		require.NotEmpty(t, ShmFiles(j.id), j.id)
 	}
 	removed, err := RemoveStaleShm()
 	require.NoError(t, err)
-	assert.Contains(t, removed, filepath.Join(ShmDir(), ShmPrefix(stale)+"ctrl"))
-	assert.Empty(t, ShmFiles(stale))
-	assert.Len(t, ShmFiles(live), 1)
-	_, err = RemoveShm(live)
-	require.NoError(t, err)
+	for _, j := range jobs {
+		if j.stale {
+			assert.Empty(t, ShmFiles(j.id), "stale job %s", j.id)
+			for _, f := range []string{"ctrl", "lock"} {
+				if j.id == killed || f == "ctrl" {
+					assert.Contains(t, removed, filepath.Join(dir, ShmPrefix(j.id)+f))
+				}
+			}
+		} else {
+			assert.Len(t, ShmFiles(j.id), 2, "live job %s keeps its lock and region", j.id)
+		}
+	}
+	assert.NoFileExists(t, orphan)
+	assert.Contains(t, removed, orphan)
+}
+
+// TestShmLastOneOut: in a job started by hand, SIGKILL of its owner (rank 0, which created the
+// job's lock) leaves the files to the other processes: the last of them to close removes them.
+func TestShmLastOneOut(t *testing.T) {
+	for _, n := range []int{2, 3, 4} {
+		t.Run(fmt.Sprintf("np%d", n), func(t *testing.T) {
+			job := NewJobID(os.Getpid())
+			hs := []*holder{startHolder(t, job, true)}
+			for range n - 1 {
+				hs = append(hs, startHolder(t, job, false))
+			}
+			require.NotEmpty(t, ShmFiles(job))
+			hs[0].kill(t)
+			assert.NotEmpty(t, ShmFiles(job), "the others still hold the job")
+			for _, h := range hs[1 : n-1] {
+				h.close(t)
+				assert.NotEmpty(t, ShmFiles(job), "the others still hold the job")
+			}
+			hs[n-1].close(t)
+			assert.Empty(t, ShmFiles(job), "no segment left after the last rank closed")
+		})
+	}
+}
+
+// TestLauncherKillRank: SIGKILL of a rank of a launched job ends the job with an error naming the
+// rank, and no file of the job is left.
+func TestLauncherKillRank(t *testing.T) {
+	rankRE := regexp.MustCompile(`READY rank=(\d+) pid=(\d+) job=(\S+)`)
+	for _, tc := range []struct{ n, kill int }{{2, 0}, {3, 1}, {4, 3}} {
+		t.Run(fmt.Sprintf("np%d", tc.n), func(t *testing.T) {
+			job := NewJobID(os.Getpid())
+			out, errb := &lineBuffer{}, &lineBuffer{}
+			l := &Launcher{N: tc.n, Argv: []string{os.Args[0], "-test.run=^TestShmHelperProcess$"},
+				Env: append(os.Environ(), envShmHelper+"=rank", envShmLoop+"=1"), Stdout: out, Stderr: errb,
+				Grace: 2 * time.Second, Job: job, Bind: BindNone}
+			done := make(chan error, 1)
+			go func() { done <- l.Run(context.Background()) }()
+			lines := waitLines(t, out, rankRE, tc.n, 30*time.Second)
+			for _, m := range lines {
+				if r, _ := strconv.Atoi(m[1]); r == tc.kill {
+					pid, _ := strconv.Atoi(m[2])
+					require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+				}
+			}
+			select {
+			case err := <-done:
+				rank, ok := IsLaunchError(err)
+				require.True(t, ok, "%v", err)
+				assert.Equal(t, tc.kill, rank, "%v", err)
+				assert.Contains(t, err.Error(), "signal: killed")
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the job still runs 30 s after rank %d was killed:\n%s", tc.kill, errb.String())
+			}
+			assert.Empty(t, ShmFiles(job), "no file of the job is left")
+		})
+	}
 }
 
 // TestAbortShm: the launcher's abort word fails a waiting rank with an AbortError naming the dead
 // rank.
 func TestAbortShm(t *testing.T) {
-	job := NewJobID(os.Getpid())
-	tr, err := NewShmTransport(job, true)
+	job := newJob(t)
+	tr, err := NewShmTransport(job)
 	require.NoError(t, err)
 	c, err := New(0, 2, tr, Config{})
 	require.NoError(t, err)

@@ -133,7 +133,7 @@ func TestStagingRank(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := engine.NewShmTransport(job, false)
+	tr, err := engine.NewShmTransport(job)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -480,22 +480,34 @@ func runRankProcess(ctx context.Context, o *options, env engine.Env, stdout, std
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", env.Rank, err)
 	}
-	if env.Rank == 0 && env.Job == "" {
-		// No launcher: rank 0 owns the job and clears crashed jobs' segments.
+	job := env.Job
+	if env.Rank == 0 && job == "" {
+		// No launcher: rank 0 owns the job. It clears crashed jobs' segments and creates the job's
+		// id and lock before the rendezvous hands the id to its peers, whose transports need the
+		// lock; the last process of the job to let go removes the job's files.
 		if _, err := engine.RemoveStaleShm(); err != nil {
 			fmt.Fprintln(os.Stderr, "collbench: warning:", err)
 		}
+		lock, err := engine.CreateJobLock(engine.NewJobID(os.Getpid()))
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", env.Rank, err)
+		}
+		defer func() {
+			if err := lock.Close(); err != nil {
+				fmt.Fprintln(stderr, "collbench: warning:", err)
+			}
+		}()
+		job = lock.Job()
 	}
 	// The rendezvous connections stay open for the job's life: a rank whose process dies aborts
 	// the communicator through them, with or without a launcher.
-	sess, err := engine.Join(ctx, env.Rank, env.Size, env.Addr, h, env.Job, rendezvousTimeout)
+	sess, err := engine.Join(ctx, env.Rank, env.Size, env.Addr, h, job, rendezvousTimeout)
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", env.Rank, err)
 	}
 	defer sess.Close()
-	job := sess.Job
-	// Without a launcher rank 0 removes the segments when it closes.
-	tr, err := engine.NewShmTransport(job, env.Job == "" && env.Rank == 0)
+	job = sess.Job
+	tr, err := engine.NewShmTransport(job)
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", env.Rank, err)
 	}

@@ -252,10 +252,17 @@ func (c *Comm) Close() error {
 		c.callMu.Lock()
 		defer c.callMu.Unlock()
 		atomic.OrUint64(c.state[c.rank], stateClosed)
+		if a, ok := c.tr.(abandoner); ok && atomic.LoadUint64(c.abort) != 0 {
+			a.Abandon() // an aborted communicator's regions are never used again
+		}
 		c.closeErr = c.tr.Close()
 	})
 	return c.closeErr
 }
+
+// abandoner is a Transport that can give its regions up for good before Close (ShmTransport
+// removes the job's files then, even while a stopped peer still holds them).
+type abandoner interface{ Abandon() }
 
 // Abort aborts the communicator, like ncclCommAbort: every rank's current and later calls fail
 // with an *AbortError naming this rank. Then it closes this rank.

@@ -291,9 +291,19 @@ type ShmTransport struct {
 	dir, job, prefix string
 	lock             *os.File // the shared lock that keeps the job's files, dropped at Close
 
-	mu     sync.Mutex
-	maps   map[string][]byte
-	closed bool
+	mu       sync.Mutex
+	maps     map[string][]byte
+	closed   bool
+	abandons bool // Close removes the job's files whoever else holds it (Abandon)
+}
+
+// Abandon makes Close remove the job's files even while other processes still hold the job: the
+// communicator was aborted, so nobody will use them again, and a peer that stopped (SIGSTOP)
+// would otherwise keep them for as long as it lives. Its mappings stay valid; only the names go.
+func (t *ShmTransport) Abandon() {
+	t.mu.Lock()
+	t.abandons = true
+	t.mu.Unlock()
 }
 
 // NewShmTransport returns a Transport over the segments of job jobID, holding the job's lock
@@ -428,6 +438,11 @@ func (t *ShmTransport) Close() error {
 		}
 	}
 	t.maps = nil
+	if t.abandons {
+		if _, err := RemoveShm(t.job); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if _, err := letGo(t.dir, t.job, t.lock); err != nil {
 		errs = append(errs, err)
 	}

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -28,9 +26,6 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	consts := fs.Bool("constants", false, "include the model constants for the v5/v6 init")
 	out := fs.String("o", "", "output file (required)")
 	if err := parseFlags(fs, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
 		return err
 	}
 	if *out == "" {

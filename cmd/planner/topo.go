@@ -179,23 +179,22 @@ func parseBytes(name, s string) (int64, error) {
 	return n, nil
 }
 
-// newFlagSet returns a flag set that reports errors to stderr and never exits.
+// newFlagSet returns a flag set of planner NAME that never exits; parseFlags parses it quietly.
+// Its output, stderr, is where commands log (a tuner's lines).
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	return fs
 }
 
-// parseFlags parses and rejects stray arguments.
+// parseFlags parses and rejects stray arguments: -h is a helpRequest, a bad flag or argument one
+// usage error line.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return err
-		}
-		return usageError{err}
+	if err := parseQuiet(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
+		return flagError(fs.Name(), fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	}
 	return nil
 }
@@ -228,13 +227,11 @@ func newCommand(name string, stderr io.Writer, withBytes bool) *command {
 }
 
 // parse parses args and builds the topology, the default class and the planner. help is true
-// (with no error) when -h was asked for.
+// when -h was asked for; err is then the helpRequest, which run prints.
 func (c *command) parse(args []string) (s *setup, cls planner.Class, pl *planner.Planner, help bool, err error) {
 	if err = parseFlags(c.fs, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, cls, nil, true, nil
-		}
-		return nil, cls, nil, false, err
+		var h helpRequest
+		return nil, cls, nil, errors.As(err, &h), err
 	}
 	if s, err = c.tf.build(c.fs); err != nil {
 		return nil, cls, nil, false, err

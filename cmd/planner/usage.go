@@ -5,7 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
+
+	"github.com/collplan/collplan/internal/cmdline"
 )
 
 // commandDocs is each command's usage line and what it does, printed above its flags by -h.
@@ -62,58 +63,39 @@ func (h helpRequest) Error() string { return "help requested" }
 
 // usageText is a flag set's -h output: its command's doc, then its flags.
 func usageText(fs *flag.FlagSet) string {
-	var b strings.Builder
-	if doc, ok := commandDocs[fs.Name()]; ok {
-		b.WriteString(doc)
-	} else {
-		fmt.Fprintf(&b, "usage: planner %s [flags]\n", fs.Name())
+	doc, ok := commandDocs[fs.Name()]
+	if !ok {
+		doc = fmt.Sprintf("usage: planner %s [flags]\n", fs.Name())
 	}
-	b.WriteString("\nflags:\n")
-	out := fs.Output()
-	fs.SetOutput(&b)
-	fs.PrintDefaults()
-	fs.SetOutput(out)
-	return b.String()
+	return cmdline.Usage(fs, doc)
 }
 
 // parseQuiet parses args with fs printing nothing (the flag package would print the whole usage
 // on an error): -h becomes a helpRequest, a parse error one usage error line with the hint.
 func parseQuiet(fs *flag.FlagSet, args []string) error {
-	out := fs.Output()
-	fs.SetOutput(io.Discard)
-	err := fs.Parse(args)
-	fs.SetOutput(out)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
+	err := cmdline.Parse(fs, args, "planner "+fs.Name())
+	if errors.Is(err, flag.ErrHelp) {
 		return helpRequest{usageText(fs)}
-	case err != nil:
-		return flagError(fs.Name(), err)
+	}
+	if err != nil {
+		return usageError{fmt.Errorf("%s: %w", fs.Name(), err)}
 	}
 	return nil
 }
 
 // flagError is a bad command line of planner NAME: one line, with where to read the flags.
 func flagError(name string, err error) error {
-	return usagef("%s: %v (run 'planner %s -h' for the flags)", name, err, name)
+	return usageError{cmdline.Hint("planner "+name, fmt.Errorf("%s: %w", name, err))}
 }
 
-// errorLine is the one line the planner prints for err, prefixed "planner: " once: the planner
-// package's errors already start with it.
-func errorLine(err error) string {
-	msg := err.Error()
-	if strings.HasPrefix(msg, "planner: ") {
-		return msg
-	}
-	return "planner: " + msg
-}
-
-// exitCode prints err's line to stderr and returns the status: 0 for nil, 2 for bad input (a
-// usageError), 1 otherwise.
+// exitCode prints err's line to stderr, prefixed "planner: " once (the planner package's errors
+// already start with it), and returns the status: 0 for nil, 2 for bad input (a usageError), 1
+// otherwise.
 func exitCode(stderr io.Writer, err error) int {
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintln(stderr, errorLine(err))
+	fmt.Fprintln(stderr, cmdline.ErrorLine("planner", err))
 	var ue usageError
 	if errors.As(err, &ue) {
 		return 2

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/internal/outpath"
 	"github.com/collplan/collplan/plugin/shimtable"
 	"github.com/collplan/collplan/tables"
 )
@@ -30,6 +31,9 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if *out == "" {
 		return usagef("-o FILE is required")
+	}
+	if err := outpath.File("-o", *out); err != nil {
+		return usageError{err}
 	}
 	req := shimtable.Request{MaxPipeOps: *pipeOps, K: *ranked, Constants: *consts}
 	var err error

@@ -23,7 +23,7 @@ func runMap(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	c := newCommand("map", stderr, false)
 	minS := c.fs.String("min", "8", "smallest size")
 	maxS := c.fs.String("max", "4G", "largest size")
-	svgPath := c.fs.String("svg", "", "write an SVG plot of predicted time per cell to this file")
+	svgPath := c.outputFile("svg", "write an SVG plot of predicted time per cell to this file")
 	s, cls, pl, help, err := c.parse(args)
 	if help || err != nil {
 		return err

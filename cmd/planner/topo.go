@@ -11,6 +11,7 @@ import (
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/internal/bytesize"
+	"github.com/collplan/collplan/internal/outpath"
 	"github.com/collplan/collplan/node"
 	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/plugin"
@@ -217,6 +218,22 @@ type command struct {
 	fs *flag.FlagSet
 	tf topoFlags
 	cf classFlags
+	// outFiles are the command's output file flags, checked right after parsing.
+	outFiles []outFlag
+}
+
+// outFlag is an output file flag: its name and where its value lands.
+type outFlag struct {
+	name string
+	path *string
+}
+
+// outputFile registers the string flag name as an output file: parse checks that it can be written
+// (internal/outpath) before building anything.
+func (c *command) outputFile(name, usage string) *string {
+	p := c.fs.String(name, "", usage)
+	c.outFiles = append(c.outFiles, outFlag{name, p})
+	return p
 }
 
 func newCommand(name string, stderr io.Writer, withBytes bool) *command {
@@ -232,6 +249,11 @@ func (c *command) parse(args []string) (s *setup, cls planner.Class, pl *planner
 	if err = parseFlags(c.fs, args); err != nil {
 		var h helpRequest
 		return nil, cls, nil, errors.As(err, &h), err
+	}
+	for _, o := range c.outFiles {
+		if err = outpath.File("--"+o.name, *o.path); err != nil {
+			return nil, cls, nil, false, usageError{err}
+		}
 	}
 	if s, err = c.tf.build(c.fs); err != nil {
 		return nil, cls, nil, false, err

@@ -337,9 +337,10 @@ func (pl *Planner) decide(m *Menu, n int64, edits []Edit) (Decision, float32, er
 	return d, t[a][p], nil
 }
 
-// noAlgorithm is NCCL's warning when the argmin accepts nothing.
+// noAlgorithm is NCCL's warning when the argmin accepts nothing, worded as NCCL words it (no
+// package prefix: commands wrap it where it happened, "stdin:3: no algorithm/protocol ...").
 func (pl *Planner) noAlgorithm(cls Class) error {
-	msg := fmt.Sprintf("planner: no algorithm/protocol available for function %s with datatype %s", cls.Coll, cls.Dtype)
+	msg := fmt.Sprintf("no algorithm/protocol available for function %s with datatype %s", cls.Coll, cls.Dtype)
 	if s := pl.topo.Env.Algo; s.IsSet() {
 		msg += fmt.Sprintf(". NCCL_ALGO was set to %s (%s)", s.Value, s.Source)
 	}

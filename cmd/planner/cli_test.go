@@ -41,7 +41,14 @@ func plannerBinary(t *testing.T) string {
 // runBinary runs the planner binary: its exit status, stdout and stderr.
 func runBinary(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
+	return runBinaryStdin(t, "", args...)
+}
+
+// runBinaryStdin runs the planner binary with stdin.
+func runBinaryStdin(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
 	cmd := exec.Command(plannerBinary(t), args...)
+	cmd.Stdin = strings.NewReader(stdin)
 	cmd.Env = append(os.Environ(), "PATH="+tunerBin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -63,41 +70,43 @@ func TestBadInvocations(t *testing.T) {
 	dir := t.TempDir()
 	hint := func(cmd string) string { return "(run 'planner " + cmd + " -h' for the flags)" }
 	for _, tc := range []struct {
-		name string
-		args []string
-		want []string
+		name  string
+		args  []string
+		want  []string
+		stdin string
 	}{
-		{"explain unknown flag", []string{"explain", "--frob"}, []string{"-frob", hint("explain")}},
-		{"explain bad value", []string{"explain", "--node", "h100", "--nodes", "x"}, []string{`invalid value "x" for flag -nodes`, hint("explain")}},
-		{"explain stray argument", []string{"explain", "--node", "h100", "--bytes", "1M", "extra"}, []string{`"extra"`, hint("explain")}},
-		{"query unknown flag", []string{"query", "--frob"}, []string{"-frob", hint("query")}},
-		{"map unknown flag", []string{"map", "--frob"}, []string{"-frob", hint("map")}},
-		{"map bad value", []string{"map", "--node", "h100", "--pipe-ops", "two"}, []string{"-pipe-ops", hint("map")}},
-		{"tables unknown flag", []string{"tables", "--frob"}, []string{"-frob", hint("tables")}},
-		{"tables two names", []string{"tables", "h100", "h200"}, []string{"at most one", hint("tables")}},
-		{"compile unknown flag", []string{"compile", "--frob"}, []string{"-frob", hint("compile")}},
-		{"compare unknown flag", []string{"compare", "--frob"}, []string{"-frob", hint("compare")}},
-		{"no command", nil, []string{"no command", "planner -h"}},
-		{"unknown command", []string{"plan"}, []string{`"plan"`, "planner -h"}},
-		{"unknown node table", []string{"explain", "--node", "h999", "--bytes", "1M"}, []string{"h999"}},
-		{"missing topology", []string{"explain", "--topology", filepath.Join(dir, "nope.toml"), "--bytes", "1M"}, []string{"nope.toml"}},
-		{"bad bytes", []string{"explain", "--node", "h100", "--bytes", "1Q"}, []string{"--bytes", "1Q"}},
-		{"bad algo", []string{"explain", "--node", "h100", "--bytes", "1M", "--algo", "bogus"}, []string{"NCCL_ALGO", "bogus"}},
-		{"nothing left", []string{"explain", "--node", "h100", "--bytes", "1M", "--algo", "nvls", "--proto", "ll"}, []string{"no algorithm/protocol"}},
-		{"missing tuner config", []string{"explain", "--node", "h100", "--bytes", "1M", "--tuner", "rules", "--tuner-config", filepath.Join(dir, "nope.conf")}, []string{"nope.conf"}},
-		{"unknown tuner", []string{"explain", "--node", "h100", "--bytes", "1M", "--tuner", "nosuchtuner"}, []string{"nosuchtuner"}},
-		{"map range", []string{"map", "--node", "h100", "--min", "1G", "--max", "1K"}, []string{"--min"}},
-		{"unknown table", []string{"tables", "nope"}, []string{`"nope"`}},
-		{"compile without -o", []string{"compile", "--node", "h100"}, []string{"-o FILE"}},
+		{"explain unknown flag", []string{"explain", "--frob"}, []string{"-frob", hint("explain")}, ""},
+		{"explain bad value", []string{"explain", "--node", "h100", "--nodes", "x"}, []string{`invalid value "x" for flag -nodes`, hint("explain")}, ""},
+		{"explain stray argument", []string{"explain", "--node", "h100", "--bytes", "1M", "extra"}, []string{`"extra"`, hint("explain")}, ""},
+		{"query unknown flag", []string{"query", "--frob"}, []string{"-frob", hint("query")}, ""},
+		{"map unknown flag", []string{"map", "--frob"}, []string{"-frob", hint("map")}, ""},
+		{"map bad value", []string{"map", "--node", "h100", "--pipe-ops", "two"}, []string{"-pipe-ops", hint("map")}, ""},
+		{"tables unknown flag", []string{"tables", "--frob"}, []string{"-frob", hint("tables")}, ""},
+		{"tables two names", []string{"tables", "h100", "h200"}, []string{"at most one", hint("tables")}, ""},
+		{"compile unknown flag", []string{"compile", "--frob"}, []string{"-frob", hint("compile")}, ""},
+		{"compare unknown flag", []string{"compare", "--frob"}, []string{"-frob", hint("compare")}, ""},
+		{"no command", nil, []string{"no command", "planner -h"}, ""},
+		{"unknown command", []string{"plan"}, []string{`"plan"`, "planner -h"}, ""},
+		{"unknown node table", []string{"explain", "--node", "h999", "--bytes", "1M"}, []string{"h999"}, ""},
+		{"missing topology", []string{"explain", "--topology", filepath.Join(dir, "nope.toml"), "--bytes", "1M"}, []string{"nope.toml"}, ""},
+		{"bad bytes", []string{"explain", "--node", "h100", "--bytes", "1Q"}, []string{"--bytes", "1Q"}, ""},
+		{"bad algo", []string{"explain", "--node", "h100", "--bytes", "1M", "--algo", "bogus"}, []string{"NCCL_ALGO", "bogus"}, ""},
+		{"nothing left", []string{"explain", "--node", "h100", "--bytes", "1M", "--algo", "nvls", "--proto", "ll"}, []string{"no algorithm/protocol"}, ""},
+		{"missing tuner config", []string{"explain", "--node", "h100", "--bytes", "1M", "--tuner", "rules", "--tuner-config", filepath.Join(dir, "nope.conf")}, []string{"nope.conf"}, ""},
+		{"unknown tuner", []string{"explain", "--node", "h100", "--bytes", "1M", "--tuner", "nosuchtuner"}, []string{"nosuchtuner"}, ""},
+		{"map range", []string{"map", "--node", "h100", "--min", "1G", "--max", "1K"}, []string{"--min"}, ""},
+		{"unknown table", []string{"tables", "nope"}, []string{`"nope"`}, ""},
+		{"compile without -o", []string{"compile", "--node", "h100"}, []string{"-o FILE"}, ""},
+		{"query: nothing left", []string{"query", "--node", "h100", "--algo", "nvls", "--proto", "ll"}, []string{"stdin:1: no algorithm/protocol"}, "allreduce,1M\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, stdout, stderr := runBinary(t, tc.args...)
+			code, stdout, stderr := runBinaryStdin(t, tc.stdin, tc.args...)
 			assert.Equal(t, 2, code, stderr)
 			assert.Empty(t, stdout)
 			lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
 			require.Len(t, lines, 1, "one line on stderr:\n%s", stderr)
 			assert.True(t, strings.HasPrefix(lines[0], "planner: "), lines[0])
-			assert.NotContains(t, lines[0], "planner: planner:")
+			assert.Equal(t, 1, strings.Count(lines[0], "planner: "), "prefixed once: %s", lines[0])
 			for _, w := range tc.want {
 				assert.Contains(t, lines[0], w)
 			}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/correction"
@@ -125,6 +126,9 @@ type Menu struct {
 
 	table   *costmodel.Table
 	factors *correction.Factors
+	// envCell is the one cell NCCL_ALGO and NCCL_PROTO leave, when envPinned.
+	envCell   Cell
+	envPinned bool
 }
 
 // Menu prices a query class.
@@ -133,6 +137,7 @@ func (pl *Planner) Menu(cls Class) (*Menu, error) {
 		return nil, err
 	}
 	m := &Menu{Class: cls, table: pl.table, factors: pl.factors}
+	m.envCell, m.envPinned = envPin(&pl.topo.Env, cls.Coll)
 	rows := capabilities.Support(&pl.topo, cls.Coll, cls.Op, cls.Dtype)
 	for a := costmodel.Algo(0); a < costmodel.NumAlgos; a++ {
 		for p := costmodel.Proto(0); p < costmodel.NumProtos; p++ {
@@ -191,8 +196,35 @@ type Plan struct {
 	Class Class
 	Bytes int64
 	Decision
-	TimeUS  float32
+	// TimeUS is the model's predicted time of the chosen cell (its Explain cell's ModelTimeUS:
+	// the correction applied, no tuner edit), also when the cell was forced.
+	TimeUS float32
+	// CostUS is the cost the argmin saw for the chosen cell, after the tuner's edits (0 when a
+	// tuner forced it).
+	CostUS float32
+	// Forced says what pinned the chosen cell, NotForced when it won on cost.
+	Forced  Forcing
 	Explain Explain
+}
+
+// Forcing says what pinned a plan's cell when the argmin did not choose it on cost.
+type Forcing int
+
+// What can force a plan.
+const (
+	NotForced     Forcing = iota
+	ForcedByEnv           // NCCL_ALGO and NCCL_PROTO together leave this one cell of the collective
+	ForcedByTuner         // the tuner's Force edit, with no later cost edit on the cell
+)
+
+var forcingNames = [...]string{"", "NCCL_ALGO/NCCL_PROTO", "the tuner"}
+
+// String names what forced the plan ("" for NotForced), for "forced by ...".
+func (f Forcing) String() string {
+	if f < 0 || int(f) >= len(forcingNames) {
+		return fmt.Sprintf("Forcing(%d)", int(f))
+	}
+	return forcingNames[f]
 }
 
 // Explain is the whole priced menu behind a plan and what the tuner did to it.
@@ -307,9 +339,10 @@ func (pl *Planner) decide(m *Menu, n int64, edits []Edit) (Decision, float32, er
 	return d, t[a][p], nil
 }
 
-// noAlgorithm is NCCL's warning when the argmin accepts nothing.
+// noAlgorithm is NCCL's warning when the argmin accepts nothing, worded as NCCL words it (no
+// package prefix: commands wrap it where it happened, "stdin:3: no algorithm/protocol ...").
 func (pl *Planner) noAlgorithm(cls Class) error {
-	msg := fmt.Sprintf("planner: no algorithm/protocol available for function %s with datatype %s", cls.Coll, cls.Dtype)
+	msg := fmt.Sprintf("no algorithm/protocol available for function %s with datatype %s", cls.Coll, cls.Dtype)
 	if s := pl.topo.Env.Algo; s.IsSet() {
 		msg += fmt.Sprintf(". NCCL_ALGO was set to %s (%s)", s.Value, s.Source)
 	}
@@ -347,6 +380,16 @@ func (pr *Prepared) Tuner() (name, note string) { return pr.po.name, pr.po.note 
 // report it.
 func (pr *Prepared) TunerErr() error { return pr.po.err }
 
+// Intervals returns a copy of the tuner's validated answer for the class: its size intervals with
+// their edits (none without a tuner, or when the built-in policy replaced a failed one).
+func (pr *Prepared) Intervals() []Interval {
+	out := make([]Interval, len(pr.po.ivs))
+	for i, iv := range pr.po.ivs {
+		out[i] = Interval{Lo: iv.Lo, Hi: iv.Hi, Edits: slices.Clone(iv.Edits)}
+	}
+	return out
+}
+
 // Explain plans one size of a class and explains it: the one-interval case of the tuner's answer.
 func (pl *Planner) Explain(ctx context.Context, cls Class, nBytes int64) (*Plan, error) {
 	pr, err := pl.Prepare(ctx, cls)
@@ -367,8 +410,8 @@ func (pr *Prepared) Explain(nBytes int64) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	plan := &Plan{Class: m.Class, Bytes: nBytes, Decision: d, TimeUS: t,
-		Explain: Explain{Tuner: pr.po.name, TunerNote: pr.po.note, Edits: edits}}
+	plan := &Plan{Class: m.Class, Bytes: nBytes, Decision: d, TimeUS: m.Time(d.Algo, d.Proto, nBytes), CostUS: t,
+		Forced: m.forcing(d.Algo, d.Proto, edits), Explain: Explain{Tuner: pr.po.name, TunerNote: pr.po.note, Edits: edits}}
 	var after [costmodel.NumAlgos][costmodel.NumProtos]float32
 	costs(m, nBytes, edits, &after)
 	for a := costmodel.Algo(0); a < costmodel.NumAlgos; a++ {
@@ -378,6 +421,56 @@ func (pr *Prepared) Explain(nBytes int64) (*Plan, error) {
 		}
 	}
 	return plan, nil
+}
+
+// forcing says what pinned the chosen cell (a, p): the env when NCCL_ALGO and NCCL_PROTO leave it
+// alone in the collective's row, else the tuner when its last cost edit of the cell is a Force.
+func (m *Menu) forcing(a costmodel.Algo, p costmodel.Proto, edits []Edit) Forcing {
+	if m.envPinned && m.envCell == (Cell{a, p}) {
+		return ForcedByEnv
+	}
+	forced := false
+	for _, e := range edits {
+		if e.Cell != (Cell{a, p}) {
+			continue
+		}
+		switch e.Kind {
+		case Force:
+			forced = true
+		case Disable, AddCost, ScaleCost:
+			forced = false
+		}
+	}
+	if forced {
+		return ForcedByTuner
+	}
+	return NotForced
+}
+
+// envPin finds the one cell NCCL_ALGO and NCCL_PROTO leave for coll, when they leave one. The
+// values parsed when the model was built, so a parse error only means no pin.
+func envPin(env *capabilities.Env, coll costmodel.Coll) (Cell, bool) {
+	if !env.Algo.IsSet() && !env.Proto.IsSet() {
+		return Cell{}, false
+	}
+	algoM, err := capabilities.ParseAlgoEnv(env.Algo.Value)
+	if err != nil {
+		return Cell{}, false
+	}
+	protoM, err := capabilities.ParseProtoEnv(env.Proto.Value)
+	if err != nil {
+		return Cell{}, false
+	}
+	var pin Cell
+	n := 0
+	for a := costmodel.Algo(0); a < costmodel.NumAlgos; a++ {
+		for p := costmodel.Proto(0); p < costmodel.NumProtos; p++ {
+			if algoM[coll][a] != 0 && protoM[coll][p] != 0 {
+				pin, n = Cell{a, p}, n+1
+			}
+		}
+	}
+	return pin, n == 1
 }
 
 // Table returns the cost model the menu was priced with.

@@ -29,8 +29,9 @@
 // for that call only. SecureConfig pins the binary's SHA-256 when asked.
 //
 // A policy is a planner.Tuner (optionally an Initializer) built by a Factory from its
-// configuration file; Serve (or RunCommand, which adds -check FILE) makes a binary of it, and
-// TestClient runs it in process over go-plugin's test connection.
+// configuration file; Serve (or RunCommand, which adds -check FILE and a -h documenting the
+// configuration format) makes a binary of it, and TestClient runs it in process over go-plugin's
+// test connection.
 //
 // # NCCL tuner shim
 //

@@ -31,6 +31,8 @@ import (
 	"github.com/collplan/collplan/calibrate"
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/internal/bytesize"
+	"github.com/collplan/collplan/internal/cmdline"
+	"github.com/collplan/collplan/internal/outpath"
 	"github.com/collplan/collplan/node"
 	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/tables"
@@ -48,18 +50,33 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return
-		}
-		fmt.Fprintln(os.Stderr, "calibrate:", err)
-		var ue usageError
-		if errors.As(err, &ue) {
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
+	os.Exit(exitCode(os.Stderr, err))
 }
+
+// exitCode prints err's line to stderr, prefixed "calibrate: " once (the calibrate package's
+// errors already start with it), and returns the status: 0 for nil, 2 for bad input, 1 otherwise.
+func exitCode(stderr io.Writer, err error) int {
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(stderr, cmdline.ErrorLine("calibrate", err))
+	var ue usageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return 1
+}
+
+// doc is the head of -h, above the flags.
+const doc = `usage: calibrate --node NAME (--sweeps DIR|MANIFEST | --run [--quick] | --check DIR) [flags]
+
+Fits the cost model's per-cell latency and bandwidth (and per-bucket bandwidth corrections) to
+measured sweeps, nccl-tests or collbench tables, and writes the fitted overlay NAME.fit.toml that
+planner, collbench and the tuner plugins apply over the node table, with a report of the fit.
+--run measures the sweeps first with collbench (every legal pinned cell and the free choice);
+--check DIR evaluates the overlay at --out against the sweeps in DIR without refitting. Output
+paths (--out, --svg, --sweeps-out) are checked before any work.
+`
 
 // run fits one node table at one node count and writes the overlay and the report; with --run it
 // measures the sweeps first, with --check it evaluates an existing overlay instead of fitting.
@@ -91,8 +108,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	warmup := fs.Int("warmup", 5, "with --run: collbench -w")
 	repeat := fs.Int("repeat", 1, "with --run: run each pinned sweep K times and keep, per size, the minimum time (--quick: 1)")
 	noCorr := fs.Bool("no-corrections", false, "fit latency and bandwidth per cell only, no per-bucket bandwidth corrections")
-	if err := fs.Parse(args); err != nil {
+	if err := cmdline.Parse(fs, args, "calibrate"); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			_, err = io.WriteString(stdout, cmdline.Usage(fs, doc))
 			return err
 		}
 		return usageError{err}
@@ -115,7 +133,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	switch {
 	case fs.NArg() > 0:
-		return usagef("unexpected argument %q", fs.Arg(0))
+		return usageError{cmdline.Hint("calibrate", fmt.Errorf("unexpected argument %q", fs.Arg(0)))}
 	case *node == "":
 		return usagef("--node is required")
 	case !*doRun && (set["quick"] || set["np"] || set["sweeps-out"] || set["collbench"] || set["transport"] || set["colls"] ||
@@ -165,6 +183,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			*out = filepath.Join("tables", n.Name+".fit.toml")
 		}
 	}
+	// Inputs are checked first, then every output, then the work starts.
+	checkOut := func() error { return checkOutputs(*out, !set["out"], *check, *svg, *sweepsOut, *doRun) }
 	if *doRun {
 		gpn := n.Node.GPUsPerNode
 		if *np == 0 {
@@ -196,6 +216,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		bin, err := findCollbench(*collbench)
 		if err != nil {
+			return err
+		}
+		if err := checkOut(); err != nil {
 			return err
 		}
 		dir := *check
@@ -269,6 +292,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if len(pts) == 0 {
 		return usagef("%s: no valid measured point to fit at %d nodes", *sweeps, *nodes)
+	}
+	if !*doRun { // --run checked them before its sweeps
+		if err := checkOut(); err != nil {
+			return err
+		}
 	}
 	if *check != "" {
 		return checkOverlay(ctx, n, *out, *nodes, topo, cfg, prior, menus, pts, *svg, *asJSON, stdout, stderr)
@@ -363,6 +391,38 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return enc.Encode(rep)
 	}
 	return rep.WriteText(stdout)
+}
+
+// checkOutputs checks, before any work, every path the run will write (the overlay at out, the SVG,
+// the sweeps' directory with --run) and, with --check, that the overlay to evaluate can be read.
+// outDefault says out is the default, not the user's.
+func checkOutputs(out string, outDefault bool, check, svg, sweepsOut string, doRun bool) error {
+	outFlag := "--out"
+	if outDefault {
+		outFlag = "--out (the default)"
+	}
+	var errs []error
+	if check != "" {
+		if err := outpath.Readable(outFlag, out); err != nil {
+			errs = append(errs, fmt.Errorf("--check: the overlay to evaluate: %w", err))
+		}
+	} else {
+		errs = append(errs, outpath.File(outFlag, out))
+	}
+	errs = append(errs, outpath.File("--svg", svg))
+	if doRun {
+		if check != "" {
+			errs = append(errs, outpath.Dir("--check", check))
+		} else {
+			errs = append(errs, outpath.Dir("--sweeps-out", sweepsOut))
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return usageError{err}
+		}
+	}
+	return nil
 }
 
 // priorPlanner builds the topology, the planner configuration and the prior planner of table n at

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/internal/outpath"
 	"github.com/collplan/collplan/plugin/shimtable"
 	"github.com/collplan/collplan/tables"
 )
@@ -28,13 +27,13 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	consts := fs.Bool("constants", false, "include the model constants for the v5/v6 init")
 	out := fs.String("o", "", "output file (required)")
 	if err := parseFlags(fs, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
 		return err
 	}
 	if *out == "" {
 		return usagef("-o FILE is required")
+	}
+	if err := outpath.File("-o", *out); err != nil {
+		return usageError{err}
 	}
 	req := shimtable.Request{MaxPipeOps: *pipeOps, K: *ranked, Constants: *consts}
 	var err error

@@ -91,6 +91,8 @@ type planJSON struct {
 	Algo       string                 `json:"algo"`
 	Proto      string                 `json:"proto"`
 	TimeUS     f32                    `json:"time_us"`
+	Forced     bool                   `json:"forced"`
+	ForcedBy   string                 `json:"forced_by,omitempty"`
 	Channels   int                    `json:"channels"`
 	Threads    int                    `json:"threads"`
 	Warps      int                    `json:"warps"`
@@ -102,6 +104,7 @@ type planJSON struct {
 	Edits      []string               `json:"edits"`
 	Menu       []cellJSON             `json:"menu"`
 	Estimated  []string               `json:"estimated_inputs"`
+	forcing    planner.Forcing
 }
 
 func newPlanJSON(s *setup, p *planner.Plan) *planJSON {
@@ -110,6 +113,7 @@ func newPlanJSON(s *setup, p *planner.Plan) *planJSON {
 			Coll: p.Class.Coll.String(), Bytes: p.Bytes, Op: p.Class.Op.String(), Dtype: p.Class.Dtype.String(),
 			PipeOps: p.Class.PipeOps, RegBuff: p.Class.RegBuff},
 		Algo: p.Algo.String(), Proto: p.Proto.String(), TimeUS: f32(p.TimeUS),
+		Forced: p.Forced != planner.NotForced, ForcedBy: forcedBy(p.Forced), forcing: p.Forced,
 		Channels: p.Channels, Threads: p.Threads, Warps: p.Threads / 32,
 		ChunkBytes: p.ChunkBytes, SliceBytes: p.SliceBytes,
 		Env: map[string]settingJSON{}, Tuner: p.Explain.Tuner, TunerNote: p.Explain.TunerNote,
@@ -157,8 +161,8 @@ func writeExplain(w io.Writer, p *planJSON) error {
 	q := p.Query
 	fmt.Fprintf(w, "%s of %d bytes (%s), %s %s, pipe ops %d, on %s (%s, %d ranks)\n",
 		q.Coll, q.Bytes, bytesize.Format(q.Bytes), q.Dtype, q.Op, q.PipeOps, q.Topology, plural(q.NNodes, "node"), q.NRanks)
-	fmt.Fprintf(w, "-> %s/%s  %s us  channels %d  threads %d (%d warps)  chunk %d B  slice %d B\n",
-		p.Algo, p.Proto, num(p.TimeUS, false), p.Channels, p.Threads, p.Warps, p.ChunkBytes, p.SliceBytes)
+	fmt.Fprintf(w, "-> %s/%s  %s us%s  channels %d  threads %d (%d warps)  chunk %d B  slice %d B\n",
+		p.Algo, p.Proto, num(p.TimeUS, false), forcedNote(p.forcing), p.Channels, p.Threads, p.Warps, p.ChunkBytes, p.SliceBytes)
 	fmt.Fprintf(w, "   tuner: %s", p.Tuner)
 	if len(p.Edits) > 0 {
 		fmt.Fprintf(w, "; edits here: %s", strings.Join(p.Edits, ", "))
@@ -196,6 +200,26 @@ func writeExplain(w io.Writer, p *planJSON) error {
 		fmt.Fprintf(w, "\nestimated inputs (no measured or published source): %s\n", strings.Join(p.Estimated, ", "))
 	}
 	return nil
+}
+
+// forcedBy is the JSON forced_by of a plan: "env", "tuner", or "" when it won on cost.
+func forcedBy(f planner.Forcing) string {
+	switch f {
+	case planner.ForcedByEnv:
+		return "env"
+	case planner.ForcedByTuner:
+		return "tuner"
+	}
+	return ""
+}
+
+// forcedNote is the text mark of a forced pick, after a space: " (forced by the tuner)", or ""
+// when it won on cost.
+func forcedNote(f planner.Forcing) string {
+	if f == planner.NotForced {
+		return ""
+	}
+	return " (forced by " + f.String() + ")"
 }
 
 func plural(n int, word string) string {

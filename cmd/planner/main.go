@@ -25,11 +25,11 @@ commands:
   explain   plan one collective call and show the whole priced menu
   query     read queries (CSV or JSON lines) on stdin, write plans on stdout
   map       the winning plan per size over a range, every crossover, optional SVG plot
-  tables    list node tables, or show one: planner tables [NAME]
+  tables    list node tables, or show one: planner tables [--json] [NAME]
   compile   write the decision table of the NCCL tuner shim (docs/tuner-table.md)
   compare   score two tuners against pinned sweeps: each one's pick and regret per size
 
-Run 'planner COMMAND -h' for a command's flags.
+Run 'planner COMMAND -h' (or 'planner help COMMAND') for a command's flags.
 `
 
 func main() {
@@ -37,21 +37,22 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	openTuners.closeAll()
 	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "planner:", err)
-		var ue usageError
-		if errors.As(err, &ue) {
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
+	os.Exit(exitCode(os.Stderr, err))
 }
 
-// run executes one planner command.
+// run executes one planner command. -h prints the command's usage to stdout.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	err := dispatch(ctx, args, stdin, stdout, stderr)
+	var h helpRequest
+	if errors.As(err, &h) {
+		_, err = io.WriteString(stdout, h.usage)
+	}
+	return err
+}
+
+func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return usagef("no command")
+		return usagef("no command (run 'planner -h' for the commands)")
 	}
 	switch args[0] {
 	case "explain":
@@ -67,9 +68,14 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "compare":
 		return runCompare(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
+		if len(args) == 2 && args[0] == "help" {
+			if _, ok := commandDocs[args[1]]; ok {
+				return dispatch(ctx, []string{args[1], "-h"}, stdin, stdout, stderr)
+			}
+			return usagef("help: unknown command %q (run 'planner -h' for the commands)", args[1])
+		}
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
-	fmt.Fprint(stderr, usage)
-	return usagef("unknown command %q", args[0])
+	return usagef("unknown command %q (run 'planner -h' for the commands)", args[0])
 }

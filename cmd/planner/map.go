@@ -6,6 +6,8 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/collplan/collplan/costmodel"
@@ -21,7 +23,7 @@ func runMap(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	c := newCommand("map", stderr, false)
 	minS := c.fs.String("min", "8", "smallest size")
 	maxS := c.fs.String("max", "4G", "largest size")
-	svgPath := c.fs.String("svg", "", "write an SVG plot of predicted time per cell to this file")
+	svgPath := c.outputFile("svg", "write an SVG plot of predicted time per cell to this file")
 	s, cls, pl, help, err := c.parse(args)
 	if help || err != nil {
 		return err
@@ -48,7 +50,7 @@ func runMap(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintf(stdout, "%s %s %s, pipe ops %d, on %s (%s, %d ranks), %s .. %s\n", cls.Coll, cls.Dtype, cls.Op,
 		cls.PipeOps, s.source, plural(s.topo.NNodes, "node"), s.topo.NRanks, bytesize.Format(lo), bytesize.Format(hi))
 	if name, note := pr.Tuner(); name != "" {
-		fmt.Fprintf(stdout, "tuner: %s %s\n", name, note)
+		fmt.Fprintf(stdout, "tuner: %s\n", strings.TrimSpace(name+" "+note))
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "bytes\tsize\tplan\ttime_us\tchannels\tthreads\tchunk\t")
@@ -57,8 +59,8 @@ func runMap(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err != nil {
 			return usageError{err}
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s/%s\t%.2f\t%d\t%d\t%d\t\n", n, bytesize.Format(n), p.Algo, p.Proto, p.TimeUS,
-			p.Channels, p.Threads, p.ChunkBytes)
+		fmt.Fprintf(tw, "%d\t%s\t%s/%s\t%.2f\t%d\t%d\t%d\t%s\n", n, bytesize.Format(n), p.Algo, p.Proto, p.TimeUS,
+			p.Channels, p.Threads, p.ChunkBytes, forcedNote(p.Forced))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -70,12 +72,26 @@ func runMap(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			continue
 		}
 		if e.Algo != prev.Algo || e.Proto != prev.Proto {
-			fmt.Fprintf(stdout, "  %12d B  %s/%s -> %s/%s\n", e.Lo, prev.Algo, prev.Proto, e.Algo, e.Proto)
+			p, err := pr.Explain(e.Lo)
+			if err != nil {
+				return usageError{err}
+			}
+			fmt.Fprintf(stdout, "  %12d B  %s/%s -> %s/%s%s\n", e.Lo, prev.Algo, prev.Proto, e.Algo, e.Proto, forcedNote(p.Forced))
 		}
 		prev = e.Decision
 	}
+	spans, err := forcedSpans(pr, dt, lo, hi)
+	if err != nil {
+		return usageError{err}
+	}
+	if len(spans) > 0 {
+		fmt.Fprintln(stdout, "\nforced (the pick did not win on cost; times are the model's):")
+		for _, sp := range spans {
+			fmt.Fprintf(stdout, "  %s .. %s  %s forced by %s\n", bytesize.Format(sp.lo), bytesize.Format(sp.hi), sp.cell, sp.by)
+		}
+	}
 	if *svgPath != "" {
-		svg, err := plotSVG(pr, lo, hi, fmt.Sprintf("%s %s on %s", cls.Coll, cls.Dtype, s.source))
+		svg, err := plotSVG(pr, lo, hi, spans, fmt.Sprintf("%s %s on %s", cls.Coll, cls.Dtype, s.source))
 		if err != nil {
 			return usageError{err}
 		}
@@ -85,6 +101,55 @@ func runMap(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stdout, "\nwrote %s\n", *svgPath)
 	}
 	return nil
+}
+
+// forcedSpan is a run of sizes [lo, hi] (both included) whose pick, cell, was forced by by.
+type forcedSpan struct {
+	lo, hi int64
+	cell   planner.Cell
+	by     planner.Forcing
+}
+
+// forcedSpans lists the maximal runs of sizes in [lo, hi] whose pick was forced, one cell and one
+// forcing each. Forcing can change only where the decision does (the table's entries) or where the
+// tuner's edits do (its interval edges), so one plan per piece between those edges decides.
+func forcedSpans(pr *planner.Prepared, dt *planner.DecisionTable, lo, hi int64) ([]forcedSpan, error) {
+	edges := []int64{lo}
+	add := func(b int64) {
+		if b > lo && b <= hi {
+			edges = append(edges, b)
+		}
+	}
+	for _, e := range dt.Entries() {
+		add(e.Lo)
+	}
+	for _, iv := range pr.Intervals() {
+		add(iv.Lo)
+		add(iv.Hi)
+	}
+	slices.Sort(edges)
+	edges = slices.Compact(edges)
+	var out []forcedSpan
+	for i, b := range edges {
+		end := hi
+		if i+1 < len(edges) {
+			end = edges[i+1] - 1
+		}
+		p, err := pr.Explain(b)
+		if err != nil {
+			return nil, err
+		}
+		if p.Forced == planner.NotForced {
+			continue
+		}
+		cell := planner.Cell{Algo: p.Algo, Proto: p.Proto}
+		if k := len(out) - 1; k >= 0 && out[k].hi == b-1 && out[k].cell == cell && out[k].by == p.Forced {
+			out[k].hi = end
+			continue
+		}
+		out = append(out, forcedSpan{lo: b, hi: end, cell: cell, by: p.Forced})
+	}
+	return out, nil
 }
 
 // sizesPow2 lists lo, the powers of two in (lo, hi), and hi.
@@ -101,9 +166,12 @@ func sizesPow2(lo, hi int64) []int64 {
 	return out
 }
 
+// forcedFill shades the forced spans of the map's SVG.
+const forcedFill = "#fdd49e"
+
 // plotSVG draws log2(bytes) against log10(time_us) for every legal cell, sampled 16 times an
-// octave, with the argmin drawn over them.
-func plotSVG(pr *planner.Prepared, lo, hi int64, title string) (string, error) {
+// octave, with the argmin drawn over them and the forced spans shaded behind.
+func plotSVG(pr *planner.Prepared, lo, hi int64, forced []forcedSpan, title string) (string, error) {
 	const w, h, mr = 960.0, 600.0, 190.0
 	var xs []int64
 	for x := math.Log2(float64(lo)); ; x += 1.0 / 16 {
@@ -159,6 +227,16 @@ func plotSVG(pr *planner.Prepared, lo, hi int64, title string) (string, error) {
 	}
 	x0, x1 := math.Log2(float64(lo)), math.Log2(float64(hi))
 	p := svgplot.New(title, w, h, mr, x0, x1, ymin, ymax, 2)
+	var forcings []planner.Forcing // in the order first seen, for the legend
+	for _, sp := range forced {
+		// The span covers [lo, hi+1) on the size axis, at least 2 px wide, behind the curves.
+		xa, xb := p.X(math.Log2(float64(sp.lo))), p.X(math.Log2(float64(min(sp.hi+1, hi))))
+		p.Raw(`<rect x="%.1f" y="%g" width="%.1f" height="%g" fill="%s" opacity="0.45"><title>%s forced by %s</title></rect>`+"\n",
+			xa, p.MT, math.Max(xb-xa, 2), h-p.MT-p.MB, forcedFill, svgplot.Escape(sp.cell.String()), svgplot.Escape(sp.by.String()))
+		if !slices.Contains(forcings, sp.by) {
+			forcings = append(forcings, sp.by)
+		}
+	}
 	for i, s := range all {
 		c := svgplot.Colors[i%len(svgplot.Colors)]
 		p.Polyline(s.pts, c, 1.5, `stroke-dasharray="5,3"`)
@@ -168,5 +246,10 @@ func plotSVG(pr *planner.Prepared, lo, hi int64, title string) (string, error) {
 	p.Polyline(best.pts, "black", 3.5, `opacity="0.55"`)
 	p.Raw(`<line x1="%g" x2="%g" y1="%d" y2="%d" stroke="black" stroke-width="3.5" opacity="0.55"/><text x="%g" y="%d">argmin (pick)</text>`+"\n",
 		w-mr+10, w-mr+30, 50+18*len(all), 50+18*len(all), w-mr+35, 54+18*len(all))
+	for i, by := range forcings {
+		y := 50 + 18*(len(all)+1+i)
+		p.Raw(`<rect x="%g" y="%d" width="20" height="10" fill="%s" opacity="0.45"/><text x="%g" y="%d">forced by %s</text>`+"\n",
+			w-mr+10, y-5, forcedFill, w-mr+35, y+4, svgplot.Escape(by.String()))
+	}
 	return p.String("message size (model nBytes)"), nil
 }

@@ -1,8 +1,7 @@
 package main
 
 import (
-	"errors"
-	"flag"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -12,40 +11,86 @@ import (
 	"github.com/collplan/collplan/tables"
 )
 
-// runTables lists the embedded node tables, or shows one.
+// tableJSON is one node table in planner tables --json: the list's columns; file and sources
+// only when one table is shown.
+type tableJSON struct {
+	Name              string            `json:"name"`
+	GPU               string            `json:"gpu"`
+	GPUsPerNode       int               `json:"gpus_per_node"`
+	ComputeCapability int               `json:"compute_capability"`
+	CPUArch           string            `json:"cpu_arch"`
+	CPUVendor         string            `json:"cpu_vendor"`
+	NVLS              bool              `json:"nvls"`
+	EstimatedInputs   int               `json:"estimated_inputs"`
+	Overlay           string            `json:"overlay"`
+	File              string            `json:"file,omitempty"`
+	Sources           map[string]string `json:"sources,omitempty"`
+}
+
+func newTableJSON(n *tables.Node) tableJSON {
+	return tableJSON{Name: n.Name, GPU: n.Node.GPU, GPUsPerNode: n.Node.GPUsPerNode,
+		ComputeCapability: n.Node.ComputeCapability, CPUArch: n.Node.CPUArch, CPUVendor: n.Node.CPUVendor,
+		NVLS: n.Node.NVLSSupport, EstimatedInputs: len(n.Estimated()), Overlay: n.Overlay}
+}
+
+// runTables lists the embedded node tables, or shows one; --json prints them as JSON. The name
+// may come before or after the flags.
 func runTables(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("tables", stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return usageError{err}
+	asJSON := fs.Bool("json", false, "print JSON: the list as one array of objects, or NAME's table as one object")
+	if err := parseQuiet(fs, args); err != nil {
+		return err
 	}
-	switch fs.NArg() {
-	case 0:
-		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "name\tgpu\tgpus/node\tcc\tcpu\tnvls\testimated inputs\toverlay")
-		for _, name := range tables.Names() {
-			n, err := tables.Load(name)
-			if err != nil {
-				return err
-			}
-			nv := "no"
-			if n.Node.NVLSSupport {
-				nv = "yes"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s/%s\t%s\t%d\t%s\n", name, n.Node.GPU, n.Node.GPUsPerNode,
-				n.Node.ComputeCapability, n.Node.CPUArch, n.Node.CPUVendor, nv, len(n.Estimated()), orDash(n.Overlay))
+	var names []string
+	for rest := fs.Args(); len(rest) > 0; rest = fs.Args() {
+		names = append(names, rest[0])
+		if err := parseQuiet(fs, rest[1:]); err != nil {
+			return err
 		}
-		return tw.Flush()
-	case 1:
-		n, err := tables.Load(fs.Arg(0))
+	}
+	if len(names) > 1 {
+		return flagError("tables", fmt.Errorf("at most one table name, got %q", names))
+	}
+	if len(names) == 1 {
+		n, err := tables.Load(names[0])
 		if err != nil {
 			return usageError{err}
 		}
+		if *asJSON {
+			tj := newTableJSON(n)
+			tj.File, tj.Sources = n.File, n.Sources
+			return writeJSON(stdout, tj)
+		}
 		return showTable(stdout, n)
 	}
-	return usagef("tables takes at most one table name")
+	var list []tableJSON
+	for _, name := range tables.Names() {
+		n, err := tables.Load(name)
+		if err != nil {
+			return err
+		}
+		list = append(list, newTableJSON(n))
+	}
+	if *asJSON {
+		return writeJSON(stdout, list)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "name\tgpu\tgpus/node\tcc\tcpu\tnvls\testimated inputs\toverlay")
+	for _, t := range list {
+		nv := "no"
+		if t.NVLS {
+			nv = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s/%s\t%s\t%d\t%s\n", t.Name, t.GPU, t.GPUsPerNode,
+			t.ComputeCapability, t.CPUArch, t.CPUVendor, nv, t.EstimatedInputs, orDash(t.Overlay))
+	}
+	return tw.Flush()
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 func orDash(s string) string {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/internal/bytesize"
+	"github.com/collplan/collplan/internal/outpath"
 	"github.com/collplan/collplan/node"
 	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/plugin"
@@ -179,23 +180,22 @@ func parseBytes(name, s string) (int64, error) {
 	return n, nil
 }
 
-// newFlagSet returns a flag set that reports errors to stderr and never exits.
+// newFlagSet returns a flag set of planner NAME that never exits; parseFlags parses it quietly.
+// Its output, stderr, is where commands log (a tuner's lines).
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	return fs
 }
 
-// parseFlags parses and rejects stray arguments.
+// parseFlags parses and rejects stray arguments: -h is a helpRequest, a bad flag or argument one
+// usage error line.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return err
-		}
-		return usageError{err}
+	if err := parseQuiet(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
+		return flagError(fs.Name(), fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	}
 	return nil
 }
@@ -218,6 +218,22 @@ type command struct {
 	fs *flag.FlagSet
 	tf topoFlags
 	cf classFlags
+	// outFiles are the command's output file flags, checked right after parsing.
+	outFiles []outFlag
+}
+
+// outFlag is an output file flag: its name and where its value lands.
+type outFlag struct {
+	name string
+	path *string
+}
+
+// outputFile registers the string flag name as an output file: parse checks that it can be written
+// (internal/outpath) before building anything.
+func (c *command) outputFile(name, usage string) *string {
+	p := c.fs.String(name, "", usage)
+	c.outFiles = append(c.outFiles, outFlag{name, p})
+	return p
 }
 
 func newCommand(name string, stderr io.Writer, withBytes bool) *command {
@@ -228,13 +244,16 @@ func newCommand(name string, stderr io.Writer, withBytes bool) *command {
 }
 
 // parse parses args and builds the topology, the default class and the planner. help is true
-// (with no error) when -h was asked for.
+// when -h was asked for; err is then the helpRequest, which run prints.
 func (c *command) parse(args []string) (s *setup, cls planner.Class, pl *planner.Planner, help bool, err error) {
 	if err = parseFlags(c.fs, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, cls, nil, true, nil
+		var h helpRequest
+		return nil, cls, nil, errors.As(err, &h), err
+	}
+	for _, o := range c.outFiles {
+		if err = outpath.File("--"+o.name, *o.path); err != nil {
+			return nil, cls, nil, false, usageError{err}
 		}
-		return nil, cls, nil, false, err
 	}
 	if s, err = c.tf.build(c.fs); err != nil {
 		return nil, cls, nil, false, err

@@ -23,6 +23,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -37,6 +39,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/collplan/collplan/internal/cmdline"
 	"github.com/collplan/collplan/plugin"
 	pb "github.com/collplan/collplan/plugin/proto"
 )
@@ -44,16 +47,38 @@ import (
 // EnvFault selects the personality, winning over the configuration file.
 const EnvFault = "COLLPLAN_TUNER_FAULT"
 
+// usage is -h: what the binary is and its configuration.
+const usage = `usage: tuner-fault
+
+tuner-fault is a test-only collplan tuner plugin that misbehaves on purpose; the planner starts it
+(planner explain --tuner fault --tuner-config FILE ...). It takes no flags or arguments.
+
+configuration: the first word of the --tuner-config file is the personality, for example a file
+holding the one line
+
+  panic
+
+(COLLPLAN_TUNER_FAULT wins over the file; it is the only way to select nohandshake). Personalities:
+ok, panic, sleep, garbage, exit, exitonce, illegal, disableall, badinit, badconfig, nohandshake;
+what each does: go doc github.com/collplan/collplan/cmd/tuner-fault (cmd/tuner-fault/main.go).
+`
+
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "tuner-fault:", err)
-		os.Exit(1)
-	}
+	err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)
+	os.Exit(plugin.ExitStatus(os.Stderr, "tuner-fault", err))
 }
 
-func run(_ context.Context, args []string, _, stderr io.Writer) error {
-	if len(args) > 0 {
-		return fmt.Errorf("takes no arguments; the planner starts it (--tuner fault --tuner-config FILE)")
+func run(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tuner-fault", flag.ContinueOnError)
+	if err := cmdline.Parse(fs, args, "tuner-fault"); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			_, err = io.WriteString(stdout, usage)
+			return err
+		}
+		return plugin.UsageError{Err: err}
+	}
+	if fs.NArg() > 0 {
+		return plugin.UsageError{Err: cmdline.Hint("tuner-fault", fmt.Errorf("unexpected argument %q", fs.Arg(0)))}
 	}
 	if os.Getenv(EnvFault) == "nohandshake" {
 		fmt.Fprintln(stderr, "tuner-fault: never completing the handshake")

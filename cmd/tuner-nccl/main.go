@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 
@@ -14,13 +13,19 @@ import (
 	"github.com/collplan/collplan/plugin/policy/nccl"
 )
 
+// configDoc is the configuration format, printed by -h.
+const configDoc = `configuration: none (give no --tuner-config, and no -check FILE): the policy decides as stock NCCL
+2.30 does, with no edits, and hands the host NCCL's default constants and corrections at init:
+
+  planner explain --node h200 --coll allreduce --bytes 1M --tuner nccl
+
+See go doc github.com/collplan/collplan/plugin/policy/nccl.`
+
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "tuner-nccl:", err)
-		os.Exit(1)
-	}
+	err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)
+	os.Exit(plugin.ExitStatus(os.Stderr, "tuner-nccl", err))
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return plugin.RunCommand(ctx, "tuner-nccl", nccl.New, args, stdout, stderr)
+	return plugin.RunCommand(ctx, "tuner-nccl", configDoc, nccl.New, args, stdout, stderr)
 }

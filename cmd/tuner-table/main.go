@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"os"
 
@@ -14,13 +13,21 @@ import (
 	"github.com/collplan/collplan/plugin/policy/table"
 )
 
+// configDoc is the configuration format, printed by -h.
+const configDoc = `configuration: the path of a node table TOML file, read as 'planner --table FILE' reads it (its
+fitted overlay FILE.fit.toml beside it applied); the host then decides as a planner over that
+table would. For example, with the repository's h100 table:
+
+  planner explain --node h100 --bytes 1M --tuner table --tuner-config tables/h100.toml
+
+The schema: tables/schema.go (go doc github.com/collplan/collplan/tables Node); the embedded
+tables, tables/*.toml, are examples ('planner tables NAME' shows one with each number's source).`
+
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "tuner-table:", err)
-		os.Exit(1)
-	}
+	err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)
+	os.Exit(plugin.ExitStatus(os.Stderr, "tuner-table", err))
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return plugin.RunCommand(ctx, "tuner-table", table.New, args, stdout, stderr)
+	return plugin.RunCommand(ctx, "tuner-table", configDoc, table.New, args, stdout, stderr)
 }

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/collplan/collplan/internal/cmdline"
+)
+
+// commandDocs is each command's usage line and what it does, printed above its flags by -h.
+var commandDocs = map[string]string{
+	"explain": `usage: planner explain (--node NAME | --table FILE | --topology FILE) --bytes SIZE [flags]
+
+Plans one collective call the way NCCL 2.30 does and shows the work: the pick (algorithm, protocol,
+the model's time, channels, threads, chunk; "forced by ..." when NCCL_ALGO/NCCL_PROTO or the tuner
+pinned it) and every cell of the priced menu with its latency, bandwidth, correction and cost, or
+why it is not legal. --json prints the same as one JSON object (README.md lists its fields).
+`,
+	"query": `usage: planner query (--node NAME | --table FILE | --topology FILE) [flags] < QUERIES
+
+Answers a stream of queries on stdin, one a line: CSV "coll,bytes[,op[,dtype[,pipe_ops]]]" answered
+with a CSV row (a header line starting with "coll" is skipped), or a JSON object such as
+{"coll":"allreduce","bytes":"1MiB"} answered with a JSON line. Fields a line leaves out take the
+--coll, --op, --dtype, --pipe-ops and --reg-buff flags. A bad line stops with an error naming it.
+`,
+	"map": `usage: planner map (--node NAME | --table FILE | --topology FILE) [--min SIZE] [--max SIZE] [--svg FILE]
+
+Prints the plan at each power of two in [--min, --max], every crossover (the exact first size of a
+new plan) and the spans whose plan was forced; --svg FILE also plots every legal cell's predicted
+time with the pick traced and the forced spans shaded.
+`,
+	"tables": `usage: planner tables [--json] [NAME]
+
+Lists the embedded node tables: name, GPU, GPUs per node, compute capability, CPU arch/vendor,
+NVLS, how many inputs are estimates, and the fitted overlay applied (- for none).
+planner tables NAME shows one table: its node facts, scales and graphs, and each number's source.
+
+--json prints the list as one JSON array of objects with the list's columns (name, gpu,
+gpus_per_node, compute_capability, cpu_arch, cpu_vendor, nvls, estimated_inputs, overlay; overlay
+"" for none), or with NAME that table as one such object with its file and sources (each number's
+dotted key and source tag) added.
+`,
+	"compile": `usage: planner compile (--node NAME | --table FILE | --topology FILE) -o FILE [flags]
+
+Writes the decision table the NCCL tuner shim (libnccl-tuner-collplan.so) reads: every shape of a
+node table's grid (or the one topology) priced ahead of time (docs/tuner-table.md).
+`,
+	"compare": `usage: planner compare (--node NAME | --table FILE | --topology FILE) --sweeps DIR [--a T] [--b T]
+
+Scores two tuners against pinned sweeps (nccl-tests or collbench tables, sweeps.toml manifests):
+each one's pick per measured size, the measured time of that pick and its regret against the
+fastest measured cell.
+`,
+}
+
+// helpRequest is -h or --help: run prints usage, the command's usage and flags, to stdout and
+// succeeds.
+type helpRequest struct{ usage string }
+
+func (h helpRequest) Error() string { return "help requested" }
+
+// usageText is a flag set's -h output: its command's doc, then its flags.
+func usageText(fs *flag.FlagSet) string {
+	doc, ok := commandDocs[fs.Name()]
+	if !ok {
+		doc = fmt.Sprintf("usage: planner %s [flags]\n", fs.Name())
+	}
+	return cmdline.Usage(fs, doc)
+}
+
+// parseQuiet parses args with fs printing nothing (the flag package would print the whole usage
+// on an error): -h becomes a helpRequest, a parse error one usage error line with the hint.
+func parseQuiet(fs *flag.FlagSet, args []string) error {
+	err := cmdline.Parse(fs, args, "planner "+fs.Name())
+	if errors.Is(err, flag.ErrHelp) {
+		return helpRequest{usageText(fs)}
+	}
+	if err != nil {
+		return usageError{fmt.Errorf("%s: %w", fs.Name(), err)}
+	}
+	return nil
+}
+
+// flagError is a bad command line of planner NAME: one line, with where to read the flags.
+func flagError(name string, err error) error {
+	return usageError{cmdline.Hint("planner "+name, fmt.Errorf("%s: %w", name, err))}
+}
+
+// exitCode prints err's line to stderr, prefixed "planner: " once (the planner package's errors
+// already start with it), and returns the status: 0 for nil, 2 for bad input (a usageError), 1
+// otherwise.
+func exitCode(stderr io.Writer, err error) int {
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(stderr, cmdline.ErrorLine("planner", err))
+	var ue usageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return 1
+}

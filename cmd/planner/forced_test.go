@@ -114,7 +114,8 @@ func TestQueryForced(t *testing.T) {
 		var got float64
 		if i == 1 {
 			f := strings.Split(lines[i], ",")
-			require.Len(t, f, 12, lines[i])
+			require.Len(t, f, 13, lines[i])
+			assert.Equal(t, "rules", f[12], "the policy column")
 			assert.Equal(t, "RING,SIMPLE", f[5]+","+f[6])
 			got, err = strconv.ParseFloat(f[7], 64)
 			require.NoError(t, err)

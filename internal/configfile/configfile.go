@@ -2,7 +2,8 @@
 // topology files, sweep manifests, tuner policy files) with limits: a file is at most MaxBytes,
 // and a TOML document nests no deeper than its schema does, checked before the TOML decoder sees
 // it. BurntSushi/toml's time and memory grow with the square of the nesting of inline tables,
-// dotted keys and table headers: 18,000 nested inline tables (72 KB) ran out of 8 GB.
+// dotted keys and table headers: 8,000 nested inline tables (32 KB) took it 10 s and 7 GB of
+// allocations, and 18,000 (72 KB) did not fit in 8 GB of address space.
 package configfile
 
 import (

@@ -89,7 +89,7 @@ func Load(name string) (*Node, error) {
 }
 
 // LoadFile decodes a table from disk. When a sibling BASENAME.fit.toml exists on disk beside it, that
-// overlay is applied on top.
+// overlay is applied on top. A file over configfile.MaxBytes (4 MiB) is an error naming it.
 func LoadFile(p string) (*Node, error) {
 	if strings.HasSuffix(p, overlaySuffix) {
 		return nil, fmt.Errorf("tables: %s is a fitted overlay; load its base table instead", p)
@@ -115,7 +115,9 @@ func LoadFile(p string) (*Node, error) {
 
 // Decode strictly decodes one table (no overlay). Every key outside the schema, every type mismatch
 // and every value out of range is an error naming the file and the key (and the line when known).
-// Node.Name is the file's base name without ".toml"; Node.Sources holds the source tags.
+// Node.Name is the file's base name without ".toml"; Node.Sources holds the source tags. Text over
+// configfile.MaxBytes (4 MiB) or nested deeper than MaxDepth is refused before it is decoded (the
+// nesting error names the line); so is such an overlay in ApplyOverlay.
 func Decode(file string, data []byte) (*Node, error) {
 	n, sc, err := decodeStrict(file, data)
 	if err != nil {

@@ -58,10 +58,7 @@ type GraphLine struct {
 // rejected: the error is then a Problems value naming each file and line, and the result still
 // holds every line that parsed. Other errors come from r.
 func ParseGraphs(file string, r io.Reader) ([]GraphLine, error) {
-	lines, _, err := readLogLines(file, r)
-	if err != nil {
-		return nil, err
-	}
+	lr := &logReader{file: file, r: r}
 	type source struct {
 		ordinal int
 		comm    int
@@ -72,7 +69,7 @@ func ParseGraphs(file string, r io.Reader) ([]GraphLine, error) {
 		probs   Problems
 		sources = map[string]*source{}
 	)
-	for _, l := range lines {
+	for l := range lr.lines() {
 		nl, ok := parseNCCLLine(l.text)
 		if !ok || nl.level != "INFO" || !strings.HasPrefix(nl.msg, "Pattern ") {
 			continue
@@ -101,6 +98,9 @@ func ParseGraphs(file string, r io.Reader) ([]GraphLine, error) {
 		}
 		g.Graph, g.Comm = name, src.comm
 		out = append(out, g)
+	}
+	if lr.err != nil {
+		return nil, lr.err
 	}
 	return out, probs.errOrNil()
 }

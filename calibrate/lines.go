@@ -1,18 +1,18 @@
 package calibrate
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
-)
 
-// maxLineBytes bounds one physical line; a longer line is an error that names it.
-const maxLineBytes = 1 << 20
+	"github.com/collplan/collplan/internal/linescan"
+)
 
 // logLine is one logical line: launcher prefixes removed and the pieces of a split row joined.
 type logLine struct {
@@ -32,79 +32,118 @@ type pendingPiece struct {
 	line int
 	rank int
 	text strings.Builder
+	done bool // its line has been emitted
 }
 
-// readLogLines reads r to the end and returns its logical lines and the number of physical lines.
+// logReader reads the logical lines of one input as a stream (lines), holding only the lines whose
+// place in the order is not known yet. A physical line longer than linescan.MaxBytes is an error.
+type logReader struct {
+	file string
+	r    io.Reader
+	phys int   // physical lines read so far
+	err  error // once lines has returned: the read error, or a Problem naming a line that is too long
+}
+
+// lines yields the logical lines of lr.r in the order of the physical line where each starts (in
+// the order they end, among those that start on one line). It stops early when lr.r fails or a
+// line is too long; lr.err says so after the loop.
 //
 // mpirun --tag-output prefixes every chunk it forwards, so one physical line may hold several
 // prefixed pieces, and a piece that is not the last on its physical line had no newline yet: it is
 // the start of a line that the same rank's next piece continues. Pieces are concatenated exactly
 // (a chunk may end in the middle of a number). Text before the first prefix is a line of its own.
-// srun --label's "N: " is removed from the start of each logical line.
-func readLogLines(file string, r io.Reader) ([]logLine, int, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64*1024), maxLineBytes)
-	var (
-		out     []logLine
-		pending = map[string]*pendingPiece{}
-		phys    int
-	)
-	emit := func(line, rank int, text string) {
-		if m := srunRE.FindStringSubmatchIndex(text); m != nil {
-			if rank < 0 {
-				rank, _ = strconv.Atoi(text[m[2]:m[3]])
+// srun --label's "N: " is removed from the start of each logical line. A line is yielded once no
+// unfinished piece starts before it; the pieces still unfinished at the end follow, in order.
+func (lr *logReader) lines() iter.Seq[logLine] {
+	return func(yield func(logLine) bool) {
+		var (
+			held    []logLine                    // emitted, not yet yielded: sorted by line, stably
+			pending = map[string]*pendingPiece{} // by tag
+			open    []*pendingPiece              // pieces in order of their line; done ones are skipped
+		)
+		emit := func(line, rank int, text string) {
+			if m := srunRE.FindStringSubmatchIndex(text); m != nil {
+				if rank < 0 {
+					rank, _ = strconv.Atoi(text[m[2]:m[3]])
+				}
+				text = text[m[1]:]
 			}
-			text = text[m[1]:]
+			i := sort.Search(len(held), func(i int) bool { return held[i].line > line })
+			held = slices.Insert(held, i, logLine{line: line, text: text, rank: rank})
 		}
-		out = append(out, logLine{line: line, text: text, rank: rank})
-	}
-	for sc.Scan() {
-		phys++
-		s := strings.TrimRight(sc.Text(), "\r")
-		locs := tagRE.FindAllStringSubmatchIndex(s, -1)
-		if locs == nil {
-			emit(phys, -1, s)
-			continue
-		}
-		if pre := s[:locs[0][0]]; strings.TrimSpace(pre) != "" {
-			emit(phys, -1, pre)
-		}
-		for i, m := range locs {
-			key := s[m[0]:m[1]]
-			end := len(s)
-			if i+1 < len(locs) {
-				end = locs[i+1][0]
+		// flush yields the held lines that no unfinished piece can come before (all, at the end);
+		// false when the consumer has stopped.
+		flush := func(all bool) bool {
+			for len(open) > 0 && open[0].done {
+				open = open[1:]
 			}
-			p := pending[key]
-			if p == nil {
-				rank, _ := strconv.Atoi(s[m[4]:m[5]])
-				p = &pendingPiece{line: phys, rank: rank}
-				pending[key] = p
+			n := len(held)
+			if len(open) > 0 && !all {
+				first := open[0].line
+				n = sort.Search(len(held), func(i int) bool { return held[i].line > first })
 			}
-			p.text.WriteString(s[m[1]:end])
-			if i == len(locs)-1 {
+			for _, l := range held[:n] {
+				if !yield(l) {
+					return false
+				}
+			}
+			held = held[n:]
+			return true
+		}
+		sc := linescan.New(lr.file, lr.r)
+		for sc.Scan() {
+			lr.phys = sc.Line()
+			s := strings.TrimRight(sc.Text(), "\r")
+			locs := tagRE.FindAllStringSubmatchIndex(s, -1)
+			if locs == nil {
+				emit(lr.phys, -1, s)
+			} else {
+				if pre := s[:locs[0][0]]; strings.TrimSpace(pre) != "" {
+					emit(lr.phys, -1, pre)
+				}
+				for i, m := range locs {
+					key := s[m[0]:m[1]]
+					end := len(s)
+					if i+1 < len(locs) {
+						end = locs[i+1][0]
+					}
+					p := pending[key]
+					if p == nil {
+						rank, _ := strconv.Atoi(s[m[4]:m[5]])
+						p = &pendingPiece{line: lr.phys, rank: rank}
+						pending[key] = p
+						open = append(open, p)
+					}
+					p.text.WriteString(s[m[1]:end])
+					if i == len(locs)-1 {
+						emit(p.line, p.rank, p.text.String())
+						p.done = true
+						delete(pending, key)
+					}
+				}
+			}
+			if !flush(false) {
+				return
+			}
+		}
+		if err := sc.Err(); err != nil {
+			var le *linescan.LongLineError
+			if errors.As(err, &le) {
+				lr.err = Problem{File: lr.file, Line: le.Line, Msg: fmt.Sprintf("line longer than %d bytes", le.Max)}
+			} else {
+				lr.err = fmt.Errorf("calibrate: %s: %w", lr.file, err)
+			}
+			return
+		}
+		// Pieces still waiting at the end of the input: the run was cut off mid-line.
+		for _, p := range open {
+			if !p.done {
 				emit(p.line, p.rank, p.text.String())
-				delete(pending, key)
 			}
 		}
+		open = nil
+		flush(true)
 	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, phys, Problem{File: file, Line: phys + 1, Msg: fmt.Sprintf("line longer than %d bytes", maxLineBytes)}
-		}
-		return nil, phys, fmt.Errorf("calibrate: %s: %w", file, err)
-	}
-	// Pieces still waiting at the end of the input: the run was cut off mid-line.
-	rest := make([]*pendingPiece, 0, len(pending))
-	for _, p := range pending {
-		rest = append(rest, p)
-	}
-	sort.Slice(rest, func(i, j int) bool { return rest[i].line < rest[j].line })
-	for _, p := range rest {
-		emit(p.line, p.rank, p.text.String())
-	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].line < out[j].line })
-	return out, phys, nil
 }
 
 // ncclLine is the message of an NCCL debug line and where it came from.

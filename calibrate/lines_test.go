@@ -2,13 +2,29 @@ package calibrate
 
 import (
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"testing/iotest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/collplan/collplan/internal/linescan"
 )
+
+// readLogLines collects a logReader's lines, its physical line count and its error.
+func readLogLines(file string, r io.Reader) ([]logLine, int, error) {
+	lr := &logReader{file: file, r: r}
+	var out []logLine
+	for l := range lr.lines() {
+		out = append(out, l)
+	}
+	if lr.err != nil {
+		return nil, lr.phys, lr.err
+	}
+	return out, lr.phys, nil
+}
 
 func TestReadLogLines(t *testing.T) {
 	tests := []struct {
@@ -37,8 +53,8 @@ func TestReadLogLines(t *testing.T) {
 	}
 	_, _, err := readLogLines("f", iotest.ErrReader(errors.New("disk on fire")))
 	assert.EqualError(t, err, "calibrate: f: disk on fire")
-	_, n, err := readLogLines("f", strings.NewReader("ok\n"+strings.Repeat("x", maxLineBytes+10)))
-	assert.EqualError(t, err, "f:2: line longer than 1048576 bytes")
+	_, n, err := readLogLines("f", strings.NewReader("ok\n"+strings.Repeat("x", linescan.MaxBytes+10)))
+	assert.EqualError(t, err, "f:2: line longer than 16777216 bytes")
 	assert.Equal(t, 1, n)
 }
 
@@ -70,4 +86,48 @@ func TestProblems(t *testing.T) {
 	assert.NoError(t, Problems(nil).errOrNil())
 	var target Problems
 	assert.True(t, errors.As(ps.errOrNil(), &target))
+}
+
+// TestLogLineLength: a sweep or log line of up to 16 MiB is read; a longer one is a Problem naming
+// the file and the line.
+func TestLogLineLength(t *testing.T) {
+	const mib = 1 << 20
+	for _, n := range []int{2 * mib, 16 * mib} {
+		got, nphys, err := readLogLines("f", strings.NewReader("ok\n"+strings.Repeat("x", n)+"\nend\n"))
+		require.NoError(t, err, "a line of %d bytes", n)
+		assert.Equal(t, 3, nphys)
+		require.Len(t, got, 3)
+		assert.Len(t, got[1].text, n)
+		assert.Equal(t, logLine{line: 3, text: "end", rank: -1}, got[2])
+	}
+	_, _, err := readLogLines("f", strings.NewReader("ok\n\n"+strings.Repeat("x", 16*mib+1)+"\nend\n"))
+	require.Error(t, err)
+	assert.Equal(t, "f:3: line longer than 16777216 bytes", err.Error())
+}
+
+// TestLogLinesStream: lines are yielded as they are read, before the input ends (here, before it
+// fails); a line whose place depends on an unfinished piece waits for it.
+func TestLogLinesStream(t *testing.T) {
+	boom := errors.New("disk on fire")
+	in := io.MultiReader(strings.NewReader("a\n[1,0]<stdout>:x[1,1]<stdout>:y\nb\n[1,0]<stdout>:z\nc\n[1,2]<stdout>:w[1,1]<stdout>:v\nd\n"),
+		iotest.ErrReader(boom))
+	lr := &logReader{file: "f", r: in}
+	var got []logLine
+	for l := range lr.lines() {
+		got = append(got, l)
+	}
+	assert.Equal(t, []logLine{{1, "a", -1}, {2, "y", 1}, {2, "xz", 0}, {3, "b", -1}, {5, "c", -1}, {6, "v", 1}},
+		got, "all but d and the unfinished w of line 6 (d must follow it)")
+	assert.EqualError(t, lr.err, "calibrate: f: disk on fire")
+	assert.Equal(t, 7, lr.phys)
+
+	// A consumer that stops early stops the reading.
+	lr = &logReader{file: "f", r: strings.NewReader("a\nb\nc\n")}
+	for l := range lr.lines() {
+		if l.text == "b" {
+			break
+		}
+	}
+	assert.Equal(t, 2, lr.phys)
+	assert.NoError(t, lr.err)
 }

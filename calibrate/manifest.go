@@ -13,6 +13,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/internal/configfile"
 )
 
 // ManifestName is the manifest LoadSweeps looks for in a directory.
@@ -52,24 +53,40 @@ type ManifestEntry struct {
 
 var manifestKeys = []string{"file", "algo", "proto", "coll", "nodes", "gpus_per_node", "nccl_version", "note"}
 
-// LoadManifest reads and decodes the manifest at path (see DecodeManifest).
+// manifestMaxDepth is how deeply a manifest may nest (as configfile.CheckTOML counts): the schema's
+// paths are sweep[i].key, 3 levels, and one level of slack because the text is decoded into a
+// free-form map and its shape checked here, so that one level too deep (note = ["x"]) gets the
+// error naming the key.
+const manifestMaxDepth = 3 + 1
+
+// LoadManifest reads and decodes the manifest at path (see DecodeManifest). A file over
+// configfile.MaxBytes (4 MiB) is an error.
 func LoadManifest(path string) (*Manifest, error) {
-	data, err := os.ReadFile(path)
+	data, err := configfile.Read(path)
 	if err != nil {
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
-			err = pe.Err
+			return nil, fmt.Errorf("calibrate: %s: %w", path, pe.Err)
 		}
-		return nil, fmt.Errorf("calibrate: %s: %w", path, err)
+		return nil, fmt.Errorf("calibrate: %w", err) // names path
 	}
 	return DecodeManifest(path, data)
 }
 
-// DecodeManifest decodes a sweeps.toml; file names it in errors. A syntax error is a Problem; the
-// other errors are a Problems list with one entry per offending key.
+// DecodeManifest decodes a sweeps.toml; file names it in errors. A syntax error, and nesting more
+// than one level deeper than the schema, is a Problem; the other errors are a Problems list with
+// one entry per offending key. Text over configfile.MaxBytes (4 MiB) is a plain error.
 func DecodeManifest(file string, data []byte) (*Manifest, error) {
+	if err := configfile.CheckTOML(file, data, manifestMaxDepth); err != nil {
+		var de *configfile.DepthError
+		if errors.As(err, &de) {
+			return nil, Problem{File: file, Line: de.Line,
+				Msg: fmt.Sprintf("nesting depth %d exceeds the maximum of %d", de.Depth, de.Max)}
+		}
+		return nil, fmt.Errorf("calibrate: %w", err) // names file
+	}
 	var raw map[string]any
-	if _, err := toml.Decode(string(data), &raw); err != nil {
+	if _, err := toml.Decode(string(data), &raw); err != nil { // CheckTOML has accepted data
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
 			return nil, Problem{File: file, Line: max(pe.Position.Line, 1), Msg: "TOML: " + pe.Message}

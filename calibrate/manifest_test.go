@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/internal/linescan"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -170,13 +171,13 @@ func TestLoadSweepsErrors(t *testing.T) {
 	dir = t.TempDir()
 	require.NoError(t, os.Mkdir(filepath.Join(dir, "sub.txt"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "a.log"), []byte("nothing\n"), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "b.out"), []byte(strings.Repeat("x", maxLineBytes+1)), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "b.out"), []byte(strings.Repeat("x", linescan.MaxBytes+1)), 0o644))
 	sweeps, probs, err := LoadSweeps(dir)
 	require.NoError(t, err)
 	assert.Empty(t, sweeps)
 	require.Len(t, probs, 2)
 	assert.Equal(t, filepath.Join(dir, "a.log")+":1: no nccl-tests table (no header and no data row) in the file", probs[0].Error())
-	assert.Equal(t, filepath.Join(dir, "b.out")+":1: line longer than 1048576 bytes", probs[1].Error())
+	assert.Equal(t, filepath.Join(dir, "b.out")+":1: line longer than 16777216 bytes", probs[1].Error())
 
 	// Manifest facts that disagree with the file, and a collective the file names differently.
 	dir = t.TempDir()

@@ -7,8 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/BurntSushi/toml"
-
+	"github.com/collplan/collplan/internal/configfile"
 	"github.com/collplan/collplan/tables"
 )
 
@@ -31,8 +30,8 @@ func KeepFromOverlay(file string, data []byte, nodes int) ([]tables.FitCell, err
 	var o struct {
 		Fit *tables.Fit `toml:"fit"`
 	}
-	if _, err := toml.Decode(string(data), &o); err != nil {
-		return nil, fmt.Errorf("calibrate: %s: %w", file, err)
+	if _, err := configfile.DecodeTOML(file, data, tables.MaxDepth, &o); err != nil {
+		return nil, fmt.Errorf("calibrate: %w", err)
 	}
 	var out []tables.FitCell
 	if o.Fit != nil {
@@ -131,8 +130,8 @@ func OverlayCorrections(file string, data []byte) (bool, error) {
 	var o struct {
 		Corrections *tables.Corrections `toml:"corrections"`
 	}
-	if _, err := toml.Decode(string(data), &o); err != nil {
-		return false, fmt.Errorf("calibrate: %s: %w", file, err)
+	if _, err := configfile.DecodeTOML(file, data, tables.MaxDepth, &o); err != nil {
+		return false, fmt.Errorf("calibrate: %w", err)
 	}
 	return o.Corrections != nil && len(o.Corrections.Cell) > 0, nil
 }

@@ -168,14 +168,14 @@ func ParseSweep(file string, r io.Reader) (*Sweep, error) {
 // starts at a version, "Collective test starting" or table header line once the current run has
 // rows, a footer, or already has that line.
 func ParseSweeps(file string, r io.Reader) ([]*Sweep, error) {
-	lines, nphys, err := readLogLines(file, r)
-	if err != nil {
-		return nil, err
-	}
+	lr := &logReader{file: file, r: r}
 	p := &sweepParser{file: file}
 	p.start(1)
-	for _, l := range lines {
+	for l := range lr.lines() {
 		p.line(l)
+	}
+	if lr.err != nil {
+		return nil, lr.err
 	}
 	p.finish()
 	var out []*Sweep
@@ -185,7 +185,7 @@ func ParseSweeps(file string, r io.Reader) ([]*Sweep, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, Problem{File: file, Line: max(nphys, 1), Msg: "no nccl-tests table (no header and no data row) in the file"}
+		return nil, Problem{File: file, Line: max(lr.phys, 1), Msg: "no nccl-tests table (no header and no data row) in the file"}
 	}
 	return out, nil
 }

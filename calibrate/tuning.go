@@ -92,16 +92,13 @@ var (
 // symmetric-kernel and copy-engine lines ("[Symmetric]: ... -> Kernel ...") are not algorithm
 // decisions and are skipped.
 func ParseTuning(file string, r io.Reader) ([]Decision, *ModelTable, error) {
-	lines, _, err := readLogLines(file, r)
-	if err != nil {
-		return nil, nil, err
-	}
+	lr := &logReader{file: file, r: r}
 	var (
 		out   []Decision
 		probs Problems
 		tp    = tableParser{file: file}
 	)
-	for _, l := range lines {
+	for l := range lr.lines() {
 		nl, ok := parseNCCLLine(l.text)
 		if !ok || nl.level != "INFO" {
 			continue
@@ -125,6 +122,9 @@ func ParseTuning(file string, r io.Reader) ([]Decision, *ModelTable, error) {
 		if p := tp.line(l.line, nl.msg); p != nil {
 			probs = append(probs, *p)
 		}
+	}
+	if lr.err != nil {
+		return nil, nil, lr.err
 	}
 	tp.endBlock()
 	var table *ModelTable

@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/collplan/collplan/internal/configfile"
 )
 
 // Defaults of the topology file's (and a node table's) optional keys.
@@ -38,15 +39,22 @@ var (
 		"type_inter", "same_channels"}
 )
 
-// LoadTopology reads and decodes the topology file at path (see DecodeTopology).
+// topoMaxDepth is how deeply a topology file may nest (as configfile.CheckTOML counts): the deepest
+// paths of the schema are graphs.NAME.key, 3 levels (collnet_support[i] and env.NAME are 2), and
+// one level of slack because the text is decoded into a free-form map and its shape checked here,
+// so that one level too deep ([[graphs.ring]], n_channels = [2]) gets the error naming the key.
+const topoMaxDepth = 3 + 1
+
+// LoadTopology reads and decodes the topology file at path (see DecodeTopology). A file over
+// configfile.MaxBytes (4 MiB) is an error.
 func LoadTopology(path string) (Topology, error) {
-	data, err := os.ReadFile(path)
+	data, err := configfile.Read(path)
 	if err != nil {
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
-			err = pe.Err
+			return Topology{}, fmt.Errorf("capabilities: %s: %w", path, pe.Err)
 		}
-		return Topology{}, fmt.Errorf("capabilities: %s: %w", path, err)
+		return Topology{}, fmt.Errorf("capabilities: %w", err) // names path
 	}
 	return DecodeTopology(path, data)
 }
@@ -54,6 +62,9 @@ func LoadTopology(path string) (Topology, error) {
 // DecodeTopology decodes a topology file (the schema of design/topology-example.toml) strictly and
 // validates the result. file names the input in errors, each of which starts with
 // "capabilities: FILE: ".
+//
+// Text over configfile.MaxBytes (4 MiB) or nested more than one level deeper than the schema
+// (3 levels, graphs.NAME.key) is refused before it is decoded; the nesting error names the line.
 //
 // Strictness: unknown keys, wrongly typed values (an integer key given as 1.0 or "1"; a float key may
 // be written as an integer literal), unknown enumeration words and malformed collnet_support entries
@@ -70,6 +81,9 @@ func LoadTopology(path string) (Topology, error) {
 // The optional [env] table takes string values for the names of EnvVars (Source SourceTopology);
 // NCCL_ALGO and NCCL_PROTO are checked with ParseAlgoEnv and ParseProtoEnv.
 func DecodeTopology(file string, data []byte) (Topology, error) {
+	if err := configfile.CheckTOML(file, data, topoMaxDepth); err != nil {
+		return Topology{}, fmt.Errorf("capabilities: %w", err) // names file
+	}
 	t, err := decodeTopology(data)
 	if err == nil {
 		err = t.Validate()
@@ -80,6 +94,7 @@ func DecodeTopology(file string, data []byte) (Topology, error) {
 	return t, nil
 }
 
+// decodeTopology decodes text that configfile.CheckTOML has accepted.
 func decodeTopology(data []byte) (Topology, error) {
 	var raw map[string]any
 	if _, err := toml.Decode(string(data), &raw); err != nil {

@@ -6,12 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/collplan/collplan/internal/configfile"
 )
 
 // The node tables shipped in the binary: NAME.toml, optionally with a fitted overlay NAME.fit.toml
@@ -24,6 +25,11 @@ const (
 	tableSuffix   = ".toml"
 	overlaySuffix = ".fit.toml"
 )
+
+// MaxDepth is how deeply a node table or overlay nests (as configfile.CheckTOML counts): the
+// deepest paths of the schema, corrections.cell[i].factors[j] and constants.hw_latencies.LINK.ALGO[j],
+// are 5 levels. Every map of the schema has fixed-depth values, so there is no slack.
+const MaxDepth = 5
 
 // KeyError is a problem with one key of one table file: an unknown key or a value out of range.
 type KeyError struct {
@@ -83,12 +89,12 @@ func Load(name string) (*Node, error) {
 }
 
 // LoadFile decodes a table from disk. When a sibling BASENAME.fit.toml exists on disk beside it, that
-// overlay is applied on top.
+// overlay is applied on top. A file over configfile.MaxBytes (4 MiB) is an error naming it.
 func LoadFile(p string) (*Node, error) {
 	if strings.HasSuffix(p, overlaySuffix) {
 		return nil, fmt.Errorf("tables: %s is a fitted overlay; load its base table instead", p)
 	}
-	data, err := os.ReadFile(p)
+	data, err := configfile.Read(p)
 	if err != nil {
 		return nil, fmt.Errorf("tables: %w", err)
 	}
@@ -97,7 +103,7 @@ func LoadFile(p string) (*Node, error) {
 		return nil, err
 	}
 	op := strings.TrimSuffix(p, tableSuffix) + overlaySuffix
-	odata, err := os.ReadFile(op)
+	odata, err := configfile.Read(op)
 	if errors.Is(err, fs.ErrNotExist) {
 		return n, nil
 	}
@@ -109,7 +115,9 @@ func LoadFile(p string) (*Node, error) {
 
 // Decode strictly decodes one table (no overlay). Every key outside the schema, every type mismatch
 // and every value out of range is an error naming the file and the key (and the line when known).
-// Node.Name is the file's base name without ".toml"; Node.Sources holds the source tags.
+// Node.Name is the file's base name without ".toml"; Node.Sources holds the source tags. Text over
+// configfile.MaxBytes (4 MiB) or nested deeper than MaxDepth is refused before it is decoded (the
+// nesting error names the line); so is such an overlay in ApplyOverlay.
 func Decode(file string, data []byte) (*Node, error) {
 	n, sc, err := decodeStrict(file, data)
 	if err != nil {
@@ -138,8 +146,8 @@ func ApplyOverlay(base *Node, file string, data []byte) (*Node, error) {
 		return nil, err
 	}
 	var over map[string]any
-	if _, err := toml.Decode(string(data), &over); err != nil {
-		return nil, fmt.Errorf("tables: %s: %w", file, err)
+	if _, err := configfile.DecodeTOML(file, data, MaxDepth, &over); err != nil {
+		return nil, fmt.Errorf("tables: %w", err)
 	}
 	// 2. The base as a generic tree (re-encoded from the decoded struct, so any Node works).
 	var buf bytes.Buffer
@@ -224,9 +232,9 @@ func (n *Node) ScaleFor(nNodes int) (string, Scale, error) {
 // values (an overlay is partial).
 func decodeStrict(file string, data []byte) (*Node, *scan, error) {
 	var n Node
-	md, err := toml.Decode(string(data), &n)
+	md, err := configfile.DecodeTOML(file, data, MaxDepth, &n)
 	if err != nil {
-		return nil, nil, fmt.Errorf("tables: %s: %w", file, err)
+		return nil, nil, fmt.Errorf("tables: %w", err)
 	}
 	sc := scanSource(data)
 	undecoded := md.Undecoded()

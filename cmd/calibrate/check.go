@@ -12,6 +12,7 @@ import (
 	"github.com/collplan/collplan/calibrate"
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/internal/configfile"
 	"github.com/collplan/collplan/node"
 	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/tables"
@@ -22,7 +23,7 @@ import (
 func checkOverlay(ctx context.Context, n *tables.Node, overlayPath string, nodes int, topo capabilities.Topology,
 	cfg planner.Config, prior *planner.Planner, priorMenus map[costmodel.Coll]*planner.Menu, pts []calibrate.Point,
 	svg string, asJSON bool, stdout, stderr io.Writer) error {
-	data, err := os.ReadFile(overlayPath)
+	data, err := configfile.Read(overlayPath)
 	if err != nil {
 		return usagef("--check: the overlay to evaluate: %v", err)
 	}

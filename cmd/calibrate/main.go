@@ -32,6 +32,7 @@ import (
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/internal/bytesize"
 	"github.com/collplan/collplan/internal/cmdline"
+	"github.com/collplan/collplan/internal/configfile"
 	"github.com/collplan/collplan/internal/outpath"
 	"github.com/collplan/collplan/node"
 	"github.com/collplan/collplan/planner"
@@ -342,22 +343,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	for _, f := range sortedKeys(files) {
-		data, err := os.ReadFile(f)
+		sum, err := fileSHA256(f)
 		if err != nil {
 			return err
 		}
-		sum := sha256.Sum256(data)
-		in.Files = append(in.Files, tables.InputFile{File: f, SHA256: hex.EncodeToString(sum[:])})
+		in.Files = append(in.Files, tables.InputFile{File: f, SHA256: sum})
 	}
 	in.NCCLVersions = sortedKeys(versions)
 	hadCorr := false
-	if old, err := os.ReadFile(*out); err == nil {
+	if old, err := configfile.Read(*out); err == nil {
 		if in.Keep, err = calibrate.KeepFromOverlay(*out, old, *nodes); err != nil {
 			return usageError{err}
 		}
 		if hadCorr, err = calibrate.OverlayCorrections(*out, old); err != nil {
 			return usageError{err}
 		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return usagef("the overlay to update: %v", err)
 	}
 	// The table's effective [corrections] (its own, or an earlier overlay's) with the fitted rows
 	// replacing their cells: the overlay's array replaces the table's, so it is written whole.
@@ -481,4 +483,18 @@ func sortedKeys(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// fileSHA256 returns the hex SHA-256 of the file at path, read as a stream.
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/collplan/collplan/calibrate"
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/internal/linescan"
 	"github.com/collplan/collplan/planner"
 )
 
@@ -234,10 +234,10 @@ func runCollbench(ctx context.Context, cfg sweepConfig, args []string, pg *progr
 	pr, pw := io.Pipe()
 	cmd.Stdout = pw
 	scanDone := make(chan struct{})
+	var scanErr error // a line over linescan.MaxBytes: the output would be cut short
 	go func() {
 		defer close(scanDone)
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		sc := linescan.New(cfg.collbench+" stdout", pr)
 		for sc.Scan() {
 			l := sc.Text()
 			out.WriteString(l)
@@ -247,11 +247,15 @@ func runCollbench(ctx context.Context, cfg sweepConfig, args []string, pg *progr
 				pg.draw()
 			}
 		}
-		io.Copy(io.Discard, pr)
+		scanErr = sc.Err()
+		io.Copy(io.Discard, pr) // let collbench finish
 	}()
 	err := cmd.Run()
 	pw.Close()
 	<-scanDone
+	if err == nil && scanErr != nil {
+		return nil, fmt.Errorf("%s %s: %w", cfg.collbench, strings.Join(args, " "), scanErr)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

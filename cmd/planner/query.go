@@ -6,12 +6,14 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 
 	"github.com/collplan/collplan/internal/bytesize"
+	"github.com/collplan/collplan/internal/linescan"
 	"github.com/collplan/collplan/planner"
 )
 
@@ -78,8 +80,7 @@ func runQuery(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	defer w.Flush()
 	cw := csv.NewWriter(w)
 	headerDone := false
-	sc := bufio.NewScanner(stdin)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	sc := linescan.New("stdin", stdin)
 	for line := 1; sc.Scan(); line++ {
 		text := strings.TrimSpace(sc.Text())
 		if text == "" || strings.HasPrefix(text, "#") {
@@ -151,6 +152,10 @@ func runQuery(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		cw.Flush()
 	}
 	if err := sc.Err(); err != nil {
+		var le *linescan.LongLineError
+		if errors.As(err, &le) {
+			return usageError{err} // "stdin:N: line longer than ..."
+		}
 		return fmt.Errorf("stdin: %w", err)
 	}
 	if err := cw.Error(); err != nil {

@@ -25,13 +25,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"strings"
-
-	"github.com/BurntSushi/toml"
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/internal/configfile"
 	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/plugin/policy"
 )
@@ -75,28 +73,33 @@ type file struct {
 // New loads a regions file; it is the plugin's Factory.
 func New(path string) (planner.Tuner, error) { return Load(path) }
 
-// Load reads and parses a regions file.
+// Load reads and parses a regions file; a file over configfile.MaxBytes (4 MiB) is an error.
 func Load(path string) (*Policy, error) {
 	if path == "" {
 		return nil, fmt.Errorf("regions: no configuration file (give --tuner-config FILE)")
 	}
-	data, err := os.ReadFile(path)
+	data, err := configfile.Read(path)
 	if err != nil {
 		return nil, fmt.Errorf("regions: %w", err)
 	}
 	return Parse(path, data)
 }
 
+// maxDepth is how deeply a regions file nests (as configfile.CheckTOML counts): its deepest path is
+// region[i].polygon[j][k], 5 levels. The schema is a typed struct, so there is no slack.
+const maxDepth = 5
+
 var actions = map[string]planner.EditKind{"": planner.Force, "force": planner.Force, "disable": planner.Disable,
 	"add": planner.AddCost, "scale": planner.ScaleCost}
 
 // Parse decodes a regions file strictly (unknown keys are errors) and checks every region; errors
-// name the file and the region.
+// name the file and the region. Text over configfile.MaxBytes (4 MiB) or nested deeper than the
+// schema (region[i].polygon[j][k]) is refused before it is decoded.
 func Parse(name string, data []byte) (*Policy, error) {
 	var f file
-	md, err := toml.Decode(string(data), &f)
+	md, err := configfile.DecodeTOML(name, data, maxDepth, &f)
 	if err != nil {
-		return nil, fmt.Errorf("regions: %s: %w", name, err)
+		return nil, fmt.Errorf("regions: %w", err)
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		keys := make([]string, len(und))

@@ -26,12 +26,12 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/internal/configfile"
 	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/plugin/policy"
 )
@@ -97,12 +97,12 @@ func (e *ParseError) Error() string {
 // New loads a rules file; it is the plugin's Factory.
 func New(path string) (planner.Tuner, error) { return Load(path) }
 
-// Load reads and parses a rules file.
+// Load reads and parses a rules file; a file over configfile.MaxBytes (4 MiB) is an error.
 func Load(path string) (*Policy, error) {
 	if path == "" {
 		return nil, fmt.Errorf("rules: no configuration file (give --tuner-config FILE)")
 	}
-	data, err := os.ReadFile(path)
+	data, err := configfile.Read(path)
 	if err != nil {
 		return nil, fmt.Errorf("rules: %w", err)
 	}

@@ -252,17 +252,10 @@ func (c *Comm) Close() error {
 		c.callMu.Lock()
 		defer c.callMu.Unlock()
 		atomic.OrUint64(c.state[c.rank], stateClosed)
-		if a, ok := c.tr.(abandoner); ok && atomic.LoadUint64(c.abort) != 0 {
-			a.Abandon() // an aborted communicator's regions are never used again
-		}
 		c.closeErr = c.tr.Close()
 	})
 	return c.closeErr
 }
-
-// abandoner is a Transport that can give its regions up for good before Close (ShmTransport
-// removes the job's files then, even while a stopped peer still holds them).
-type abandoner interface{ Abandon() }
 
 // Abort aborts the communicator, like ncclCommAbort: every rank's current and later calls fail
 // with an *AbortError naming this rank. Then it closes this rank.
@@ -274,6 +267,15 @@ func (c *Comm) Abort() error {
 // setAbort aborts the communicator on behalf of this rank, unless it is already aborted.
 func (c *Comm) setAbort(reason int) {
 	atomic.CompareAndSwapUint64(c.abort, 0, abortWord(c.rank, reason))
+}
+
+// Aborted returns the communicator's abort as an *AbortError (or the error its reason stands
+// for), nil when it is not aborted.
+func (c *Comm) Aborted() error {
+	if w := atomic.LoadUint64(c.abort); w != 0 {
+		return abortErr(w)
+	}
+	return nil
 }
 
 // abortFor aborts the communicator naming another rank (gone or stalled), unless it is already

@@ -219,6 +219,12 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 				// stalled): then that is the rank to name.
 				if w, _ := abortWordShm(job); w != 0 && abortNames(w) && int(w>>8)-1 != e.rank {
 					first.Culprit, first.Cause = int(w>>8)-1, abortErr(w)
+					// A rank the watchdog found stalled is not coming back (it may be stopped):
+					// end it now rather than after the grace. (A lost one, whose connection was
+					// cut, sees the abort and exits by itself.)
+					if c := first.Culprit; int(w&0xff) == abortStalled && c >= 0 && c < len(cmds) && alive[c] {
+						cmds[c].Process.Kill()
+					}
 				} else if _, aerr := abortShm(job, e.rank, abortExited); aerr != nil {
 					fmt.Fprintf(errw, "collplan: aborting job %s for rank %d: %v\n", job, e.rank, aerr)
 				}

@@ -297,9 +297,11 @@ type ShmTransport struct {
 	abandons bool // Close removes the job's files whoever else holds it (Abandon)
 }
 
-// Abandon makes Close remove the job's files even while other processes still hold the job: the
-// communicator was aborted, so nobody will use them again, and a peer that stopped (SIGSTOP)
-// would otherwise keep them for as long as it lives. Its mappings stay valid; only the names go.
+// Abandon makes Close remove the job's files even while other processes still hold the job: for
+// a rank of an aborted communicator that no launcher watches (a launcher reads the abort word,
+// then removes the files itself), since nobody will use them again and a peer that stopped
+// (SIGSTOP) would otherwise keep them for as long as it lives. The mappings stay valid; only the
+// names go.
 func (t *ShmTransport) Abandon() {
 	t.mu.Lock()
 	t.abandons = true

@@ -200,25 +200,36 @@ func (w *waiter) unmark() {
 	atomic.StoreUint64(w.c.waitsFor[w.c.rank], 0)
 }
 
-// stalledRank follows the "waits for" links from peer to the rank that stopped moving data: the
-// first that has shown no beat for staleAfter, or that waits for nothing; peer itself when the
-// links go round (every rank on the cycle alive and waiting: a call the ranks disagree on).
+// stalledRank names the rank that stopped moving data, seen from a wait for peer: a rank that has
+// shown no beat for staleAfter (stopped, hung, or never in the call: every rank blocked on it
+// beats while it waits), looked for first at peer, then along the "waits for" links from peer
+// (which rank each waits for; a rank with two waiting goroutines publishes one of them, so the
+// links are a hint), then among all ranks; peer itself when every rank is alive and waiting (a call
+// the ranks disagree on).
 func (c *Comm) stalledRank(peer int) int {
-	stale := max(3*beatEvery, c.cfg.Timeout/2)
+	stale := int64(max(3*beatEvery, c.cfg.Timeout/2))
 	now := monoNow()
-	r := peer
-	for range c.n {
-		if r < 0 || r >= c.n || r == c.rank {
-			return peer
-		}
-		if now-int64(atomic.LoadUint64(c.beat[r])) > int64(stale) {
-			return r
-		}
+	quiet := func(r int) bool { return now-int64(atomic.LoadUint64(c.beat[r])) > stale }
+	if peer < 0 || peer >= c.n || peer == c.rank {
+		peer = (c.rank + 1) % c.n
+	}
+	if quiet(peer) {
+		return peer
+	}
+	for r, hops := peer, 0; hops < c.n; hops++ {
 		next := int(atomic.LoadUint64(c.waitsFor[r])) - 1
-		if next < 0 {
-			return r
+		if next < 0 || next >= c.n || next == c.rank {
+			break
+		}
+		if quiet(next) {
+			return next
 		}
 		r = next
+	}
+	for r := range c.n {
+		if r != c.rank && quiet(r) {
+			return r
+		}
 	}
 	return peer
 }

@@ -523,6 +523,9 @@ func runRankProcess(ctx context.Context, o *options, env engine.Env, stdout, std
 	b := &bench{o: o, c: c, out: out, log: stderr, plans: plans, transport: "shm", override: cfg.Override, ab: ab}
 	b.setPolicy(cfg, env.Rank)
 	err = b.run(ctx)
+	if env.Job == "" && c.Aborted() != nil {
+		tr.Abandon() // no launcher cleans up after an abort, and a stopped peer would keep the files
+	}
 	if cerr := c.Close(); err == nil && cerr != nil {
 		err = cerr
 	}

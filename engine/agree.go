@@ -143,9 +143,6 @@ func (c *Comm) agreeWait(w *waiter) error {
 	for i := 0; ; i++ {
 		done, err := c.agreePoll()
 		if done {
-			if w.marked {
-				w.unmark()
-			}
 			return err
 		}
 		if err := w.idle(i, c.agree.next); err != nil {

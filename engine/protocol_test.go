@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"unsafe"
+
 	"encoding/binary"
 	"fmt"
 	"testing"
@@ -279,4 +281,10 @@ func TestNoAllocationPerStep(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestEndpointLines: an endpoint is a whole number of 64-byte cache lines, so endpoints written by
+// goroutines on different cores never share a line (see the padding in endpoint).
+func TestEndpointLines(t *testing.T) {
+	assert.Zero(t, unsafe.Sizeof(endpoint{})%64, "endpoint is %d bytes", unsafe.Sizeof(endpoint{}))
 }

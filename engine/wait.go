@@ -44,10 +44,11 @@ const (
 // The watchdog. A wait that has lasted Config.Timeout aborts the communicator naming the rank that
 // stopped moving data. Waits past their yield phase publish, in the waiting rank's control line,
 // a beat (a monotonic clock shared by the host's processes, at most every beatEvery) and the rank
-// they wait for; the rank that fires follows those "waits for" links from its own peer until a
-// rank shows no recent beat (a stopped or hung process: SIGSTOP, a debugger, a dead scheduler) or
-// waits for nothing (it is not in the call), and names it. Only waits that already sleep pay for
-// any of this.
+// they last waited for; the rank that fires names the rank that shows no recent beat (a stopped or
+// hung process: SIGSTOP, a debugger, a dead scheduler, or a rank not in the call), looking first
+// at the rank it waits for and along the "waits for" links from there (stalledRank). Only waits
+// that already sleep pay for any of this; the link is not cleared when a wait ends (it is only a
+// hint), so a wait that succeeds costs nothing more than before.
 const beatEvery = 100 * time.Millisecond
 
 // waiter carries what a wait loop checks besides its word.
@@ -56,8 +57,9 @@ type waiter struct {
 	ctx  context.Context
 	done <-chan struct{}
 
-	marked   bool  // this wait published what it waits for: clear it when the wait ends
-	lastBeat int64 // monoNow of this waiter's last published beat
+	marked   bool  // this waiter published whom it waits for (waitsFor) in this call
+	waitsFor int   // the rank it published
+	lastBeat int64 // nanotime of this waiter's last published beat
 
 	spin     bool  // every polling goroutine has a core: spin for spinTime before yielding
 	spinning bool  // the current wait is in its spin phase
@@ -174,30 +176,27 @@ func (w *waiter) idle(i, peer int) error {
 
 // watch is the sleep phase's watchdog duty: publish a beat and whom this rank waits for, and fire
 // once the wait has lasted the timeout.
+//
+// Ranks without a watchdog (Timeout 0, the engine's default) publish nothing: a job's ranks share
+// the setting, and a rank that beats for others' watchdogs costs a clock read per sleep.
 func (w *waiter) watch(now int64, peer int) error {
 	c := w.c
-	if c.n == 1 {
+	if c.cfg.Timeout <= 0 || c.n == 1 {
 		return nil
 	}
-	if !w.marked {
-		w.marked = true
+	if !w.marked || peer != w.waitsFor {
+		w.marked, w.waitsFor = true, peer
 		atomic.StoreUint64(c.waitsFor[c.rank], uint64(peer+1))
 	}
-	if m := monoNow(); m-w.lastBeat >= int64(beatEvery) {
-		w.lastBeat = m
-		atomic.StoreUint64(c.beat[c.rank], uint64(m))
+	if w.lastBeat == 0 || now-w.lastBeat >= int64(beatEvery) {
+		w.lastBeat = now
+		atomic.StoreUint64(c.beat[c.rank], uint64(monoNow()))
 	}
-	if c.cfg.Timeout <= 0 || now-(w.yieldEnd-int64(yieldTime)) < int64(c.cfg.Timeout) {
+	if now-(w.yieldEnd-int64(yieldTime)) < int64(c.cfg.Timeout) {
 		return nil
 	}
 	c.abortFor(c.stalledRank(peer), abortStalled)
 	return c.abortError(atomic.LoadUint64(c.abort))
-}
-
-// unmark clears what a finished wait published.
-func (w *waiter) unmark() {
-	w.marked = false
-	atomic.StoreUint64(w.c.waitsFor[w.c.rank], 0)
 }
 
 // stalledRank names the rank that stopped moving data, seen from a wait for peer: a rank that has
@@ -281,9 +280,6 @@ func (w *waiter) waitGE(p *uint64, v uint64, peer int) error {
 			return err
 		}
 	}
-	if w.marked {
-		w.unmark()
-	}
 	return nil
 }
 
@@ -294,9 +290,6 @@ func (w *waiter) waitEq(p *uint64, v uint64, peer int) error {
 			return err
 		}
 	}
-	if w.marked {
-		w.unmark()
-	}
 	return nil
 }
 
@@ -306,9 +299,6 @@ func (w *waiter) waitLL(p *uint64, flag uint32, peer int) (uint64, error) {
 	for i := 0; ; i++ {
 		v := atomic.LoadUint64(p)
 		if uint32(v>>32) == flag {
-			if w.marked {
-				w.unmark()
-			}
 			return v, nil
 		}
 		if err := w.idle(i, peer); err != nil {

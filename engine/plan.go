@@ -86,17 +86,8 @@ func (cfg Config) normalize(n int) (Config, error) {
 	if cfg.RanksPerNode == 0 || cfg.RanksPerNode > n {
 		cfg.RanksPerNode = n
 	}
-	d := planner.DefaultBuffers()
+	cfg.Buffers = cfg.Buffers.WithDefaults()
 	b := &cfg.Buffers
-	if b.Simple == 0 {
-		b.Simple = d.Simple
-	}
-	if b.LL == 0 {
-		b.LL = d.LL
-	}
-	if b.LL128 == 0 {
-		b.LL128 = d.LL128
-	}
 	for _, f := range []struct {
 		name  string
 		v     int64

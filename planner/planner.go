@@ -90,7 +90,7 @@ func New(t *capabilities.Topology, cfg Config) (*Planner, error) {
 	if f == nil {
 		f = correction.Default(t)
 	}
-	b := cfg.Buffers.withDefaults()
+	b := cfg.Buffers.WithDefaults()
 	if err := b.validate(); err != nil {
 		return nil, fmt.Errorf("planner: %w", err)
 	}

@@ -24,7 +24,8 @@ func DefaultBuffers() Buffers {
 	return Buffers{Simple: 4 << 20, LL: 8 * 512 * NCCLSteps * 16, LL128: 120 * 640 * NCCLSteps * 8, NVLSChunk: 128 << 10}
 }
 
-func (b Buffers) withDefaults() Buffers {
+// WithDefaults returns b with each zero field set to NCCL's default.
+func (b Buffers) WithDefaults() Buffers {
 	d := DefaultBuffers()
 	if b.Simple == 0 {
 		b.Simple = d.Simple

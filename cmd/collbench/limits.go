@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/collplan/collplan/internal/bytesize"
-	"github.com/collplan/collplan/planner"
 )
 
 // Limits checked before any rank starts, so that a request the host cannot serve is one clear
@@ -40,17 +39,7 @@ func (o *options) rankNeed(n int) (buffers, total int64) {
 		s, r := b.bufBytes(o.maxBytes)
 		buffers = max(buffers, s+r)
 	}
-	bufs := o.buffers
-	d := planner.DefaultBuffers()
-	if bufs.LL == 0 {
-		bufs.LL = d.LL
-	}
-	if bufs.LL128 == 0 {
-		bufs.LL128 = d.LL128
-	}
-	if bufs.Simple == 0 {
-		bufs.Simple = d.Simple
-	}
+	bufs := o.buffers.WithDefaults()
 	channels := int64(max(o.channels, 2))
 	return buffers, buffers + rankBaseBytes + 2*channels*(bufs.LL+bufs.LL128+bufs.Simple)
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -482,4 +483,39 @@ func TestLauncherRankFailure(t *testing.T) {
 	assert.Equal(t, 1, le.Rank)
 	assert.Contains(t, err.Error(), "rank 1: exit status 3")
 	assert.Empty(t, ShmFiles(job))
+}
+
+// TestLauncherStopWhileStarting: a stop request while the launcher is still starting ranks ends
+// the start at once (it checks between starts), kills and reaps the ranks already started and
+// returns. (It used to start every rank first: collbench -np 100000 started thousands of processes
+// and ignored SIGTERM meanwhile.)
+func TestLauncherStopWhileStarting(t *testing.T) {
+	dir := t.TempDir()
+	started := filepath.Join(dir, "started")
+	l := &Launcher{N: 200, Argv: []string{"sh", "-c", `echo $$ >> "$0"; exec sleep 30`, started}, Grace: 300 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		// Cancel once a few ranks run.
+		for {
+			if b, _ := os.ReadFile(started); strings.Count(string(b), "\n") >= 3 {
+				cancel()
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	start := time.Now()
+	err := l.Run(ctx)
+	took := time.Since(start)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Contains(t, err.Error(), "of 200 ranks")
+	assert.Less(t, took, 5*time.Second)
+	b, _ := os.ReadFile(started)
+	pids := strings.Fields(string(b))
+	assert.Less(t, len(pids), 200, "not every rank was started")
+	for _, p := range pids {
+		pid, _ := strconv.Atoi(p)
+		assert.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "rank pid %d left running", pid)
+	}
 }

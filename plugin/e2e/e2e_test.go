@@ -503,3 +503,28 @@ func BenchmarkLookup(b *testing.B) {
 		})
 	}
 }
+
+// TestNoSocketLeft: a plugin's unix socket (and the directory the host makes for it) is gone once
+// the client is closed, after a clean run and after a crash. Every command that used a plugin left
+// a TMPDIR/pluginNNNN socket behind before (hundreds after a day's use).
+func TestNoSocketLeft(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	crash := filepath.Join(t.TempDir(), "exit.conf")
+	require.NoError(t, os.WriteFile(crash, []byte("exit\n"), 0o644))
+	for _, tc := range []struct{ name, config string }{{"nccl", ""}, {"fault", crash}} {
+		c := client(t, tc.name, tc.config, plugin.Config{})
+		pl, err := c.Planner(context.Background(), h100(t, 1), planner.Config{})
+		require.NoError(t, err)
+		_, err = pl.Compile(context.Background(), classes()[0])
+		require.NoError(t, err)
+		require.NoError(t, c.Close())
+		ents, err := os.ReadDir(tmp)
+		require.NoError(t, err)
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		assert.Empty(t, names, "%s: left in TMPDIR", tc.name)
+	}
+}

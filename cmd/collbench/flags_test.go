@@ -1,0 +1,83 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// runMain runs the test binary as the collbench command (main, exit status and all).
+func runMain(t *testing.T, args ...string) (stdout, stderr string, code int, took time.Duration) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), envTestMain+"=1")
+	var out, errb syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	err := cmd.Run()
+	took = time.Since(start)
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return out.String(), errb.String(), code, took
+}
+
+// TestFlags: -h prints the flags to stdout and exits 0; bad input is one line (with the hint to
+// run -h for a bad flag), exit status 2, found once before any rank starts (a launcher's ranks each
+// printed the same error before), and never a usage dump.
+func TestFlags(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"allreduce", "--help"}, {"allgather", "-h"}} {
+		out, stderr, code, _ := runMain(t, args...)
+		assert.Equal(t, 0, code, "%q: stderr %s", args, stderr)
+		assert.Contains(t, out, "usage: collbench allreduce|allgather|reducescatter|broadcast|reduce [flags]", "%q", args)
+		assert.Contains(t, out, "-np int", "%q: the flags", args)
+		assert.Contains(t, out, "-timeout duration", "%q", args)
+		assert.Empty(t, stderr, "%q", args)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no collective", nil, "missing collective"},
+		{"unknown collective", []string{"allreduc"}, `unknown collective "allreduc"`},
+		{"flag typo", []string{"allreduce", "--nosuchflag"}, "flag provided but not defined: -nosuchflag (run 'collbench allreduce -h' for the flags)"},
+		{"bad value", []string{"allreduce", "-n", "x"}, `invalid value "x" for flag -n`},
+		{"algorithm typo", []string{"allreduce", "--algo", "Rnig"}, `--algo (or NCCL_ALGO) "Rnig"`},
+		{"protocol typo", []string{"allreduce", "--proto", "LL256"}, `--proto (or NCCL_PROTO) "LL256"`},
+		{"channels", []string{"allreduce", "--channels", "1000"}, "--channels 1000: want 1..64"},
+		{"tuner not found", []string{"allreduce", "--tuner", "nosuch"}, `plugin: tuner "nosuch" not found: no executable tuner-nosuch beside this program or on PATH; build the tuners with`},
+		{"negative ranks", []string{"allreduce", "-np", "-3"}, "-np -3: want a positive rank count"},
+		{"too many ranks", []string{"allreduce", "-np", "100000"}, "-np 100000: above this host's limit of"},
+		{"max-np", []string{"allreduce", "-np", "100000", "--max-np", "100"}, "-np 100000: above this host's limit of 100 ranks (--max-np)"},
+		{"memory", []string{"allreduce", "-b", "64G", "-e", "64G"}, "-e 64 GiB needs about 256.1 GiB of memory for 2 ranks here"},
+		{"negative timeout", []string{"allreduce", "--timeout", "-1s"}, "--timeout -1s"},
+		{"tuner with a pinned plan", []string{"allreduce", "--tuner", "rules", "--algo", "ring", "--proto", "simple", "--channels", "2"}, "--tuner and --ab need the planner's tables"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "memory" {
+				if avail, ok := memAvailable(); !ok || avail > 256<<30 {
+					t.Skip("the host has no MemAvailable, or 256 GiB of memory: the size fits")
+				}
+			}
+			out, stderr, code, took := runMain(t, tc.args...)
+			assert.Equal(t, 2, code, "exit status 2 for bad input\nstderr: %s", stderr)
+			assert.Empty(t, out)
+			lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+			assert.Len(t, lines, 1, "one line:\n%s", stderr)
+			assert.Contains(t, stderr, "collbench: "+tc.want)
+			assert.Equal(t, 1, strings.Count(stderr, "collbench:"), "prefixed once: %s", stderr)
+			assert.NotContains(t, stderr, "collbench: rank ", "found before any rank started")
+			assert.Less(t, took, 5*time.Second, "refused at once, not after starting ranks")
+		})
+	}
+}

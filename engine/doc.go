@@ -101,6 +101,20 @@
 // removes them, and RemoveStaleShm (which a Launcher and rank 0 of a job started by hand run first)
 // removes those of jobs whose processes all died, in whatever PID namespace they ran.
 //
+// # Lost and stopped ranks
+//
+// Join keeps the rendezvous connections open for the communicator's life (Session): rank 0 holds
+// one to every other rank, each of them one to rank 0, and a rank that closes cleanly says goodbye
+// first. A connection that ends without one (the rank's process died: the kernel closed it; or the
+// connection was cut) aborts the attached communicator on every rank, naming the rank at the other
+// end, so a job of ranks started by hand ends when one dies, as one under a Launcher does (which
+// also aborts for a rank it sees exit). A rank that stops without dying (SIGSTOP, a debugger, a
+// hang) is found by the watchdog (Config.Timeout; wait.go): a wait that sees no progress that long
+// aborts the communicator, naming the rank that shows no sign of life, and a Launcher then kills
+// that rank at once. Comm.Aborted says whether and why; a rank of an aborted job that no launcher
+// watches calls ShmTransport.Abandon so that its Close removes the job's files even while a stopped
+// peer still holds them.
+//
 // # The race detector
 //
 // With the in-process transport the regions are Go memory and the race detector sees every

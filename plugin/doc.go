@@ -26,7 +26,20 @@
 // returns an error, so the planner uses its built-in policy and notes why; the failure is logged
 // once with the plugin's stderr, the plugin is killed and it is restarted on a later call after a
 // backoff. A policy's own error (codes InvalidArgument, FailedPrecondition, Unknown) is a fallback
-// for that call only. SecureConfig pins the binary's SHA-256 when asked.
+// for that call only. Config.SHA256 pins the binary's SHA-256 when asked.
+//
+// The host owns the plugin process whole (groupRunner, go-plugin's RunnerFunc): the plugin leads a
+// process group of its own, which is killed as a whole, so a script's children, a background child
+// or a fork bomb end with it; its stdout and stderr are pipes whose reads end half a second after
+// the kill even when a descendant that left the group keeps them open; its standard input is
+// /dev/null; its exit is seen by a reaper of the host's, not through the pipes. The start deadline
+// covers the process start, go-plugin's handshake and the gRPC connection to the address it names;
+// Close and a fault's kill wait at most two seconds for the reap. The socket go-plugin's server
+// makes lives in a directory the host makes and removes (and the plugin removes when it finds its
+// host gone). The stderr kept for the failure message is a fixed ring (tail).
+//
+// Commands choose what a failure means: a long-running host (collbench, a service) falls back, as
+// above; an offline command reads planner.Prepared.TunerErr and refuses to answer.
 //
 // A policy is a planner.Tuner (optionally an Initializer) built by a Factory from its
 // configuration file; Serve (or RunCommand, which adds -check FILE and a -h documenting the

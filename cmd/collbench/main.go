@@ -12,8 +12,17 @@
 //
 // With --transport shm (the default) the ranks are processes: collbench starts -np copies of
 // itself (or runs as one rank when COLLPLAN_RANK/OMPI_COMM_WORLD_RANK/PMI_RANK/RANK is set) that
-// meet over a loopback TCP rendezvous and share memory through /dev/shm. With inproc the ranks
-// are goroutines of one process.
+// meet over a loopback TCP rendezvous and share memory through /dev/shm (or COLLPLAN_SHM_DIR).
+// With inproc the ranks are goroutines of one process.
+//
+// The flags are checked once, before any rank starts (exit status 2 and one line for bad input;
+// -h prints them): -np above the host's limit (--max-np raises it), buffers that cannot fit in
+// the available memory, an unknown pin or tuner. The rendezvous connections stay open for the
+// job's life, so a rank whose process dies aborts the job on every rank, with or without the
+// launcher; --timeout (10 minutes; 0 turns it off) is the watchdog that names a rank that stopped
+// moving data. The first SIGINT or SIGTERM stops the sweep at the next size; a collective still
+// blocked 2 s later (hardGrace), or at a second signal, is aborted and the rank cleans up and
+// exits; a third signal ends the process.
 //
 // Policies: the planner's DecisionTable can come through a tuner plugin (--tuner NAME|PATH
 // [--tuner-config FILE] [--tuner-timeout D] [--tuner-sha256 HEX]); every rank compiles it and the

@@ -3,13 +3,11 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/collplan/collplan/internal/proctree"
 	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/plugin"
 )
@@ -75,7 +74,7 @@ func TestScriptChildren(t *testing.T) {
 			deadline := time.Now().Add(2 * time.Second)
 			var left []int
 			for {
-				left = markedProcesses(marker)
+				left = proctree.Marked(marker)
 				if len(left) == 0 || time.Now().After(deadline) {
 					break
 				}
@@ -87,27 +86,4 @@ func TestScriptChildren(t *testing.T) {
 			assert.Empty(t, left, "processes of the plugin left running")
 		})
 	}
-}
-
-// markedProcesses lists the live processes whose environment holds marker.
-func markedProcesses(marker string) []int {
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil || !bytes.Contains(env, []byte(marker+"\x00")) {
-			continue
-		}
-		if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
-			if i := bytes.LastIndexByte(st, ')'); i > 0 && i+2 < len(st) && st[i+2] == 'Z' {
-				continue
-			}
-		}
-		out = append(out, pid)
-	}
-	return out
 }

@@ -22,6 +22,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/collplan/collplan/internal/proctree"
 )
 
 // bin holds the binaries TestMain builds.
@@ -536,8 +538,8 @@ func assertNothingLeft(t *testing.T, marker, tmp string) {
 	deadline := time.Now().Add(2 * time.Second) // a killed group may take a moment to be reaped
 	for {
 		left = left[:0]
-		for _, pid := range markedProcs(marker) {
-			left = append(left, fmt.Sprintf("%d %s", pid, cmdline(pid)))
+		for _, pid := range proctree.Marked(marker) {
+			left = append(left, fmt.Sprintf("%d %s", pid, proctree.Cmdline(pid)))
 		}
 		reapOrphans()
 		if len(left) == 0 || time.Now().After(deadline) {
@@ -546,7 +548,7 @@ func assertNothingLeft(t *testing.T, marker, tmp string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if !assert.Empty(t, left, "processes left behind") {
-		for _, pid := range markedProcs(marker) {
+		for _, pid := range proctree.Marked(marker) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -559,44 +561,6 @@ func assertNothingLeft(t *testing.T, marker, tmp string) {
 		names = append(names, e.Name())
 	}
 	assert.Empty(t, names, "left in TMPDIR (plugin sockets and their directories)")
-}
-
-// markedProcs lists the live (not zombie) processes whose environment holds marker.
-func markedProcs(marker string) []int {
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil || !bytes.Contains(env, []byte(marker+"\x00")) {
-			continue
-		}
-		if state(pid) == 'Z' {
-			continue
-		}
-		out = append(out, pid)
-	}
-	return out
-}
-
-func state(pid int) byte {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return 0
-	}
-	return b[i+2]
-}
-
-func cmdline(pid int) string {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
 }
 
 // reapOrphans reaps the zombies reparented to this process (it is their subreaper). Only processes

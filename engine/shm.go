@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"unsafe"
+
+	"github.com/collplan/collplan/internal/bytesize"
 )
 
 // Shared-memory segments are files named ShmPrefix(jobID)+region name (with '/' turned into '.')
@@ -405,23 +407,10 @@ func mapFile(path string, size int, create bool) ([]byte, error) {
 func noSpaceError(dir string, size int, err error) error {
 	free := "an unknown amount"
 	if n, ok := freeBytes(dir); ok {
-		free = fmtBytes(n)
+		free = bytesize.Approx(n)
 	}
 	return fmt.Errorf("%s has %s free, the region needs %s (set %s to a larger tmpfs): %w",
-		dir, free, fmtBytes(int64(size)), EnvShmDir, err)
-}
-
-// fmtBytes writes n in B, KiB, MiB or GiB with one decimal.
-func fmtBytes(n int64) string {
-	switch {
-	case n < 1<<10:
-		return fmt.Sprintf("%d B", n)
-	case n < 1<<20:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	case n < 1<<30:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	}
-	return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+		dir, free, bytesize.Approx(int64(size)), EnvShmDir, err)
 }
 
 // Close unmaps every region and lets go of the job (the last process of the job to let go removes

@@ -634,8 +634,8 @@ func (i *instance) end() {
 		if i.conn != nil {
 			_ = i.conn.Close()
 		}
-		if r == nil {
-			return
+		if r == nil || !r.wasStarted() {
+			return // nothing ran (the start was given up before the process started)
 		}
 		if !r.exitedWithin(exitWait) {
 			i.stuck = true

@@ -119,13 +119,17 @@ func (r *groupRunner) Kill(context.Context) error {
 }
 
 func (r *groupRunner) drain() {
-	r.mu.Lock()
-	started := r.started
-	r.mu.Unlock()
-	if started {
+	if r.wasStarted() {
 		r.stdout.endBy(time.Now().Add(drainTime))
 		r.stderr.endBy(time.Now().Add(drainTime))
 	}
+}
+
+// wasStarted reports whether the process was started.
+func (r *groupRunner) wasStarted() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.started
 }
 
 // Wait waits for the process to be reaped.

@@ -397,7 +397,7 @@ func runMatrixCase(t *testing.T, m matrixCase) {
 		}
 		fails++
 	}
-	checkResults(fail, coll, dt, op, count, es, root, ins, recvs, scalars, true)
+	checkResults(fail, coll, dt, op, count, es, root, ins, recvs, scalars, true, nil)
 	b.checkUntouched(m, es, fail)
 
 	// Every FIFO in use wrapped its slots at least 3 times.

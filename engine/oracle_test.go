@@ -177,20 +177,24 @@ func floatExpect(dt kernels.Dtype, op kernels.Op, xs []float64, scalars [][]byte
 	return want, n * eps * abs
 }
 
-// checkElem compares one result element with the oracle over the contributions in[r][off:].
-func checkElem(dt kernels.Dtype, op kernels.Op, got []byte, ins [][]byte, off int, scalars [][]byte) error {
-	var buf [16]uint64
+// elemWant is the oracle's verdict on one result element: the exact bits of an integer result, or
+// a float result and its tolerance.
+type elemWant struct {
+	bits     uint64
+	f, tol   float64
+	floating bool
+}
+
+// expectElem is the oracle over the contributions in[r][off:].
+func expectElem(dt kernels.Dtype, op kernels.Op, ins [][]byte, off int, scalars [][]byte) elemWant {
 	es := dt.Size()
 	if !dt.IsFloat() {
+		var buf [16]uint64
 		xs := buf[:len(ins)]
 		for r := range ins {
 			xs[r] = rawBits(ins[r][off : off+es])
 		}
-		want := intExpect(dt, op, xs, scalars)
-		if g := rawBits(got[:es]); g != want {
-			return fmt.Errorf("got %#x, want %#x (inputs %#x)", g, want, xs)
-		}
-		return nil
+		return elemWant{bits: intExpect(dt, op, xs, scalars)}
 	}
 	var fbuf [16]float64
 	xs := fbuf[:len(ins)]
@@ -198,11 +202,35 @@ func checkElem(dt kernels.Dtype, op kernels.Op, got []byte, ins [][]byte, off in
 		xs[r] = kernels.Value(dt, ins[r][off:off+es])
 	}
 	want, tol := floatExpect(dt, op, xs, scalars)
-	g := kernels.Value(dt, got[:es])
-	if math.IsNaN(g) || math.Abs(g-want) > tol {
-		return fmt.Errorf("got %v, want %v within %v (inputs %v)", g, want, tol, xs)
+	return elemWant{f: want, tol: tol, floating: true}
+}
+
+// check compares got with the verdict; the error names the inputs at off.
+func (w elemWant) check(dt kernels.Dtype, got []byte, ins [][]byte, off int) error {
+	es := dt.Size()
+	if !w.floating {
+		if g := rawBits(got[:es]); g != w.bits {
+			xs := make([]uint64, len(ins))
+			for r := range ins {
+				xs[r] = rawBits(ins[r][off : off+es])
+			}
+			return fmt.Errorf("got %#x, want %#x (inputs %#x)", g, w.bits, xs)
+		}
+		return nil
+	}
+	if g := kernels.Value(dt, got[:es]); math.IsNaN(g) || math.Abs(g-w.f) > w.tol {
+		xs := make([]float64, len(ins))
+		for r := range ins {
+			xs[r] = kernels.Value(dt, ins[r][off:off+es])
+		}
+		return fmt.Errorf("got %v, want %v within %v (inputs %v)", g, w.f, w.tol, xs)
 	}
 	return nil
+}
+
+// checkElem compares one result element with the oracle over the contributions in[r][off:].
+func checkElem(dt kernels.Dtype, op kernels.Op, got []byte, ins [][]byte, off int, scalars [][]byte) error {
+	return expectElem(dt, op, ins, off, scalars).check(dt, got, ins, off)
 }
 
 // runRanks calls fn for every rank, each on its own goroutine, and returns their errors. If the
@@ -254,9 +282,15 @@ var protos = []costmodel.Proto{costmodel.LL, costmodel.LL128, costmodel.Simple}
 // reductions element by element with checkElem, copies byte for byte, and every AllReduce rank's
 // result equal to rank 0's. With every false, ranks after 0 of an AllReduce are checked by that
 // equality alone (a result equal to a correct one is correct), which the full matrix uses to save time.
+//
+// expect, when set, gives the oracle's verdict for the contributions at byte offset off (a cache
+// of expectElem over the same inputs); nil computes each one.
 func checkResults(fail func(string, ...any), coll costmodel.Coll, dt kernels.Dtype, op kernels.Op,
-	count, es, root int, ins, recvs [][]byte, scalars [][]byte, every bool) {
+	count, es, root int, ins, recvs [][]byte, scalars [][]byte, every bool, expect func(off int) elemWant) {
 	n := len(recvs)
+	if expect == nil {
+		expect = func(off int) elemWant { return expectElem(dt, op, ins, off, scalars) }
+	}
 	for r := 0; r < n; r++ {
 		out := recvs[r]
 		switch coll {
@@ -271,13 +305,14 @@ func checkResults(fail func(string, ...any), coll costmodel.Coll, dt kernels.Dty
 				break
 			}
 			for i := 0; i < count; i++ {
-				if err := checkElem(dt, op, out[i*es:], ins, i*es, scalars); err != nil {
+				if err := expect(i*es).check(dt, out[i*es:], ins, i*es); err != nil {
 					fail("rank %d element %d: %v", r, i, err)
 				}
 			}
 		case costmodel.ReduceScatter:
 			for i := 0; i < count; i++ {
-				if err := checkElem(dt, op, out[i*es:], ins, (r*count+i)*es, scalars); err != nil {
+				off := (r*count + i) * es
+				if err := expect(off).check(dt, out[i*es:], ins, off); err != nil {
 					fail("rank %d element %d: %v", r, i, err)
 				}
 			}

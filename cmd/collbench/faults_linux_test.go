@@ -40,6 +40,9 @@ func TestEngineFaults(t *testing.T) {
 					victim = 0
 				}
 				t.Run(fmt.Sprintf("%s/np%d/%s", mode, np, fault), func(t *testing.T) {
+					if fault == "stop" {
+						t.Parallel() // the watchdog's 5 s are waiting: run them side by side
+					}
 					if fault == "cut" {
 						requireSockDestroy(t)
 					}

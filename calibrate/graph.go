@@ -102,6 +102,7 @@ func ParseGraphs(file string, r io.Reader) ([]GraphLine, error) {
 	if lr.err != nil {
 		return nil, lr.err
 	}
+	probs = append(probs, lr.nul...)
 	return out, probs.errOrNil()
 }
 

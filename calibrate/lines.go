@@ -27,6 +27,11 @@ var tagRE = regexp.MustCompile(`\[(\d+),(\d+)\]<(stdout|stderr|stddiag)>:`)
 // srunRE matches srun --label's prefix, "%*d: " at the start of a line.
 var srunRE = regexp.MustCompile(`^\s*(\d+): `)
 
+// hydraRankRE matches the "[N] " that MPICH's and Intel MPI's hydra mpiexec -prepend-rank (-l) put at
+// the start of a line: a rank, not a timestamp. NCCL_DEBUG_TIMESTAMP_FORMAT's prefix is not
+// digits alone (its default is "[%F %T] "), and an epoch-seconds format has more than 7 digits.
+var hydraRankRE = regexp.MustCompile(`^\s*\[(\d{1,7})\] `)
+
 // pendingPiece is the start of a logical line whose end has not arrived yet.
 type pendingPiece struct {
 	line int
@@ -42,6 +47,9 @@ type logReader struct {
 	r    io.Reader
 	phys int   // physical lines read so far
 	err  error // once lines has returned: the read error, or a Problem naming a line that is too long
+	// nul names every physical line that held NUL bytes (a log zero-filled after a crash, a
+	// corrupted copy): the text between the runs of NULs is read as separate lines.
+	nul []Problem
 }
 
 // lines yields the logical lines of lr.r in the order of the physical line where each starts (in
@@ -52,7 +60,9 @@ type logReader struct {
 // prefixed pieces, and a piece that is not the last on its physical line had no newline yet: it is
 // the start of a line that the same rank's next piece continues. Pieces are concatenated exactly
 // (a chunk may end in the middle of a number). Text before the first prefix is a line of its own.
-// srun --label's "N: " is removed from the start of each logical line. A line is yielded once no
+// srun --label's "N: " and hydra's -prepend-rank "[N] " are removed from the start of each logical
+// line, and N is the line's rank. A physical line holding NUL bytes is read as the stretches of text
+// between them (lr.nul names it). A line is yielded once no
 // unfinished piece starts before it; the pieces still unfinished at the end follow, in order.
 func (lr *logReader) lines() iter.Seq[logLine] {
 	return func(yield func(logLine) bool) {
@@ -62,11 +72,14 @@ func (lr *logReader) lines() iter.Seq[logLine] {
 			open    []*pendingPiece              // pieces in order of their line; done ones are skipped
 		)
 		emit := func(line, rank int, text string) {
-			if m := srunRE.FindStringSubmatchIndex(text); m != nil {
-				if rank < 0 {
-					rank, _ = strconv.Atoi(text[m[2]:m[3]])
+			for _, re := range []*regexp.Regexp{srunRE, hydraRankRE} {
+				if m := re.FindStringSubmatchIndex(text); m != nil {
+					if rank < 0 {
+						rank, _ = strconv.Atoi(text[m[2]:m[3]])
+					}
+					text = text[m[1]:]
+					break
 				}
-				text = text[m[1]:]
 			}
 			i := sort.Search(len(held), func(i int) bool { return held[i].line > line })
 			held = slices.Insert(held, i, logLine{line: line, text: text, rank: rank})
@@ -90,10 +103,8 @@ func (lr *logReader) lines() iter.Seq[logLine] {
 			held = held[n:]
 			return true
 		}
-		sc := linescan.New(lr.file, lr.r)
-		for sc.Scan() {
-			lr.phys = sc.Line()
-			s := strings.TrimRight(sc.Text(), "\r")
+		// piece reads the text of one physical line (or of one stretch of it between NUL bytes).
+		piece := func(s string) {
 			locs := tagRE.FindAllStringSubmatchIndex(s, -1)
 			if locs == nil {
 				emit(lr.phys, -1, s)
@@ -121,6 +132,20 @@ func (lr *logReader) lines() iter.Seq[logLine] {
 						delete(pending, key)
 					}
 				}
+			}
+		}
+		sc := linescan.New(lr.file, lr.r)
+		for sc.Scan() {
+			lr.phys = sc.Line()
+			s := strings.TrimRight(sc.Text(), "\r")
+			if n := strings.Count(s, "\x00"); n > 0 {
+				lr.nul = append(lr.nul, Problem{File: lr.file, Line: lr.phys,
+					Msg: fmt.Sprintf("%d NUL bytes (a zero-filled or corrupted log); the text between them is read as separate lines", n)})
+				for _, part := range strings.FieldsFunc(s, func(r rune) bool { return r == 0 }) {
+					piece(part)
+				}
+			} else {
+				piece(s)
 			}
 			if !flush(false) {
 				return

@@ -431,9 +431,12 @@ func applyEntry(s *Sweep, manFile string, e *ManifestEntry) {
 	if e.Coll != "" {
 		c, _ := capabilities.ParseColl(e.Coll) // DecodeManifest checked it
 		switch {
-		case !s.CollKnown && s.Program == "":
-			s.Coll, s.CollKnown = c, true
-			s.Warnings = slices.DeleteFunc(s.Warnings, func(p Problem) bool { return p.Msg == msgNoColl })
+		case s.CollSource == CollInferred && s.Coll != c:
+			warn("coll %q, but the file's columns say %s; the manifest's is kept", e.Coll, s.Coll)
+			fallthrough
+		case (!s.CollKnown && s.Program == "") || s.CollSource == CollInferred:
+			s.Coll, s.CollKnown, s.CollSource = c, true, CollFromManifest
+			s.Warnings = slices.DeleteFunc(s.Warnings, func(p Problem) bool { return strings.HasPrefix(p.Msg, msgNoColl) })
 		case !s.CollKnown:
 			warn("coll %q, but the file runs %s", e.Coll, s.Program)
 		case s.Coll != c:

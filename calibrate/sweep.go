@@ -1,6 +1,7 @@
 package calibrate
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -23,6 +24,25 @@ const (
 	pinSourceManif  = "manifest"
 	pinSourceMixed  = "manifest+file"
 	testsVersion219 = "2.19.6"
+)
+
+// Where a sweep's collective came from (Sweep.CollSource).
+const (
+	CollFromProgram  = "program"
+	CollInferred     = "inferred"
+	CollFromManifest = "manifest"
+)
+
+// Bounds of a plausible row. nccl-tests and collbench print times with two decimals at most
+// (%.2f below 100 us), so a positive time under 0.01 us was not printed by them; 1e9 us is 1000 s
+// for one call. No GPU holds a buffer of 1 TiB.
+const (
+	MinTimeUS = 0.01
+	MaxTimeUS = 1e9
+	MaxBytes  = int64(1) << 40
+	// ConflictRatio is how far apart (max/min) two times of one size in one run may be before
+	// neither is believed: repeated measurements differ by noise, not by this factor.
+	ConflictRatio = 2.0
 )
 
 // Half is one half of a table row: out-of-place or in-place.
@@ -71,6 +91,9 @@ type Sweep struct {
 	Program   string            // "all_reduce_perf" from "# Collective test starting:"; "" when absent
 	Coll      capabilities.Coll // the collective, when CollKnown
 	CollKnown bool              // false for alltoall, sendrecv, ... and when nothing names the collective
+	// CollSource says what named the collective: CollFromProgram (the "Collective test starting"
+	// line), CollInferred (the columns and busbw/algbw, see inferColl), CollFromManifest, or "".
+	CollSource string
 	// Dtype and Op are the type and redop columns when every row agrees ("" when rows mix types,
 	// as with -d all, or when there are no rows).
 	Dtype, Op string
@@ -184,6 +207,15 @@ func ParseSweeps(file string, r io.Reader) ([]*Sweep, error) {
 			out = append(out, st.s)
 		}
 	}
+	// A line with NUL bytes is a warning of the run it falls in.
+	for _, pr := range lr.nul {
+		for i := len(out) - 1; i >= 0; i-- {
+			if out[i].Line <= pr.Line || i == 0 {
+				out[i].Warnings = append(out[i].Warnings, pr)
+				break
+			}
+		}
+	}
 	if len(out) == 0 {
 		return nil, Problem{File: file, Line: max(lr.phys, 1), Msg: "no nccl-tests table (no header and no data row) in the file"}
 	}
@@ -274,7 +306,9 @@ func (p *sweepParser) line(l logLine) {
 		return
 	}
 	fields := strings.Fields(text)
-	if _, err := strconv.ParseInt(fields[0], 10, 64); err != nil {
+	// A line that starts with an integer is a row; so is one of a row's length that starts with
+	// another number (a fractional or out-of-range size), which row rejects by name.
+	if _, err := strconv.ParseInt(fields[0], 10, 64); err != nil && !(isNumber(fields[0]) && len(fields) >= 12) {
 		if failureRE.MatchString(text) {
 			p.cur.warn(l.line, "the run reports a failure: %s", clip(text))
 		}
@@ -351,7 +385,7 @@ func (p *sweepParser) hashLine(line int, text string) {
 		}
 		st.s.Program = m[1]
 		if c, ok := collFromProgram(m[1]); ok {
-			st.s.Coll, st.s.CollKnown = c, true
+			st.s.Coll, st.s.CollKnown, st.s.CollSource = c, true, CollFromProgram
 		}
 	case concludeRE.MatchString(text):
 		st.concluded = true
@@ -496,7 +530,15 @@ func (p *sweepParser) row(line int, text string, fields []string) {
 	old := n == 12
 	var err error
 	if r.Bytes, err = parseCount(fields[0]); err != nil {
-		p.cur.bad(line, "size %q: %v", fields[0], err)
+		if v, ferr := strconv.ParseFloat(fields[0], 64); ferr == nil && v >= 0 && v != math.Trunc(v) {
+			p.cur.bad(line, "size %q is not a whole number of bytes: %s", fields[0], clip(text))
+		} else {
+			p.cur.bad(line, "size %q: %v", fields[0], err)
+		}
+		return
+	}
+	if r.Bytes > MaxBytes {
+		p.cur.bad(line, "size %d B is over %d B (1 TiB), more than a GPU holds: %s", r.Bytes, MaxBytes, clip(text))
 		return
 	}
 	if r.Count, err = parseCount(fields[1]); err != nil {
@@ -610,10 +652,16 @@ func parseHalf(h *Half, f []string, old bool, typ string) (string, error) {
 			flag = fmt.Sprintf("#wrong %s", w)
 		}
 	}
-	if h.TimeUS <= 0 {
+	switch {
+	case h.TimeUS <= 0:
 		h.Valid = false
 		if flag == "" {
 			flag = fmt.Sprintf("time %s µs", f[0])
+		}
+	case h.TimeUS < MinTimeUS || h.TimeUS > MaxTimeUS:
+		h.Valid = false
+		if flag == "" {
+			flag = fmt.Sprintf("time %s µs is absurd (want %g..%g µs)", f[0], MinTimeUS, MaxTimeUS)
 		}
 	}
 	return flag, nil
@@ -647,6 +695,9 @@ func parseValue(s string) (float64, error) {
 
 func parseCount(s string) (int64, error) {
 	v, err := strconv.ParseInt(s, 10, 64)
+	if errors.Is(err, strconv.ErrRange) {
+		return 0, fmt.Errorf("out of range")
+	}
 	if err != nil {
 		return 0, fmt.Errorf("not an integer")
 	}
@@ -801,14 +852,206 @@ func (p *sweepParser) finish() {
 			st.warn(s.Rows[len(s.Rows)-1].Line, "no footer after the last row: the run may have been cut off")
 		}
 		if (st.sawHeader || len(s.Rows) > 0) && !s.CollKnown && s.Program == "" {
-			st.warn(s.Line, msgNoColl)
+			if c, why, ok := inferColl(s); ok {
+				s.Coll, s.CollKnown, s.CollSource = c, true, CollInferred
+				st.warn(s.Line, "%s: inferred %s from %s", msgNoColl, c, why)
+				st.recheckSizes()
+			} else {
+				st.warn(s.Line, "%s, and %s", msgNoColl, why)
+			}
 		}
+		st.conflicts()
 		s.Pin.fixSource()
 	}
 }
 
-// msgNoColl is the warning for a run whose collective nothing names (a manifest's coll removes it).
+// msgNoColl starts the warning for a run whose collective nothing names (a manifest's coll removes
+// it).
 const msgNoColl = "nothing names the collective (no \"# Collective test starting\" line)"
+
+// recheckSizes drops the rows whose size contradicts their count for the collective inferred after
+// they were read.
+func (st *sweepState) recheckSizes() {
+	s := st.s
+	kept := s.Rows[:0]
+	for _, r := range s.Rows {
+		if msg := sizeCheck(s, r); msg != "" {
+			st.bad(r.Line, "%s (%s inferred)", msg, s.Coll)
+			continue
+		}
+		kept = append(kept, r)
+	}
+	s.Rows = kept
+}
+
+// conflicts marks the halves of rows that repeat a size (same type, op and root) with times more
+// than ConflictRatio apart: neither time is fitted, and each row names the other's line.
+func (st *sweepState) conflicts() {
+	s := st.s
+	type key struct {
+		bytes      int64
+		typ, redop string
+		root       int
+	}
+	groups := map[key][]int{}
+	var order []key
+	for i, r := range s.Rows {
+		k := key{r.Bytes, r.Type, r.Redop, r.Root}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], i)
+	}
+	for _, k := range order {
+		idx := groups[k]
+		if len(idx) < 2 {
+			continue
+		}
+		for h := 0; h < 2; h++ {
+			half := func(i int) *Half {
+				if h == 0 {
+					return &s.Rows[i].OOP
+				}
+				return &s.Rows[i].IP
+			}
+			lo, hi := -1, -1
+			for _, i := range idx {
+				if !half(i).Valid {
+					continue
+				}
+				if lo < 0 || half(i).TimeUS < half(lo).TimeUS {
+					lo = i
+				}
+				if hi < 0 || half(i).TimeUS > half(hi).TimeUS {
+					hi = i
+				}
+			}
+			if lo < 0 || half(hi).TimeUS <= ConflictRatio*half(lo).TimeUS {
+				continue
+			}
+			ratio := half(hi).TimeUS / half(lo).TimeUS
+			for _, i := range idx {
+				other := hi
+				if i == hi {
+					other = lo
+				}
+				if !half(i).Valid {
+					continue
+				}
+				half(i).Valid = false
+				st.bad(s.Rows[i].Line, "%d B %s %s measured again on line %d: %s time %g µs here, %g µs there (%.1fx apart); neither is fitted",
+					k.bytes, k.typ, k.redop, s.Rows[other].Line, halfName(h), half(i).TimeUS, half(other).TimeUS, ratio)
+			}
+		}
+	}
+}
+
+// ratioTol is how far busbw/algbw may be from a bus factor: rows with algbw >= 1 GB/s print it to
+// better than 0.5 %.
+const ratioTol = 0.01
+
+// inferColl names a run's collective from its columns and bus factors (nccl-tests' busbw = algbw
+// x factor; reference §15 item 10: AllReduce 2(n-1)/n, AllGather and ReduceScatter (n-1)/n,
+// Broadcast and Reduce 1) when nothing else does. The columns: a root >= 0 is Broadcast (redop
+// none) or Reduce; with root -1, bytes = elements x type size is AllReduce, and bytes = n x
+// elements x type size (n >= 2, the per-rank count of AllGather and ReduceScatter) is AllGather
+// (redop none) or ReduceScatter. busbw/algbw must then match the factor, at the rank count the
+// "# Rank" lines give when they do, on every row whose algbw is at least 1 GB/s (smaller values
+// print too few digits); without such a row nothing is inferred. The 12-column layout, which has
+// no root column, allows rooted and unrooted collectives alike. The string says why (or why not).
+func inferColl(s *Sweep) (capabilities.Coll, string, bool) {
+	type cand struct {
+		c capabilities.Coll
+		n int // ranks the factor implies; 0 when it does not say (factor 1)
+	}
+	var (
+		set        map[cand]bool
+		rows       int
+		redop      string
+		root, mult int64 = -2, -2
+		ratios     []float64
+	)
+	noRoot := s.Layout == Layout12Column
+	for _, r := range s.Rows {
+		h := r.OOP
+		if !(h.Valid && h.AlgBW >= 1) {
+			h = r.IP
+		}
+		elt := eltSize(r.Type)
+		if !(h.Valid && h.AlgBW >= 1 && h.BusBW > 0) || elt == 0 || r.Count <= 0 || r.Bytes%(r.Count*elt) != 0 {
+			continue
+		}
+		k := r.Bytes / (r.Count * elt)
+		ratio := h.BusBW / h.AlgBW
+		near := func(f float64) bool { return math.Abs(ratio-f) <= ratioTol*f }
+		c := map[cand]bool{}
+		rooted, unrooted := r.Root >= 0 || noRoot, r.Root < 0
+		none := strings.EqualFold(r.Redop, "none")
+		if rooted && k == 1 && near(1) {
+			if none {
+				c[cand{capabilities.Broadcast, 0}] = true
+			} else {
+				c[cand{capabilities.Reduce, 0}] = true
+			}
+		}
+		if unrooted && k == 1 && !none && ratio < 2 {
+			if n := int(math.Round(2 / (2 - ratio))); n >= 2 && near(2*float64(n-1)/float64(n)) {
+				c[cand{capabilities.AllReduce, n}] = true
+			}
+		}
+		if unrooted && k >= 2 && near(float64(k-1)/float64(k)) {
+			if none {
+				c[cand{capabilities.AllGather, int(k)}] = true
+			} else {
+				c[cand{capabilities.ReduceScatter, int(k)}] = true
+			}
+		}
+		if set == nil {
+			set = c
+		} else {
+			for x := range set {
+				if !c[x] {
+					delete(set, x)
+				}
+			}
+		}
+		rows++
+		redop, root, mult = r.Redop, int64(r.Root), k
+		ratios = append(ratios, ratio)
+	}
+	if rows == 0 {
+		return 0, "no row has algbw >= 1 GB/s to read busbw/algbw from; give the manifest's coll", false
+	}
+	for x := range set {
+		if s.Ranks > 0 && x.n != 0 && x.n != s.Ranks {
+			delete(set, x)
+		}
+	}
+	if len(set) != 1 {
+		return 0, fmt.Sprintf("the columns and busbw/algbw (%.3f) of %d rows match no single collective; give the manifest's coll",
+			median(ratios), rows), false
+	}
+	var x cand
+	for k := range set {
+		x = k
+	}
+	size := "bytes = elements x type size"
+	if mult > 1 {
+		size = fmt.Sprintf("bytes = %d x elements x type size", mult)
+	}
+	cols := fmt.Sprintf("root %d, redop %s, %s", root, redop, size)
+	if noRoot {
+		cols = fmt.Sprintf("redop %s, %s", redop, size)
+	}
+	factor := "1"
+	switch x.c {
+	case capabilities.AllReduce:
+		factor = fmt.Sprintf("2(n-1)/n at n = %d", x.n)
+	case capabilities.AllGather, capabilities.ReduceScatter:
+		factor = fmt.Sprintf("(n-1)/n at n = %d", x.n)
+	}
+	return x.c, fmt.Sprintf("the columns (%s) and busbw/algbw %.3f = %s over %d rows", cols, median(ratios), factor, rows), true
+}
 
 // clip shortens a line for a message.
 func clip(s string) string {

@@ -117,10 +117,13 @@ func TestParseSweepsFixtures(t *testing.T) {
 			LastLine: 16, FirstBytes: 65536, LastBytes: 1048576, FirstCount: 4096, LastCount: 65536,
 			FirstOOPTime: 14.36, LastIPTime: 19.84, FirstIPValid: true, LastOOPValid: true, FirstRoot: -1,
 			FirstStamp: "2025-06-11 09:14:10", FirstAlgBW: 4.56, LastBusBW: 39.88, sweepLine: 1}},
-		{"ar_old_12col_v100.txt", facts{Layout: Layout12Column, Dtype: "float", Op: "sum", Ranks: 4,
+		// No "Collective test starting" line: redop sum, bytes = elements x 4 B and busbw/algbw 1.5
+		// (2(n-1)/n at the 4 ranks of the rank lines) say AllReduce.
+		{"ar_old_12col_v100.txt", facts{Layout: Layout12Column, Coll: capabilities.AllReduce, CollKnown: true,
+			Dtype: "float", Op: "sum", Ranks: 4,
 			Hosts: []string{"dgx1"}, Nodes: 1, GPUsPerNode: 4, GPUName: "Tesla V100-SXM2-32GB", MinBytes: 8,
 			MaxBytes: 134217728, StepFactor: 2, Check: 1, HasFooter: true, AvgBusBW: 20.9296, PinSource: "free",
-			Rows: 25, WarningLines: []int{1}, WarningSubstr: []string{"nothing names the collective"},
+			Rows: 25, WarningLines: []int{1}, WarningSubstr: []string{"nothing names the collective (no \"# Collective test starting\" line): inferred AllReduce from the columns (redop sum, bytes = elements x type size) and busbw/algbw 1.500 = 2(n-1)/n at n = 4"},
 			FirstLine: 12, LastLine: 36, FirstBytes: 8, LastBytes: 134217728, FirstCount: 2, LastCount: 33554432,
 			FirstOOPTime: 19.40, LastIPTime: 3053.7, FirstIPValid: true, LastOOPValid: true, FirstRoot: -1,
 			FirstOOPWrong: -1, FirstOOPErrAbs: 0, FirstAlgBW: 0, LastBusBW: 68.05, sweepLine: 1}},
@@ -410,8 +413,8 @@ func TestParseSweepInline(t *testing.T) {
 			"        1024           256     float     sum     -1     9.80    0.10    0.18      -3     9.80    0.10    0.18       0\n"+
 			"        1024           256     float     sum     -1     9.80    0.10    0.18       0     9.80     inf    0.18       0\n")
 		assert.Empty(t, s.Rows)
-		require.Len(t, s.Bad, 6, "%v", s.Bad)
-		for i, want := range []string{`"-9.80" is negative`, `root "x"`, `count "-256"`, `type "7.5"`, `#wrong "-3"`, `"inf" is not a number`} {
+		require.Len(t, s.Bad, 7, "%v", s.Bad)
+		for i, want := range []string{`"-9.80" is negative`, `root "x"`, `count "-256"`, `type "7.5"`, `size "1e3"`, `#wrong "-3"`, `"inf" is not a number`} {
 			assert.Contains(t, s.Bad[i].Msg, want)
 		}
 	})

@@ -126,6 +126,7 @@ func ParseTuning(file string, r io.Reader) ([]Decision, *ModelTable, error) {
 	if lr.err != nil {
 		return nil, nil, lr.err
 	}
+	probs = append(probs, lr.nul...)
 	tp.endBlock()
 	var table *ModelTable
 	if len(tp.tables) > 0 {

@@ -181,3 +181,45 @@ func TestAbsurdAndConflictingRows(t *testing.T) {
 		assert.False(t, ok, "line %d is not a row to fit", line)
 	}
 }
+
+// TestLoadSweepsOneFile: --sweeps FILE with one sweep file reads that file; only a .toml is a
+// manifest.
+func TestLoadSweepsOneFile(t *testing.T) {
+	path := filepath.Join("testdata", "logs", "ar_no_start_line.txt")
+	sweeps, _, err := LoadSweeps(path)
+	require.NoError(t, err)
+	require.Len(t, sweeps, 1)
+	assert.Equal(t, path, sweeps[0].File)
+	assert.Len(t, sweeps[0].Rows, 5)
+}
+
+// TestLoadSweepsUnreadableEntry: a manifest entry whose file cannot be read is an error naming the
+// manifest's line, not a warning after which the directory's other files are fitted without the
+// manifest's pins.
+func TestLoadSweepsUnreadableEntry(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "fit", "h200-2n", "ring.txt"))
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name, entry string
+		setup       func(dir string)
+		want        string
+	}{
+		{"missing (a typo)", "rign.txt", func(string) {}, `file "rign.txt": no such file or directory`},
+		{"a directory", "sub.txt", func(dir string) { require.NoError(t, os.Mkdir(filepath.Join(dir, "sub.txt"), 0o755)) },
+			`file "sub.txt": is a directory`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "ring.txt"), data, 0o644))
+			tc.setup(dir)
+			man := filepath.Join(dir, ManifestName)
+			require.NoError(t, os.WriteFile(man, []byte("[[sweep]]\nfile = \""+tc.entry+"\"\nalgo = \"Ring\"\n"), 0o644))
+			sweeps, _, err := LoadSweeps(dir)
+			require.Error(t, err, "sweeps read: %d", len(sweeps))
+			assert.Contains(t, err.Error(), man+":1: "+tc.want)
+			_, _, err = LoadSweeps(man)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), man+":1: "+tc.want)
+		})
+	}
+}

@@ -305,9 +305,13 @@ func keyLine(text string, i int, key string, heads []int) int {
 // file does not say; where both say and disagree, the file is kept and the disagreement is a
 // problem.
 //
-// The problems list every file that was rejected as a whole (unreadable, no table, a manifest entry
-// whose file is missing) and, for convenience, every sweep's Bad and Warnings. The error is for
-// the argument itself: a path that does not exist or a manifest that does not decode.
+// A file: a *.toml is a manifest; any other file is one sweep file, read alone.
+//
+// The problems list every file that was rejected as a whole (unreadable, no table) and, for
+// convenience, every sweep's Bad and Warnings. The error is for the argument itself (a path that
+// does not exist, a manifest that does not decode) and for a manifest entry whose file cannot be
+// read (missing, a directory): the manifest says how to read that file, so nothing is fitted
+// without it.
 func LoadSweeps(dirOrManifest string) ([]*Sweep, []Problem, error) {
 	info, err := os.Stat(dirOrManifest)
 	if err != nil {
@@ -339,11 +343,13 @@ func LoadSweeps(dirOrManifest string) ([]*Sweep, []Problem, error) {
 				return nil, nil, err
 			}
 		}
-	} else {
+	} else if strings.EqualFold(filepath.Ext(dirOrManifest), ".toml") {
 		base = filepath.Dir(dirOrManifest)
 		if man, err = LoadManifest(dirOrManifest); err != nil {
 			return nil, nil, err
 		}
+	} else {
+		files = []string{dirOrManifest} // one sweep file
 	}
 	entries := map[string]*ManifestEntry{}
 	if man != nil {
@@ -368,13 +374,14 @@ func LoadSweeps(dirOrManifest string) ([]*Sweep, []Problem, error) {
 	)
 	for _, path := range files {
 		e := entries[filepath.Clean(path)]
-		f, err := os.Open(path)
+		f, err := openSweep(path)
 		if err != nil {
 			if e != nil {
-				probs = append(probs, Problem{File: man.File, Line: e.Line, Msg: fmt.Sprintf("file %q: %v", e.File, unwrapPathErr(err))})
-			} else {
-				probs = append(probs, Problem{File: path, Line: 1, Msg: unwrapPathErr(err).Error()})
+				// The manifest says how to read this file: without it, its sweeps (or the directory's
+				// other files) would be fitted as something else.
+				return nil, nil, Problem{File: man.File, Line: e.Line, Msg: fmt.Sprintf("file %q: %v", e.File, unwrapPathErr(err))}
 			}
+			probs = append(probs, Problem{File: path, Line: 1, Msg: unwrapPathErr(err).Error()})
 			continue
 		}
 		sweeps, err := ParseSweeps(path, f)
@@ -399,6 +406,21 @@ func LoadSweeps(dirOrManifest string) ([]*Sweep, []Problem, error) {
 	}
 	return out, probs, nil
 }
+
+// openSweep opens a sweep file; a directory is an error (fs.ErrInvalid, "is a directory").
+func openSweep(path string) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		f.Close()
+		return nil, &fs.PathError{Op: "open", Path: path, Err: errIsDir}
+	}
+	return f, nil
+}
+
+var errIsDir = errors.New("is a directory")
 
 func unwrapPathErr(err error) error {
 	var pe *fs.PathError

@@ -85,7 +85,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("calibrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	node := fs.String("node", "", "node table: an embedded name (h200) or a TOML file")
-	sweeps := fs.String("sweeps", "", "directory of sweeps (with an optional sweeps.toml) or a manifest")
+	sweeps := fs.String("sweeps", "", "directory of sweeps (with an optional sweeps.toml), a manifest (*.toml) or one sweep file")
 	nodes := fs.Int("nodes", 0, "node count of the sweeps (default: what the sweeps say)")
 	out := fs.String("out", "", "overlay to write (--check: to read) (default tables/NAME.fit.toml, or FILE.fit.toml beside a table file)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")

@@ -245,7 +245,8 @@ type CorrectedFit struct {
 // maxCorrectionRounds bounds the alternation of cell fit and bucket fit.
 const maxCorrectionRounds = 3
 
-// FitCorrected fits the cells (Fit) over the prior planner of topo and cfg (no Cells overrides),
+// FitCorrected fits the cells (Fit) over the prior planner of topo and cfg (no Cells overrides;
+// priced as PricedMenus prices them, so that a pin that lifts the LL128 gate has its prior values),
 // then the per-bucket corrections (FitCorrections), then refits the cells with those corrections
 // applied, alternating until the set of corrected buckets settles (at most 3 rounds). The
 // corrections are always relative to cfg's own factors (correction.Default when nil).
@@ -256,7 +257,8 @@ func FitCorrected(ctx context.Context, topo *capabilities.Topology, cfg planner.
 		base = correction.Default(topo)
 	}
 	cfg.Factors = base
-	pl, err := planner.New(topo, cfg)
+	priced := pricedTopology(topo) // every cell Points can give a point, priced (PricedMenus)
+	pl, err := planner.New(&priced, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -286,7 +288,7 @@ func FitCorrected(ctx context.Context, topo *capabilities.Topology, cfg planner.
 		}
 		prevSig = sig
 		cfg.Factors = f
-		pl, err := planner.New(topo, cfg)
+		pl, err := planner.New(&priced, cfg)
 		if err != nil {
 			return nil, err
 		}

@@ -68,7 +68,7 @@ func sweepsPerOctave(t *testing.T, truth *planner.Planner, nodes, perOctave int,
 		for k := 0; k <= 27*perOctave; k++ {
 			n := int64(math.Round(8*math.Pow(2, float64(k)/float64(perOctave))/4)) * 4
 			tm := float64(m.Menu().Time(c.Algo, c.Proto, n)) * math.Exp(noise*rng.NormFloat64())
-			s.Rows = append(s.Rows, Row{Line: k + 2, Bytes: n, Count: n / 4, OOP: Half{TimeUS: tm, Valid: true}})
+			s.Rows = append(s.Rows, Row{Line: k + 2, Bytes: n, Count: n / 4, OOP: Half{TimeUS: tm, Valid: true}, IP: Half{TimeUS: tm, Valid: true}})
 		}
 		out = append(out, s)
 	}
@@ -97,7 +97,7 @@ func TestFitCorrectedRecoversBucketDips(t *testing.T) {
 	}{{4, 1}, {4, 2}, {4, 3}, {2, 1}, {2, 2}, {2, 3}, {1, 1}, {1, 2}, {1, 3}} {
 		t.Run(fmt.Sprintf("perOctave%d/seed%d", tc.perOctave, tc.seed), func(t *testing.T) {
 			sweeps := sweepsPerOctave(t, truth, topo.NNodes, tc.perOctave, 0.03, tc.seed)
-			pts, probs := Points(sweeps, prior, topo.NNodes)
+			pts, probs := pointsOf(t, sweeps, &topo)
 			require.Empty(t, probs)
 			cf, err := FitCorrected(ctx, &topo, planner.Config{}, pts, FitOptions{}, CorrectionOptions{})
 			require.NoError(t, err)
@@ -159,7 +159,7 @@ func TestFitCorrectionsNoneWithoutDips(t *testing.T) {
 	truth := truthPlanner(t, &topo, prior)
 	for seed := int64(1); seed <= 10; seed++ {
 		for _, po := range []int{1, 2, 4} {
-			pts, _ := Points(sweepsPerOctave(t, truth, topo.NNodes, po, 0.03, seed), prior, topo.NNodes)
+			pts, _ := pointsOf(t, sweepsPerOctave(t, truth, topo.NNodes, po, 0.03, seed), &topo)
 			cf, err := FitCorrected(ctx, &topo, planner.Config{}, pts, FitOptions{}, CorrectionOptions{})
 			require.NoError(t, err)
 			for _, bc := range cf.Corrections {
@@ -189,12 +189,12 @@ func TestFitDownWeightsNoisyPoints(t *testing.T) {
 			}
 			for i := range s.Rows {
 				if s.Rows[i].Bytes >= 1<<20 && i%4 == 0 {
-					s.Rows[i].OOP.TimeUS *= 1.6
-					s.Rows[i].OOP.IterCVPct = cv
+					s.Rows[i].IP.TimeUS *= 1.6
+					s.Rows[i].IP.IterCVPct = cv
 				}
 			}
 		}
-		pts, _ := Points(sw, prior, topo.NNodes)
+		pts, _ := pointsOf(t, sw, &topo)
 		res, err := Fit(prior, pts, FitOptions{})
 		require.NoError(t, err)
 		return math.Abs(res.Fitted[c][1]/wantBW - 1)

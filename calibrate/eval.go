@@ -192,7 +192,7 @@ func (ev *Eval) WriteText(w io.Writer) error {
 			if p.Regret >= 0 {
 				r = fmt.Sprintf("%.3f", p.Regret)
 			}
-			fmt.Fprintf(tw, "\t%s (%.4g/%.4g, %s)", p.Cell, p.PredUS, p.MeasuredUS, r)
+			fmt.Fprintf(tw, "\t%s (%.4g/%s, %s)", p.Cell, p.PredUS, measured(p.MeasuredUS), r)
 		}
 		fmt.Fprintln(tw)
 	}

@@ -26,7 +26,7 @@ func TestEvaluateTruthHasNoRegret(t *testing.T) {
 	require.NoError(t, err)
 	truth := truthPlanner(t, &topo, prior)
 	sweeps := synthSweeps(t, truth, topo.NNodes, 1, 0, 1)
-	pts, _ := Points(sweeps, prior, topo.NNodes)
+	pts, _ := pointsOf(t, sweeps, &topo)
 	require.NotEmpty(t, pts)
 	ev, err := Evaluate(ctx, topo.NNodes, priorPl, truth, pts)
 	require.NoError(t, err)
@@ -57,7 +57,7 @@ func TestPlotSVGIsWellFormed(t *testing.T) {
 	truth := truthPlanner(t, &topo, prior)
 	fm, err := Menus(ctx, truth)
 	require.NoError(t, err)
-	pts, _ := Points(synthSweeps(t, truth, topo.NNodes, 1, 0.03, 2), prior, topo.NNodes)
+	pts, _ := pointsOf(t, synthSweeps(t, truth, topo.NNodes, 1, 0.03, 2), &topo)
 	var b bytes.Buffer
 	require.NoError(t, PlotSVG(&b, fm, prior, pts, `fit <&> "test"`))
 	circles, polylines := 0, 0

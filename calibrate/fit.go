@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 
 	"gonum.org/v1/gonum/diff/fd"
 	"gonum.org/v1/gonum/mat"
@@ -57,12 +58,82 @@ func (p Point) weight() float64 {
 // Pinned reports whether the point measures exactly one cell.
 func (p Point) Pinned() bool { return len(p.Cells) == 1 }
 
-// Points turns sweeps into fit points for the topology of menus (one per collective, built over
-// the prior): the out-of-place half of every row (the in-place half when the out-of-place one is
-// not valid), with the cells the sweep's pin allows among the cells the prior menu finds legal.
-// Sweeps of another node count than nNodes, of no known collective, or whose pin allows no legal
-// cell are skipped with a problem; so are rows with no valid half.
-func Points(sweeps []*Sweep, menus map[costmodel.Coll]*planner.Menu, nNodes int) ([]Point, []Problem) {
+// Halves of a table row (PointOptions.Half).
+const (
+	HalfInPlace    = "in-place"
+	HalfOutOfPlace = "out-of-place"
+)
+
+// ParseHalf reads a half's name: "ip" or "in-place", "oop" or "out-of-place".
+func ParseHalf(s string) (string, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "ip", HalfInPlace:
+		return HalfInPlace, nil
+	case "oop", HalfOutOfPlace:
+		return HalfOutOfPlace, nil
+	}
+	return "", fmt.Errorf("half %q: want oop or ip", s)
+}
+
+// PointOptions choose what Points takes of each row; the zero value takes the defaults.
+type PointOptions struct {
+	// Half is the half of each row that is fitted: HalfInPlace (the default), as PyTorch runs its
+	// collectives (the output buffer is the input buffer), or HalfOutOfPlace. The other half is not
+	// used, even where the chosen one is invalid: one fit measures one kind of call.
+	Half string
+}
+
+// sourceSweep is the env source of a sweep's pin in the planners that decide its legal cells.
+const sourceSweep capabilities.Source = "sweep"
+
+// Points turns sweeps into fit points for topology topo, whose prior configuration is cfg: the
+// chosen half (PointOptions.Half) of every row where that half is valid and the size positive,
+// with the cells the sweep's pin allows.
+//
+// The cells a pin allows are the cells NCCL makes legal with that NCCL_ALGO/NCCL_PROTO: those a
+// planner over topo with the pin as its env finds legal (planner.Menu: the §5 enables, the forced
+// disables and the LL128 auto gate of capabilities.Enabled, then capabilities.Support), which is
+// what planner explain --algo/--proto shows. So an explicit NCCL_PROTO that names LL128 makes LL128
+// legal where its auto gate would not, as in NCCL (reference §5; tuning.cc resolves LL128's auto
+// value 2 through the hardware checks, and a value the user set skips them).
+//
+// Sweeps of another node count than topo's, of no known collective, or whose pin allows no legal
+// cell are skipped with a problem. The error is for a context that ends.
+func Points(ctx context.Context, sweeps []*Sweep, topo *capabilities.Topology, cfg planner.Config, opt PointOptions) ([]Point, []Problem, error) {
+	half := opt.Half
+	if half == "" {
+		half = HalfInPlace
+	}
+	if _, err := ParseHalf(half); err != nil {
+		return nil, nil, fmt.Errorf("calibrate: %w", err)
+	}
+	cfg.Cells = nil // overrides change no cell's legality
+	type pinKey struct{ algo, proto string }
+	legal := map[pinKey]map[costmodel.Coll]*planner.Menu{}
+	pinMenus := func(pin Pin) (map[costmodel.Coll]*planner.Menu, error) {
+		k := pinKey{pin.Algo, pin.Proto}
+		if m, ok := legal[k]; ok {
+			return m, nil
+		}
+		t := *topo
+		t.Env.Algo, t.Env.Proto = capabilities.Setting{}, capabilities.Setting{}
+		if pin.Algo != "" {
+			t.Env.Algo = capabilities.Setting{Value: pin.Algo, Source: sourceSweep}
+		}
+		if pin.Proto != "" {
+			t.Env.Proto = capabilities.Setting{Value: pin.Proto, Source: sourceSweep}
+		}
+		pl, err := planner.New(&t, cfg)
+		if err != nil {
+			return nil, err
+		}
+		m, err := Menus(ctx, pl)
+		if err != nil {
+			return nil, err
+		}
+		legal[k] = m
+		return m, nil
+	}
 	var pts []Point
 	var probs []Problem
 	for _, s := range sweeps {
@@ -73,8 +144,16 @@ func Points(sweeps []*Sweep, menus map[costmodel.Coll]*planner.Menu, nNodes int)
 			skip("%s", msgNoColl)
 			continue
 		}
-		if s.Nodes != 0 && s.Nodes != nNodes {
-			skip("it ran on %d nodes, the fit is for %d", s.Nodes, nNodes)
+		if s.Nodes != 0 && s.Nodes != topo.NNodes {
+			skip("it ran on %d nodes, the fit is for %d", s.Nodes, topo.NNodes)
+			continue
+		}
+		menus, err := pinMenus(s.Pin)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, nil, ctx.Err()
+			}
+			skip("%v", err)
 			continue
 		}
 		m := menus[s.Coll]
@@ -82,19 +161,15 @@ func Points(sweeps []*Sweep, menus map[costmodel.Coll]*planner.Menu, nNodes int)
 			skip("no model for %s", s.Coll)
 			continue
 		}
-		cells, err := pinCells(m, s.Pin)
-		if err != nil {
-			skip("%v", err)
-			continue
-		}
+		cells := legalCells(m)
 		if len(cells) == 0 {
 			skip("NCCL_ALGO=%q NCCL_PROTO=%q allows no legal cell of %s", s.Pin.Algo, s.Pin.Proto, s.Coll)
 			continue
 		}
 		for _, r := range s.Rows {
-			h := r.OOP
-			if !h.Valid {
-				h = r.IP
+			h := r.IP
+			if half == HalfOutOfPlace {
+				h = r.OOP
 			}
 			if !h.Valid || r.Bytes <= 0 {
 				continue
@@ -103,33 +178,49 @@ func Points(sweeps []*Sweep, menus map[costmodel.Coll]*planner.Menu, nNodes int)
 				Cells: cells, Algo: s.Pin.Algo, Proto: s.Pin.Proto, IterCVPct: h.IterCVPct})
 		}
 	}
-	return pts, probs
+	return pts, probs, nil
 }
 
-// pinCells lists the legal cells of a menu that NCCL_ALGO/NCCL_PROTO values allow.
-func pinCells(m *planner.Menu, pin Pin) ([]Cell, error) {
-	am, pm := capabilities.DefaultAlgoMatrix(), capabilities.DefaultProtoMatrix()
-	var err error
-	if pin.Algo != "" {
-		if am, err = capabilities.ParseAlgoEnv(pin.Algo); err != nil {
-			return nil, err
-		}
-	}
-	if pin.Proto != "" {
-		if pm, err = capabilities.ParseProtoEnv(pin.Proto); err != nil {
-			return nil, err
-		}
-	}
+// legalCells lists the legal cells of a menu (a legal reason and a positive bandwidth).
+func legalCells(m *planner.Menu) []Cell {
 	c := m.Class.Coll
 	var out []Cell
 	for a := costmodel.Algo(0); a < costmodel.NumAlgos; a++ {
 		for p := costmodel.Proto(0); p < costmodel.NumProtos; p++ {
-			if m.Cells[a][p].Reason == "" && m.Cells[a][p].BWGBps > 0 && am[c][a] != 0 && pm[c][p] != 0 {
+			if m.Cells[a][p].Reason == "" && m.Cells[a][p].BWGBps > 0 {
 				out = append(out, Cell{c, a, p})
 			}
 		}
 	}
-	return out, nil
+	return out
+}
+
+// sourcePriced is the env source of the NCCL_PROTO that PricedMenus sets.
+const sourcePriced capabilities.Source = "calibrate: every protocol priced"
+
+// pricedTopology returns t with NCCL's LL128 auto gate lifted where t's env leaves NCCL_PROTO unset,
+// as an explicit NCCL_PROTO naming every protocol lifts it (reference §5): the cells a sweep's pin
+// can make legal are all priced, with the values NCCL gives them then. No pin can enable anything
+// else: NCCL_ALGO only restricts, and LL128 is the only protocol with an automatic rule.
+func pricedTopology(t *capabilities.Topology) capabilities.Topology {
+	u := *t
+	if !u.Env.Proto.IsSet() {
+		u.Env.Proto = capabilities.Setting{Value: "LL,LL128,Simple", Source: sourcePriced}
+	}
+	return u
+}
+
+// PricedMenus prices every collective over topo and cfg (as Menus) with the LL128 auto gate lifted
+// (pricedTopology): the prior values of every cell that Points can give a sweep, which Fit needs.
+// A legal cell has the same values as in the menus of a planner over topo itself; which cells a
+// sweep measures is Points' decision, not these menus'.
+func PricedMenus(ctx context.Context, topo *capabilities.Topology, cfg planner.Config) (map[costmodel.Coll]*planner.Menu, error) {
+	t := pricedTopology(topo)
+	pl, err := planner.New(&t, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return Menus(ctx, pl)
 }
 
 // FitOptions tune the fit; zero values take the defaults.
@@ -229,6 +320,9 @@ func Fit(menus map[costmodel.Coll]*planner.Menu, pts []Point, opt FitOptions) (*
 	sort.Slice(md.cells, func(i, j int) bool { return cellLess(md.cells[i], md.cells[j]) })
 	for i, c := range md.cells {
 		md.idx[c] = i
+		if menus[c.Coll] == nil || !(menus[c.Coll].Cells[c.Algo][c.Proto].BWGBps > 0) {
+			return nil, fmt.Errorf("calibrate: %s has no prior bandwidth in the menus (price them with PricedMenus)", c)
+		}
 		mc := menus[c.Coll].Cells[c.Algo][c.Proto]
 		md.prior = append(md.prior, [2]float64{math.Max(float64(mc.LatUS), minLat), float64(mc.BWGBps)})
 	}

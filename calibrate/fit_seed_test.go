@@ -89,7 +89,7 @@ func TestFitSeedTreeRingHandover(t *testing.T) {
 		require.NoError(t, err)
 		menus, err := Menus(ctx, prior)
 		require.NoError(t, err)
-		pts, probs := Points(seedSweeps(t, nodes), menus, nodes)
+		pts, probs := pointsOf(t, seedSweeps(t, nodes), &topo)
 		require.Empty(t, probs)
 		res, err := Fit(menus, pts, FitOptions{})
 		require.NoError(t, err)

@@ -65,7 +65,7 @@ func synthSweeps(t *testing.T, truth *planner.Planner, nodes, runs int, noise fl
 				tm := float64(m.Menu().Time(c.Algo, c.Proto, n))
 				require.Greater(t, tm, 0.0, c.String())
 				tm *= math.Exp(noise * rng.NormFloat64())
-				s.Rows = append(s.Rows, Row{Line: i + 2, Bytes: n, Count: n / 4, OOP: Half{TimeUS: tm, Valid: true}})
+				s.Rows = append(s.Rows, Row{Line: i + 2, Bytes: n, Count: n / 4, OOP: Half{TimeUS: tm, Valid: true}, IP: Half{TimeUS: tm, Valid: true}})
 			}
 			out = append(out, s)
 		}
@@ -112,7 +112,7 @@ func TestFitRecoversPerturbedCells(t *testing.T) {
 			require.NoError(t, err)
 			truth := truthPlanner(t, &topo, prior)
 			sweeps := synthSweeps(t, truth, topo.NNodes, tc.runs, 0.03, tc.seed)
-			pts, probs := Points(sweeps, prior, topo.NNodes)
+			pts, probs := pointsOf(t, sweeps, &topo)
 			require.Empty(t, probs)
 			res, err := Fit(prior, pts, FitOptions{})
 			require.NoError(t, err)
@@ -182,4 +182,12 @@ func TestFitRecoversPerturbedCells(t *testing.T) {
 			t.Logf("%d sizes, %d true crossovers, %d mismatches away from them", len(sizes), len(crossings), bad)
 		})
 	}
+}
+
+// pointsOf is Points over topo with the default options and no prior overrides.
+func pointsOf(t *testing.T, sweeps []*Sweep, topo *capabilities.Topology) ([]Point, []Problem) {
+	t.Helper()
+	pts, probs, err := Points(context.Background(), sweeps, topo, planner.Config{}, PointOptions{})
+	require.NoError(t, err)
+	return pts, probs
 }

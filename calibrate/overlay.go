@@ -77,8 +77,10 @@ func (r *FitResult) FitCells(nodes int) []tables.FitCell {
 }
 
 // WriteOverlay writes NAME.fit.toml: the fitted cells as [[fit.cell]] (every number tagged
-// "measured") and the fit's [provenance].
+// "measured", but a latency or bandwidth the data did not identify, which keeps the prior's value
+// and is tagged heldTag, as is its sigma) and the fit's [provenance].
 func WriteOverlay(w io.Writer, r *FitResult, in OverlayInput) error {
+	held := r.heldAtPrior(in.Nodes)
 	cells := append(append([]tables.FitCell(nil), in.Keep...), r.FitCells(in.Nodes)...)
 	sort.SliceStable(cells, func(i, j int) bool { return cells[i].Nodes < cells[j].Nodes })
 	var b strings.Builder
@@ -88,10 +90,11 @@ func WriteOverlay(w io.Writer, r *FitResult, in OverlayInput) error {
 	for _, c := range cells {
 		fmt.Fprintf(&b, "\n[[fit.cell]]\ncoll = %q\nalgo = %q\nproto = %q\n", c.Coll, c.Algo, c.Proto)
 		fmt.Fprintf(&b, "nodes = %d  # measured\n", c.Nodes)
-		fmt.Fprintf(&b, "lat_us = %s  # measured\n", num(c.LatUS))
-		fmt.Fprintf(&b, "bw_gbps = %s  # measured\n", num(c.BWGBps))
-		fmt.Fprintf(&b, "lat_sigma = %s  # measured\n", num(c.LatSigma))
-		fmt.Fprintf(&b, "bw_sigma = %s  # measured\n", num(c.BWSigma))
+		h := held[heldKey{c.Coll, c.Algo, c.Proto, c.Nodes}]
+		fmt.Fprintf(&b, "lat_us = %s  # %s\n", num(c.LatUS), valueTag(h[0]))
+		fmt.Fprintf(&b, "bw_gbps = %s  # %s\n", num(c.BWGBps), valueTag(h[1]))
+		fmt.Fprintf(&b, "lat_sigma = %s  # %s\n", num(c.LatSigma), valueTag(h[0]))
+		fmt.Fprintf(&b, "bw_sigma = %s  # %s\n", num(c.BWSigma), valueTag(h[1]))
 		fmt.Fprintf(&b, "points = %d  # measured\n", c.Points)
 	}
 	if len(in.Corrections) > 0 {

@@ -37,7 +37,10 @@ type Pick struct {
 
 // Report is what calibrate prints after a fit.
 type Report struct {
-	Nodes int          `json:"nodes"`
+	Nodes int `json:"nodes"`
+	// Half is the half of the sweeps' rows that was fitted and scored: HalfInPlace or
+	// HalfOutOfPlace (the caller sets it, as it chose Points' half).
+	Half  string       `json:"half"`
 	Sizes []SizeReport `json:"sizes"`
 	// Crossovers: where the measured best changes (between two measured sizes) and where the
 	// prior's and the fitted model's picks change (on a 1/16-octave grid over the measured range).
@@ -129,8 +132,10 @@ func pinLabel(p Point) string {
 }
 
 // BuildReport compares the prior and fitted planners on the measured points. holdout are points
-// not used by the fit (their prediction error is reported separately; nil for none).
-func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner, res *FitResult, pts, holdout []Point) (*Report, error) {
+// not used by the fit (their prediction error is reported separately; nil for none), predicted by
+// priced, the fitted model's menus with every cell the points' pins allow priced (PricedMenus
+// over the fitted configuration); nil takes Menus(fitted).
+func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner, priced map[costmodel.Coll]*planner.Menu, res *FitResult, pts, holdout []Point) (*Report, error) {
 	rep := &Report{Nodes: nodes, MedianRel: res.MedianRel, MaxRel: res.MaxRel}
 	for _, p := range res.Params {
 		rep.Params = append(rep.Params, ParamJSON{p.Cell.String(), p.Kind, p.Prior, p.Value, p.Sigma, p.Identified})
@@ -276,9 +281,12 @@ func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner,
 	rep.FittedRegretMedian, rep.FittedRegretMax = median(fr), maxOf(fr)
 	rep.PriorRegretSizes, rep.FittedRegretSizes = len(pr), len(fr)
 	if len(holdout) > 0 {
-		fm, err := Menus(ctx, fitted)
-		if err != nil {
-			return nil, err
+		fm := priced
+		if fm == nil {
+			var err error
+			if fm, err = Menus(ctx, fitted); err != nil {
+				return nil, err
+			}
 		}
 		var rel []float64
 		for _, p := range holdout {
@@ -298,6 +306,9 @@ func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner,
 // WriteText prints the report as tables.
 func (rep *Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if rep.Half != "" {
+		fmt.Fprintf(tw, "fitted and scored: the %s half of every row\n\n", rep.Half)
+	}
 	fmt.Fprintf(tw, "parameters (%d nodes)\ncell\tkind\tprior\tfitted\tsigma\tstatus\n", rep.Nodes)
 	for _, p := range rep.Params {
 		st := "fitted"
@@ -325,7 +336,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "\nper size\ncoll\tbytes\tbest (measured us)\tprior pick (pred/meas us, regret)\tfitted pick\tring/simple\n")
 	for _, s := range rep.Sizes {
 		pk := func(p Pick) string {
-			return fmt.Sprintf("%s (%.4g/%.4g, %s)", p.Cell, p.PredUS, p.MeasuredUS, reg(p.Regret))
+			return fmt.Sprintf("%s (%.4g/%s, %s)", p.Cell, p.PredUS, measured(p.MeasuredUS), reg(p.Regret))
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s (%.4g)\t%s\t%s\t%s\n", s.Coll, s.Bytes, s.Best, s.MeasuredUS, pk(s.Prior), pk(s.Fitted), pk(s.Baseline))
 	}
@@ -340,4 +351,12 @@ func (rep *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "holdout |pred/meas-1|: median %.3f max %.3f over %d points\n", rep.HoldoutMedian, rep.HoldoutMax, rep.HoldoutPoints)
 	}
 	return tw.Flush()
+}
+
+// measured prints a measured time, "-" for one no sweep measured (0).
+func measured(us float64) string {
+	if us <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.4g", us)
 }

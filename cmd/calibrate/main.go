@@ -109,6 +109,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	warmup := fs.Int("warmup", 5, "with --run: collbench -w")
 	repeat := fs.Int("repeat", 1, "with --run: run each pinned sweep K times and keep, per size, the minimum time (--quick: 1)")
 	noCorr := fs.Bool("no-corrections", false, "fit latency and bandwidth per cell only, no per-bucket bandwidth corrections")
+	halfFlag := fs.String("half", "ip", "the half of every row to fit and score: ip (in place, as PyTorch runs) or oop (out of place)")
 	if err := cmdline.Parse(fs, args, "calibrate"); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			_, err = io.WriteString(stdout, cmdline.Usage(fs, doc))
@@ -165,10 +166,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case *np < 0:
 		return usagef("--np %d: must be positive", *np)
 	}
-	var (
-		n   *tables.Node
-		err error
-	)
+	half, err := calibrate.ParseHalf(*halfFlag)
+	if err != nil {
+		return usagef("--half %q: want oop or ip", *halfFlag)
+	}
+	var n *tables.Node
 	if strings.HasSuffix(*node, ".toml") {
 		n, err = tables.LoadFile(*node)
 	} else {
@@ -283,11 +285,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	menus, err := calibrate.Menus(ctx, prior)
+	// Every cell a sweep's pin can make legal, priced; the pins decide which ones a point measures.
+	menus, err := calibrate.PricedMenus(ctx, &topo, cfg)
 	if err != nil {
 		return err
 	}
-	pts, skipped := calibrate.Points(sw, menus, *nodes)
+	pts, skipped, err := calibrate.Points(ctx, sw, &topo, cfg, calibrate.PointOptions{Half: half})
+	if err != nil {
+		return err
+	}
 	for _, p := range skipped {
 		fmt.Fprintln(stderr, "calibrate: warning:", p.Error())
 	}
@@ -323,33 +329,37 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	fcfg.Cells = res.Overrides()
-	fitted, err := planner.New(&topo, fcfg)
+	pricedFit, err := calibrate.PricedMenus(ctx, &topo, fcfg)
 	if err != nil {
 		return err
 	}
-	rep, err := calibrate.BuildReport(ctx, *nodes, prior, fitted, res, fitPts, held)
+	fitted, heldBack, err := fittedPlanner(ctx, &topo, fcfg, prior, stderr)
+	if err != nil {
+		return err
+	}
+	rep, err := calibrate.BuildReport(ctx, *nodes, prior, fitted, pricedFit, res, fitPts, held)
 	if err != nil {
 		return err
 	}
 	rep.AddCorrections(corr)
-
-	in := calibrate.OverlayInput{Nodes: *nodes, Date: *date}
-	files := map[string]bool{}
-	versions := map[string]bool{}
-	for _, s := range sw {
-		files[s.File] = true
-		if s.NCCLVersion != "" {
-			versions[s.NCCLVersion] = true
+	rep.Half = half
+	var svgData []byte
+	if *svg != "" { // drawn before anything is written
+		if svgData, err = renderSVG(pricedFit, menus, pts, fmt.Sprintf("calibrate %s, %d nodes: measured and fitted", n.Name, *nodes)); err != nil {
+			return err
 		}
 	}
-	for _, f := range sortedKeys(files) {
+
+	in := calibrate.OverlayInput{Nodes: *nodes, Date: *date}
+	files, versions := pointFiles(sw, fitPts) // only the files that supplied fitted points
+	for _, f := range files {
 		sum, err := fileSHA256(f)
 		if err != nil {
 			return err
 		}
 		in.Files = append(in.Files, tables.InputFile{File: f, SHA256: sum})
 	}
-	in.NCCLVersions = sortedKeys(versions)
+	in.NCCLVersions = versions
 	hadCorr := false
 	if old, err := configfile.Read(*out); err == nil {
 		if in.Keep, err = calibrate.KeepFromOverlay(*out, old, *nodes); err != nil {
@@ -371,7 +381,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		in.Corrections = calibrate.TableCorrections(existing, menus, corr)
 	}
 	var buf bytes.Buffer
-	if err := calibrate.WriteOverlay(&buf, res, in); err != nil {
+	if err := calibrate.WriteOverlay(&buf, withoutCells(res, heldBack), in); err != nil {
 		return err
 	}
 	// The overlay must load over its table before it is written.
@@ -381,9 +391,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := os.WriteFile(*out, buf.Bytes(), 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "calibrate: wrote %s (%d cells fitted at %d nodes from %d points, %d bucket corrections)\n", *out, len(res.Fitted), *nodes, len(fitPts), len(corr))
-	if *svg != "" {
-		if err := writeSVG(ctx, *svg, fitted, prior, pts, fmt.Sprintf("calibrate %s, %d nodes: measured and fitted", n.Name, *nodes)); err != nil {
+	fmt.Fprintf(stderr, "calibrate: wrote %s (%d cells fitted at %d nodes from %d points, %d bucket corrections)\n", *out, len(res.Fitted)-len(heldBack), *nodes, len(fitPts), len(corr))
+	if svgData != nil {
+		if err := os.WriteFile(*svg, svgData, 0o644); err != nil {
 			return err
 		}
 	}

@@ -150,7 +150,7 @@ func TestOverlayHeldAtPrior(t *testing.T) {
 	for i, c := range n.Fit.Cell {
 		cell := strings.ToUpper(c.Algo) + "/" + strings.ToUpper(c.Proto)
 		for kind, key := range names {
-			tag := n.Sources[("fit.cell["+strconv.Itoa(i)+"]."+key)]
+			tag := n.Sources[("fit.cell[" + strconv.Itoa(i) + "]." + key)]
 			if held["AllReduce/"+cell+" "+kind] {
 				checked++
 				assert.NotEqual(t, "measured", tag, "%s %s is held at the prior", cell, kind)

@@ -313,9 +313,26 @@ func keyLine(text string, i int, key string, heads []int) int {
 // read (missing, a directory): the manifest says how to read that file, so nothing is fitted
 // without it.
 func LoadSweeps(dirOrManifest string) ([]*Sweep, []Problem, error) {
+	ld, err := loadSweeps(dirOrManifest)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ld.sweeps, ld.probs, nil
+}
+
+// loaded is what loadSweeps read: every file it tried, in order, its sweeps, the files rejected
+// as a whole (by path), and every problem.
+type loaded struct {
+	files   []string
+	sweeps  []*Sweep
+	dropped map[string]Problem
+	probs   []Problem
+}
+
+func loadSweeps(dirOrManifest string) (*loaded, error) {
 	info, err := os.Stat(dirOrManifest)
 	if err != nil {
-		return nil, nil, fmt.Errorf("calibrate: %w", err)
+		return nil, fmt.Errorf("calibrate: %w", err)
 	}
 	var (
 		man   *Manifest
@@ -326,7 +343,7 @@ func LoadSweeps(dirOrManifest string) ([]*Sweep, []Problem, error) {
 		base = dirOrManifest
 		entries, err := os.ReadDir(dirOrManifest)
 		if err != nil {
-			return nil, nil, fmt.Errorf("calibrate: %w", err)
+			return nil, fmt.Errorf("calibrate: %w", err)
 		}
 		for _, e := range entries {
 			if e.IsDir() {
@@ -340,13 +357,13 @@ func LoadSweeps(dirOrManifest string) ([]*Sweep, []Problem, error) {
 		mpath := filepath.Join(dirOrManifest, ManifestName)
 		if _, err := os.Stat(mpath); err == nil {
 			if man, err = LoadManifest(mpath); err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 		}
 	} else if strings.EqualFold(filepath.Ext(dirOrManifest), ".toml") {
 		base = filepath.Dir(dirOrManifest)
 		if man, err = LoadManifest(dirOrManifest); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	} else {
 		files = []string{dirOrManifest} // one sweep file
@@ -368,10 +385,7 @@ func LoadSweeps(dirOrManifest string) ([]*Sweep, []Problem, error) {
 	}
 	sort.Strings(files)
 
-	var (
-		out   []*Sweep
-		probs []Problem
-	)
+	ld := &loaded{files: files, dropped: map[string]Problem{}}
 	for _, path := range files {
 		e := entries[filepath.Clean(path)]
 		f, err := openSweep(path)
@@ -379,32 +393,32 @@ func LoadSweeps(dirOrManifest string) ([]*Sweep, []Problem, error) {
 			if e != nil {
 				// The manifest says how to read this file: without it, its sweeps (or the directory's
 				// other files) would be fitted as something else.
-				return nil, nil, Problem{File: man.File, Line: e.Line, Msg: fmt.Sprintf("file %q: %v", e.File, unwrapPathErr(err))}
+				return nil, Problem{File: man.File, Line: e.Line, Msg: fmt.Sprintf("file %q: %v", e.File, unwrapPathErr(err))}
 			}
-			probs = append(probs, Problem{File: path, Line: 1, Msg: unwrapPathErr(err).Error()})
+			p := Problem{File: path, Line: 1, Msg: unwrapPathErr(err).Error()}
+			ld.dropped[path], ld.probs = p, append(ld.probs, p)
 			continue
 		}
 		sweeps, err := ParseSweeps(path, f)
 		f.Close()
 		if err != nil {
 			var p Problem
-			if errors.As(err, &p) {
-				probs = append(probs, p)
-			} else {
-				probs = append(probs, Problem{File: path, Line: 1, Msg: err.Error()})
+			if !errors.As(err, &p) {
+				p = Problem{File: path, Line: 1, Msg: err.Error()}
 			}
+			ld.dropped[path], ld.probs = p, append(ld.probs, p)
 			continue
 		}
 		for _, s := range sweeps {
 			if e != nil {
 				applyEntry(s, man.File, e)
 			}
-			out = append(out, s)
-			probs = append(probs, s.Bad...)
-			probs = append(probs, s.Warnings...)
+			ld.sweeps = append(ld.sweeps, s)
+			ld.probs = append(ld.probs, s.Bad...)
+			ld.probs = append(ld.probs, s.Warnings...)
 		}
 	}
-	return out, probs, nil
+	return ld, nil
 }
 
 // openSweep opens a sweep file; a directory is an error (fs.ErrInvalid, "is a directory").

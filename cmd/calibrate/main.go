@@ -69,7 +69,9 @@ func exitCode(stderr io.Writer, err error) int {
 }
 
 // doc is the head of -h, above the flags.
-const doc = `usage: calibrate --node NAME (--sweeps DIR|MANIFEST | --run [--quick] | --check DIR) [flags]
+const doc = `usage: calibrate --node NAME (--sweeps DIR|MANIFEST|FILE | --run [--quick] | --check DIR) [flags]
+       calibrate list SWEEPS [--json]     (what the fit reads of SWEEPS, row by row; list -h)
+       calibrate nccl-log LOG [--json] [--topology-out FILE] [--check-decisions]  (nccl-log -h)
 
 Fits the cost model's per-cell latency and bandwidth (and per-bucket bandwidth corrections) to
 measured sweeps, nccl-tests or collbench tables, and writes the fitted overlay NAME.fit.toml that
@@ -82,6 +84,9 @@ paths (--out, --svg, --sweeps-out) are checked before any work.
 // run fits one node table at one node count and writes the overlay and the report; with --run it
 // measures the sweeps first, with --check it evaluates an existing overlay instead of fitting.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && subcommands[args[0]] != nil {
+		return subcommands[args[0]](ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("calibrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	node := fs.String("node", "", "node table: an embedded name (h200) or a TOML file")

@@ -416,3 +416,80 @@ func tomlDescribe(v any) string {
 	}
 	return fmt.Sprintf("%T", v)
 }
+
+// EstimateTag is the source tag that marks an estimated input: a trailing "# estimate" comment on
+// a key of a topology file (as in the node tables), for an input the file's writer did not know
+// and took a documented default for (calibrate nccl-log does so for what a log lacks).
+const EstimateTag = "estimate"
+
+// LoadTopologyEstimates reads the topology file at path as LoadTopology does and also returns the
+// dotted paths of the keys tagged "# estimate" (TopologyEstimates), which planner explain lists.
+func LoadTopologyEstimates(path string) (Topology, []string, error) {
+	data, err := configfile.Read(path)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return Topology{}, nil, fmt.Errorf("capabilities: %s: %w", path, pe.Err)
+		}
+		return Topology{}, nil, fmt.Errorf("capabilities: %w", err) // names path
+	}
+	t, err := DecodeTopology(path, data)
+	if err != nil {
+		return Topology{}, nil, err
+	}
+	return t, TopologyEstimates(data), nil
+}
+
+// TopologyEstimates returns, sorted, the dotted paths ("cpu_arch", "graphs.ring.latency_inter")
+// of the keys of a topology file's text whose trailing comment is exactly EstimateTag. It reads
+// the schema's shapes (top-level keys and [table] headers, one key per line); text that
+// DecodeTopology refuses gives no guarantee.
+func TopologyEstimates(data []byte) []string {
+	var out []string
+	table := ""
+	for _, raw := range strings.Split(string(data), "\n") {
+		line := strings.TrimSpace(strings.TrimRight(raw, "\r"))
+		code, comment := splitComment(line)
+		code = strings.TrimSpace(code)
+		switch {
+		case strings.HasPrefix(code, "[") && strings.HasSuffix(code, "]"):
+			table = strings.Trim(strings.TrimSpace(strings.Trim(code, "[]")), `"`)
+			continue
+		case comment != EstimateTag:
+			continue
+		}
+		key, _, ok := strings.Cut(code, "=")
+		if !ok {
+			continue
+		}
+		key = strings.Trim(strings.TrimSpace(key), `"'`)
+		if table != "" {
+			key = table + "." + key
+		}
+		out = append(out, key)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// splitComment cuts a TOML line at its comment's "#" (one outside a string) and returns the code
+// and the comment's trimmed text ("" when there is none).
+func splitComment(line string) (string, string) {
+	var quote byte
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case quote != 0:
+			if c == '\\' && quote == '"' {
+				i++
+			} else if c == quote {
+				quote = 0
+			}
+		case c == '"' || c == '\'':
+			quote = c
+		case c == '#':
+			return line[:i], strings.TrimSpace(line[i+1:])
+		}
+	}
+	return line, ""
+}

@@ -40,7 +40,7 @@ func (f *topoFlags) register(fs *flag.FlagSet) {
 type setup struct {
 	topo      capabilities.Topology
 	source    string   // "node h100 x2", "topology FILE"
-	estimated []string // estimated inputs of the node table
+	estimated []string // estimated inputs of the node table, or the topology file's "# estimate" keys
 	node      *tables.Node
 	tuner     *plugin.Client // nil: no tuner
 }
@@ -66,7 +66,7 @@ func (f *topoFlags) build(fs *flag.FlagSet) (*setup, error) {
 		if nodesGiven {
 			return nil, usagef("--nodes applies to --node or --table, not --topology (set n_nodes in the file)")
 		}
-		if s.topo, err = capabilities.LoadTopology(f.topology); err != nil {
+		if s.topo, s.estimated, err = capabilities.LoadTopologyEstimates(f.topology); err != nil {
 			return nil, usageError{err}
 		}
 		s.source = "topology " + f.topology

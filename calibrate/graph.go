@@ -59,51 +59,66 @@ type GraphLine struct {
 // holds every line that parsed. Other errors come from r.
 func ParseGraphs(file string, r io.Reader) ([]GraphLine, error) {
 	lr := &logReader{file: file, r: r}
-	type source struct {
-		ordinal int
-		comm    int
-		seen    map[string]bool
-	}
-	var (
-		out     []GraphLine
-		probs   Problems
-		sources = map[string]*source{}
-	)
+	gr := newGraphReader(file)
 	for l := range lr.lines() {
 		nl, ok := parseNCCLLine(l.text)
-		if !ok || nl.level != "INFO" || !strings.HasPrefix(nl.msg, "Pattern ") {
-			continue
-		}
-		g, msg := parseGraphMsg(nl.msg)
-		if msg != "" {
-			probs = append(probs, Problem{File: file, Line: l.line, Msg: msg + ": " + clip(nl.msg)})
-			continue
-		}
-		g.File, g.Line, g.Host, g.PID, g.Dev, g.Rank = file, l.line, nl.host, nl.pid, nl.dev, l.rank
-		key := fmt.Sprintf("%d|%s|%d|%d", l.rank, nl.host, nl.pid, nl.dev)
-		src := sources[key]
-		if src == nil {
-			src = &source{ordinal: len(sources), seen: map[string]bool{}}
-			sources[key] = src
-		}
-		g.sourceOrdinal = src.ordinal
-		name := classifyGraph(g.Pattern, src.seen)
-		if name != "" && src.seen[name] {
-			src.comm++
-			src.seen = map[string]bool{}
-			name = classifyGraph(g.Pattern, src.seen)
-		}
-		if name != "" {
-			src.seen[name] = true
-		}
-		g.Graph, g.Comm = name, src.comm
-		out = append(out, g)
+		gr.line(l, nl, ok)
 	}
 	if lr.err != nil {
 		return nil, lr.err
 	}
-	probs = append(probs, lr.nul...)
-	return out, probs.errOrNil()
+	gr.probs = append(gr.probs, lr.nul...)
+	return gr.out, gr.probs.errOrNil()
+}
+
+// graphReader reads the GRAPH lines of one log, a line at a time (ParseGraphs, ParseNCCLLog).
+type graphReader struct {
+	file    string
+	out     []GraphLine
+	probs   Problems
+	sources map[string]*graphSource
+}
+
+// graphSource is one rank's (process and device's) GRAPH lines so far.
+type graphSource struct {
+	ordinal int
+	comm    int
+	seen    map[string]bool
+}
+
+func newGraphReader(file string) *graphReader {
+	return &graphReader{file: file, sources: map[string]*graphSource{}}
+}
+
+// line reads one logical line; nl and ok are parseNCCLLine's.
+func (gr *graphReader) line(l logLine, nl ncclLine, ok bool) {
+	if !ok || nl.level != "INFO" || !strings.HasPrefix(nl.msg, "Pattern ") {
+		return
+	}
+	g, msg := parseGraphMsg(nl.msg)
+	if msg != "" {
+		gr.probs = append(gr.probs, Problem{File: gr.file, Line: l.line, Msg: msg + ": " + clip(nl.msg)})
+		return
+	}
+	g.File, g.Line, g.Host, g.PID, g.Dev, g.Rank = gr.file, l.line, nl.host, nl.pid, nl.dev, l.rank
+	key := fmt.Sprintf("%d|%s|%d|%d", l.rank, nl.host, nl.pid, nl.dev)
+	src := gr.sources[key]
+	if src == nil {
+		src = &graphSource{ordinal: len(gr.sources), seen: map[string]bool{}}
+		gr.sources[key] = src
+	}
+	g.sourceOrdinal = src.ordinal
+	name := classifyGraph(g.Pattern, src.seen)
+	if name != "" && src.seen[name] {
+		src.comm++
+		src.seen = map[string]bool{}
+		name = classifyGraph(g.Pattern, src.seen)
+	}
+	if name != "" {
+		src.seen[name] = true
+	}
+	g.Graph, g.Comm = name, src.comm
+	gr.out = append(gr.out, g)
 }
 
 // classifyGraph names the graph a pattern belongs to, given the graphs this communicator has shown.

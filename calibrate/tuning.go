@@ -93,50 +93,69 @@ var (
 // decisions and are skipped.
 func ParseTuning(file string, r io.Reader) ([]Decision, *ModelTable, error) {
 	lr := &logReader{file: file, r: r}
-	var (
-		out   []Decision
-		probs Problems
-		tp    = tableParser{file: file}
-	)
+	tr := newTuningReader(file)
 	for l := range lr.lines() {
 		nl, ok := parseNCCLLine(l.text)
-		if !ok || nl.level != "INFO" {
-			continue
-		}
-		if strings.Contains(nl.msg, " Bytes -> ") {
-			d, perr := parseDecision(nl.msg)
-			if perr != "" {
-				if taggedPathRE.MatchString(nl.msg) {
-					continue // symmetric kernel and copy-engine paths
-				}
-				probs = append(probs, Problem{File: file, Line: l.line, Msg: perr + ": " + clip(nl.msg)})
-				continue
-			}
-			d.Line, d.Host, d.PID, d.Dev, d.Rank = l.line, nl.host, nl.pid, nl.dev, l.rank
-			if m := stampRE.FindStringSubmatch(strings.TrimSpace(l.text[:nl.start])); m != nil {
-				d.Timestamp = m[1]
-			}
-			out = append(out, d)
-			continue
-		}
-		if p := tp.line(l.line, nl.msg); p != nil {
-			probs = append(probs, *p)
-		}
+		tr.line(l, nl, ok)
 	}
 	if lr.err != nil {
 		return nil, nil, lr.err
 	}
-	probs = append(probs, lr.nul...)
-	tp.endBlock()
-	var table *ModelTable
-	if len(tp.tables) > 0 {
-		table = tp.tables[0]
-		if table.Incomplete {
-			probs = append(probs, Problem{File: file, Line: table.Line,
-				Msg: "the model table is incomplete (a block has fewer than five collective rows)"})
-		}
+	tr.probs = append(tr.probs, lr.nul...)
+	table := tr.finish()
+	return tr.out, table, tr.probs.errOrNil()
+}
+
+// tuningReader reads the TUNING lines of one log, a line at a time (ParseTuning, ParseNCCLLog).
+type tuningReader struct {
+	file  string
+	out   []Decision
+	probs Problems
+	tp    tableParser
+}
+
+func newTuningReader(file string) *tuningReader {
+	return &tuningReader{file: file, tp: tableParser{file: file}}
+}
+
+// line reads one logical line; nl and ok are parseNCCLLine's.
+func (tr *tuningReader) line(l logLine, nl ncclLine, ok bool) {
+	if !ok || nl.level != "INFO" {
+		return
 	}
-	return out, table, probs.errOrNil()
+	if strings.Contains(nl.msg, " Bytes -> ") {
+		d, perr := parseDecision(nl.msg)
+		if perr != "" {
+			if taggedPathRE.MatchString(nl.msg) {
+				return // symmetric kernel and copy-engine paths
+			}
+			tr.probs = append(tr.probs, Problem{File: tr.file, Line: l.line, Msg: perr + ": " + clip(nl.msg)})
+			return
+		}
+		d.Line, d.Host, d.PID, d.Dev, d.Rank = l.line, nl.host, nl.pid, nl.dev, l.rank
+		if m := stampRE.FindStringSubmatch(strings.TrimSpace(l.text[:nl.start])); m != nil {
+			d.Timestamp = m[1]
+		}
+		tr.out = append(tr.out, d)
+		return
+	}
+	if p := tr.tp.line(l.line, nl.msg); p != nil {
+		tr.probs = append(tr.probs, *p)
+	}
+}
+
+// finish closes the last table block and returns the first model table (nil when none).
+func (tr *tuningReader) finish() *ModelTable {
+	tr.tp.endBlock()
+	if len(tr.tp.tables) == 0 {
+		return nil
+	}
+	table := tr.tp.tables[0]
+	if table.Incomplete {
+		tr.probs = append(tr.probs, Problem{File: tr.file, Line: table.Line,
+			Msg: "the model table is incomplete (a block has fewer than five collective rows)"})
+	}
+	return table
 }
 
 // parseDecision reads the message of a decision line; the string is the reason it does not parse.

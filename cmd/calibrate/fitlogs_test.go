@@ -161,3 +161,17 @@ func TestOverlayHeldAtPrior(t *testing.T) {
 	}
 	assert.Positive(t, checked)
 }
+
+// TestFitWithoutStartLine: a sweep whose "# Collective test starting" line was cut off is fitted
+// (its collective inferred from its columns, with a warning), not refused.
+func TestFitWithoutStartLine(t *testing.T) {
+	dir := t.TempDir()
+	data, err := os.ReadFile("../../calibrate/testdata/logs/ar_no_start_line.txt")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ar.txt"), data, 0o644))
+	rep, _, stderr, err := fitJSON(t, "h100", "--nodes", "1", "--sweeps", dir)
+	require.NoError(t, err, stderr)
+	assert.Contains(t, stderr, "inferred AllReduce")
+	assert.NotContains(t, stderr, "sweep not fitted")
+	assert.Len(t, rep["points"], 5)
+}

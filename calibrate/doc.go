@@ -22,15 +22,25 @@
 //     of §8.1 and the model table NCCL prints at init (§7).
 //   - NCCL's GRAPH log lines (ParseGraphs), turned into the [graphs.*] tables of a topology file
 //     (TopologyGraphs, WriteTopologyGraphs).
-//   - A sweeps.toml manifest (LoadManifest, DecodeManifest) and whole directories (LoadSweeps),
-//     which decide each sweep's Pin: the manifest first, then NCCL_ALGO/NCCL_PROTO lines in the
-//     file, else free choice.
+//   - A whole NCCL log in one pass (ParseNCCLLog): both of the above and the first communicator's
+//     init facts, written as a complete topology file whose missing inputs are tagged "estimate"
+//     (NCCLLog.TopologyFile), and checked against a planner (CheckDecisions, CheckModelTable).
+//   - A sweeps.toml manifest (LoadManifest, DecodeManifest), whole directories and single sweep
+//     files (LoadSweeps, and List for calibrate list), which decide each sweep's Pin: the manifest
+//     first, then NCCL_ALGO/NCCL_PROTO lines in the file, else free choice.
 //
 // Launcher prefixes are removed before parsing: mpirun --tag-output's "[1,0]<stdout>:" (which
 // may appear several times on one physical line when a row reached mpirun in pieces; the pieces
-// are joined per rank) and srun --label's "0: ". NCCL INFO/WARN lines between table rows are
-// skipped, after reading what they say about the NCCL version and the NCCL_ALGO/NCCL_PROTO
-// environment.
+// are joined per rank), srun --label's "0: " and hydra mpiexec -prepend-rank's "[0] " (a rank, not
+// a timestamp). NCCL INFO/WARN lines between table rows are skipped, after reading what they say
+// about the NCCL version and the NCCL_ALGO/NCCL_PROTO environment. A run without its "Collective
+// test starting" line gets its collective from its columns and busbw/algbw, with a warning; rows
+// with absurd times, sizes measured twice with conflicting times, fractional or oversized sizes
+// and lines with NUL bytes are problems naming file and line, and are not fitted.
+//
+// Points decides which cells a sweep measured as NCCL does: a planner over the topology with the
+// sweep's pin as its env (so an explicit NCCL_PROTO naming LL128 lifts the LL128 gate), and takes
+// one half of each row, in place by default (PointOptions).
 //
 // Sizes are recorded as printed. For nccl-tests that is the full buffer for AllGather and
 // ReduceScatter (the count column is per rank, §15 item 10), which is NCCL's model nBytes. NCCL's

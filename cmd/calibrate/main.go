@@ -2,8 +2,14 @@
 // (nccl-tests or collbench output) and writes the fitted overlay NAME.fit.toml that the planner
 // applies over the node table, with a report of the fit.
 //
-//	calibrate --node NAME --sweeps DIR|MANIFEST [--nodes N] [--out FILE] [--json] [--holdout K]
+//	calibrate --node NAME --sweeps DIR|MANIFEST|FILE [--nodes N] [--half ip|oop] [--out FILE] [--json] [--holdout K]
 //	calibrate --node NAME --run [--repeat K] [--quick] ...
+//	calibrate list SWEEPS [--json]
+//	calibrate nccl-log LOG [--json] [--topology-out FILE] [--check-decisions]
+//
+// list shows what the fit reads of sweeps, row by row, and why anything is dropped (list.go);
+// nccl-log reads NCCL's own log: its TUNING decisions, its model table and its GRAPH lines as a
+// topology file (nccllog.go).
 //
 // Besides the per-cell fit it fits per-bucket bandwidth corrections where the alpha-beta form cannot
 // follow the data (calibrate.FitCorrected; --no-corrections to skip) and writes them to the overlay's
@@ -253,7 +259,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		start := time.Now()
 		sc := sweepConfig{collbench: bin, np: *np, rpn: rpn, nodes: nn, gpn: gpn, transport: *transport,
-			minB: minB, maxB: maxB, fact: *factor, iters: *iters, warmup: *warmup, repeat: *repeat}
+			minB: minB, maxB: maxB, fact: *factor, iters: *iters, warmup: *warmup, repeat: *repeat, half: half}
 		if err := runSweeps(ctx, sc, specs, dir, bar); err != nil {
 			return err
 		}

@@ -32,7 +32,7 @@ func TestMinOfRuns(t *testing.T) {
 		[]byte(repeatHeader + row(1024, "12.0") + row(4096, "20.0") + row(16384, "31.0")),
 		[]byte(repeatHeader + row(1024, "11.0") + row(4096, "21.0") + row(16384, "29.5")),
 	}
-	out, err := minOfRuns("x.txt", runs)
+	out, err := minOfRuns("x.txt", runs, calibrate.HalfInPlace)
 	require.NoError(t, err)
 	assert.True(t, strings.HasPrefix(string(out), "# calibrate --repeat 3: each row below is the fastest of 3 runs"))
 	sw, err := calibrate.ParseSweep("x.txt", bytes.NewReader(out))
@@ -40,9 +40,23 @@ func TestMinOfRuns(t *testing.T) {
 	require.Len(t, sw.Rows, 3)
 	var got []float64
 	for _, r := range sw.Rows {
-		got = append(got, r.OOP.TimeUS)
+		got = append(got, r.IP.TimeUS)
 	}
 	assert.Equal(t, []float64{10, 20, 29.5}, got)
+
+	// The fastest run is the fastest in the half the fit uses.
+	halves := func(oop, ip string) string {
+		return strings.Join([]string{"", "1024", "256", "float", "sum", "-1", oop, "0.00", "0.00", "0", ip, "0.00", "0.00", "0"}, "    ") + "\n"
+	}
+	runs = [][]byte{[]byte(repeatHeader + halves("10.0", "50.0")), []byte(repeatHeader + halves("20.0", "30.0"))}
+	for half, want := range map[string][2]float64{calibrate.HalfInPlace: {20, 30}, calibrate.HalfOutOfPlace: {10, 50}} {
+		out, err := minOfRuns("x.txt", runs, half)
+		require.NoError(t, err)
+		sw, err := calibrate.ParseSweep("x.txt", bytes.NewReader(out))
+		require.NoError(t, err)
+		require.Len(t, sw.Rows, 1)
+		assert.Equal(t, want, [2]float64{sw.Rows[0].OOP.TimeUS, sw.Rows[0].IP.TimeUS}, half)
+	}
 }
 
 // TestRunRepeat: --run --repeat 2 runs each pinned sweep twice, keeps the minimum per size and

@@ -33,8 +33,10 @@ type sweepConfig struct {
 	transport        string
 	minB, maxB, fact int64
 	iters, warmup    int
-	// repeat runs each pinned sweep this many times and keeps, per size, the fastest row (< 2: once).
+	// repeat runs each pinned sweep this many times and keeps, per size, the fastest row (< 2: once)
+	// by the time of half, the half the fit uses.
 	repeat int
+	half   string
 }
 
 // engineAlgos are the algorithms collplan's engine implements per collective: Ring for all five,
@@ -203,7 +205,7 @@ func runSweeps(ctx context.Context, cfg sweepConfig, specs []sweepSpec, dir stri
 		note := "collbench " + strings.Join(args, " ")
 		if k > 1 {
 			var err error
-			if data, err = minOfRuns(sp.file, runs); err != nil {
+			if data, err = minOfRuns(sp.file, runs, cfg.half); err != nil {
 				return err
 			}
 			note += fmt.Sprintf("; run %d times, each row the fastest of the %d (minimum time per size)", k, k)
@@ -270,10 +272,10 @@ func runCollbench(ctx context.Context, cfg sweepConfig, args []string, pg *progr
 }
 
 // minOfRuns merges repeated runs of one sweep: the first run's text, with each table row replaced
-// by the row of the run whose time at that size is the least (the out-of-place time, the in-place
-// one when the out-of-place half is not valid), so that a spike in one run does not reach the fit.
-// A comment line in the preamble says so.
-func minOfRuns(file string, runs [][]byte) ([]byte, error) {
+// by the row of the run whose time at that size is the least (in the half the fit uses,
+// calibrate.HalfInPlace or HalfOutOfPlace; the other half when that one is not valid), so that a
+// spike in one run does not reach the fit. A comment line in the preamble says so.
+func minOfRuns(file string, runs [][]byte, half string) ([]byte, error) {
 	type best struct {
 		t    float64
 		text string
@@ -286,9 +288,12 @@ func minOfRuns(file string, runs [][]byte) ([]byte, error) {
 		}
 		lines := strings.Split(string(r), "\n")
 		for _, row := range sw.Rows {
-			h := row.OOP
+			h, other := row.IP, row.OOP
+			if half == calibrate.HalfOutOfPlace {
+				h, other = other, h
+			}
 			if !h.Valid {
-				h = row.IP
+				h = other
 			}
 			if !h.Valid || row.Line < 1 || row.Line > len(lines) {
 				continue

@@ -145,12 +145,11 @@ func TestOverlayHeldAtPrior(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, held, "the fixture holds a parameter at the prior")
-	names := map[string]string{"lat_us": "lat_us", "bw_gbps": "bw_gbps"}
 	checked := 0
 	for i, c := range n.Fit.Cell {
 		cell := strings.ToUpper(c.Algo) + "/" + strings.ToUpper(c.Proto)
-		for kind, key := range names {
-			tag := n.Sources[("fit.cell[" + strconv.Itoa(i) + "]." + key)]
+		for _, kind := range []string{"lat_us", "bw_gbps"} {
+			tag := n.Sources["fit.cell["+strconv.Itoa(i)+"]."+kind]
 			if held["AllReduce/"+cell+" "+kind] {
 				checked++
 				assert.NotEqual(t, "measured", tag, "%s %s is held at the prior", cell, kind)

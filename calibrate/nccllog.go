@@ -33,23 +33,28 @@ type NCCLLog struct {
 type CommFacts struct {
 	// NCCLVersion is from "NCCL version 2.30.7+cuda12.8"; CUDAVersion is the CUDA NCCL was built
 	// with (12080 for "+cuda12.8"), which is the CUDART_VERSION that tuning.cc's LL128 rule reads.
-	NCCLVersion string
-	CUDAVersion int
-	VersionLine int
+	NCCLVersion string `json:"nccl_version"`
+	CUDAVersion int    `json:"cuda_version"`
+	VersionLine int    `json:"version_line"`
 	// NRanks, NNodes and LocalRanks are from init.cc's "comm %p rank %d nRanks %d nNodes %d
 	// localRanks %d localRank %d MNNVL %d" (LocalRanks the largest of the communicator's lines).
-	NRanks, NNodes, LocalRanks int
-	CommLine                   int
+	NRanks     int `json:"n_ranks"`
+	NNodes     int `json:"n_nodes"`
+	LocalRanks int `json:"local_ranks"`
+	CommLine   int `json:"comm_line"`
 	// CollChannels and NVLSChannels are from init.cc's "%d coll channels, %d collnet channels, %d
 	// nvls channels, %d p2p channels, %d p2p channels per peer": comm->nChannels, nvlsChannels.
-	CollChannels, NVLSChannels int
-	ChannelsLine               int
+	CollChannels int `json:"coll_channels"`
+	NVLSChannels int `json:"nvls_channels"`
+	ChannelsLine int `json:"channels_line"`
 	// Algo and Proto are NCCL_ALGO and NCCL_PROTO from tuning.cc's "... set by environment to ...".
-	Algo, Proto         string
-	AlgoLine, ProtoLine int
+	Algo      string `json:"nccl_algo"`
+	Proto     string `json:"nccl_proto"`
+	AlgoLine  int    `json:"nccl_algo_line"`
+	ProtoLine int    `json:"nccl_proto_line"`
 	// GPUName is rank 0's device in nccl-tests' "# Rank" lines, when the log holds them.
-	GPUName string
-	GPULine int
+	GPUName string `json:"gpu"`
+	GPULine int    `json:"gpu_line"`
 }
 
 var (

@@ -37,11 +37,11 @@ cell, and how the logged model table agrees with the planner's cell by cell.
 
 // ncclLogJSON is nccl-log --json's object.
 type ncclLogJSON struct {
-	File      string                `json:"file"`
-	Comm      calibrate.CommFacts   `json:"comm"`
-	Decisions []decisionJSON        `json:"decisions"`
-	Table     *tableJSON            `json:"model_table"`
-	Graphs    []calibrate.GraphLine `json:"graph_lines"`
+	File      string              `json:"file"`
+	Comm      calibrate.CommFacts `json:"comm"`
+	Decisions []decisionJSON      `json:"decisions"`
+	Table     *tableJSON          `json:"model_table"`
+	Graphs    []graphJSON         `json:"graph_lines"`
 	// Topology is the topology file's text (--topology-out or --check-decisions), Estimated its
 	// keys tagged "estimate".
 	Topology  string      `json:"topology,omitempty"`
@@ -63,6 +63,23 @@ type decisionJSON struct {
 	ChannelHi int     `json:"channel_hi"`
 	TimeUS    float64 `json:"time_us"`
 	Timestamp string  `json:"timestamp,omitempty"`
+}
+
+// graphJSON is one GRAPH line: which graph of which communicator of which rank, and its search result.
+type graphJSON struct {
+	Line         int     `json:"line"`
+	Rank         int     `json:"rank"`
+	Host         string  `json:"host"`
+	Dev          int     `json:"dev"`
+	Pattern      int     `json:"pattern"`
+	Graph        string  `json:"graph"`
+	Comm         int     `json:"comm"`
+	NChannels    int     `json:"n_channels"`
+	BwIntra      float64 `json:"bw_intra"`
+	BwInter      float64 `json:"bw_inter"`
+	TypeIntra    string  `json:"type_intra"`
+	TypeInter    string  `json:"type_inter"`
+	SameChannels bool    `json:"same_channels"`
 }
 
 type tableJSON struct {
@@ -117,9 +134,11 @@ func runNCCLLog(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return usageError{err}
 	}
-	out := ncclLogJSON{File: path, Comm: lg.Comm, Graphs: lg.Graphs, Decisions: []decisionJSON{}, Problems: []string{}}
-	if out.Graphs == nil {
-		out.Graphs = []calibrate.GraphLine{}
+	out := ncclLogJSON{File: path, Comm: lg.Comm, Graphs: []graphJSON{}, Decisions: []decisionJSON{}, Problems: []string{}}
+	for _, g := range lg.Graphs {
+		out.Graphs = append(out.Graphs, graphJSON{Line: g.Line, Rank: g.Rank, Host: g.Host, Dev: g.Dev, Pattern: g.Pattern,
+			Graph: g.Graph, Comm: g.Comm, NChannels: g.NChannels, BwIntra: g.BwIntra, BwInter: g.BwInter,
+			TypeIntra: g.TypeIntra, TypeInter: g.TypeInter, SameChannels: g.SameChannels})
 	}
 	for _, d := range lg.Decisions {
 		out.Decisions = append(out.Decisions, decisionOf(d))

@@ -1,0 +1,111 @@
+package calibrate
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/BurntSushi/toml"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// publicSource is one [[file]] entry of testdata/public/SOURCES.toml.
+type publicSource struct {
+	Name        string   `toml:"name"`
+	Repository  string   `toml:"repository"`
+	Path        string   `toml:"path"`
+	Commit      string   `toml:"commit"`
+	URL         string   `toml:"url"`
+	Licence     string   `toml:"licence"`
+	What        string   `toml:"what"`
+	Covers      []string `toml:"covers"`
+	PinEvidence string   `toml:"pin_evidence"`
+}
+
+// keptBack are the repositories whose public sweeps are kept back to validate the calibrator
+// independently: no file here may come from them (nor from issue 1453 of NVIDIA/nccl).
+var keptBack = []string{
+	"yumibyte/cs244c-research",
+	"togethercomputer/together-nccl-tests",
+	"keitaw/p5-nccl-test-2024-07-19",
+	"boeschf/nccl-benchmark-on-alps-2025",
+	"eunomia-bpf/nccl-ebpf",
+	"aws-samples/aws-efa-eks",
+	"lessizzmore/create-a3mega-ztan-fork",
+	"thomaslie210/nccl_test_results",
+	"github.com/nvidia/nccl/issues/1453",
+}
+
+var commitRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
+
+// TestPublicSources checks that testdata/public holds only files SOURCES.toml accounts for, none
+// of them from a kept-back repository, and that together they cover what the calibrator's
+// validation needs.
+func TestPublicSources(t *testing.T) {
+	dir := filepath.Join("testdata", "public")
+	var doc struct {
+		File []publicSource `toml:"file"`
+	}
+	md, err := toml.DecodeFile(filepath.Join(dir, "SOURCES.toml"), &doc)
+	require.NoError(t, err)
+	assert.Empty(t, md.Undecoded(), "keys SOURCES.toml has but the test does not know")
+	require.NotEmpty(t, doc.File)
+
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	onDisk := map[string]bool{}
+	for _, e := range entries {
+		if e.Name() == "SOURCES.toml" {
+			continue
+		}
+		require.False(t, e.IsDir(), "%s: no directories in testdata/public", e.Name())
+		onDisk[e.Name()] = true
+	}
+
+	known := map[string]bool{"pcie-pinned": true, "nvswitch-ring": true, "nvswitch-default": true,
+		"multinode-scaling": true, "nccl-log": true}
+	named := map[string]int{}
+	repos := map[string]bool{}
+	covered := map[string]bool{}
+	for _, f := range doc.File {
+		named[f.Name]++
+		assert.True(t, onDisk[f.Name], "%s: named in SOURCES.toml but not in testdata/public", f.Name)
+		assert.NotEmpty(t, strings.TrimSpace(f.Repository), "%s: no repository", f.Name)
+		assert.True(t, f.Commit != "" || f.URL != "", "%s: neither commit nor url", f.Name)
+		if f.Commit != "" {
+			assert.Regexp(t, commitRE, f.Commit, "%s: commit", f.Name)
+			assert.NotEmpty(t, f.Path, "%s: a commit without a path", f.Name)
+		}
+		assert.NotEmpty(t, f.Licence, "%s: licence (\"not stated\" where none is)", f.Name)
+		assert.NotEmpty(t, f.What, "%s: what", f.Name)
+		for _, src := range []string{f.Repository, f.URL} {
+			low := strings.ToLower(strings.TrimSuffix(strings.TrimSpace(src), "/"))
+			if low == "" {
+				continue
+			}
+			for _, kb := range keptBack {
+				assert.False(t, low == kb || strings.HasSuffix(low, "/"+kb) || strings.Contains(low, kb+"/") ||
+					strings.HasSuffix(low, "github.com/"+kb),
+					"%s: %s is kept back for independent validation", f.Name, src)
+			}
+		}
+		repos[strings.ToLower(f.Repository)] = true
+		for _, c := range f.Covers {
+			assert.True(t, known[c], "%s: unknown covers value %q", f.Name, c)
+			covered[c] = true
+		}
+	}
+	for name := range onDisk {
+		assert.Equal(t, 1, named[name], "%s: must have exactly one SOURCES.toml entry", name)
+	}
+	for name, n := range named {
+		assert.LessOrEqual(t, n, 1, "%s: named %d times", name, n)
+	}
+	for _, c := range []string{"pcie-pinned", "nvswitch-ring", "nvswitch-default", "multinode-scaling"} {
+		assert.True(t, covered[c], "no file covers %s", c)
+	}
+	assert.GreaterOrEqual(t, len(repos), 5, "distinct repositories: %v", repos)
+}

@@ -26,12 +26,16 @@ type OverlayInput struct {
 }
 
 // KeepFromOverlay reads the [[fit.cell]] entries of an existing overlay's text, for OverlayInput.Keep.
+// The overlay must be of the schema version this build writes (tables.OverlayVersion).
 func KeepFromOverlay(file string, data []byte, nodes int) ([]tables.FitCell, error) {
 	var o struct {
 		Fit *tables.Fit `toml:"fit"`
 	}
 	if _, err := configfile.DecodeTOML(file, data, tables.MaxDepth, &o); err != nil {
 		return nil, fmt.Errorf("calibrate: %w", err)
+	}
+	if _, err := tables.OverlayVersion(file, data); err != nil {
+		return nil, fmt.Errorf("calibrate: the overlay to update: %w", err)
 	}
 	var out []tables.FitCell
 	if o.Fit != nil {
@@ -76,12 +80,13 @@ func (r *FitResult) FitCells(nodes int) []tables.FitCell {
 	return out
 }
 
-// WriteOverlay writes NAME.fit.toml: the fitted cells as [[fit.cell]] (every number tagged
-// "measured") and the fit's [provenance].
+// WriteOverlay writes NAME.fit.toml: its schema_version (tables.OverlaySchema), the fitted cells as
+// [[fit.cell]] (every number tagged "measured") and the fit's [provenance].
 func WriteOverlay(w io.Writer, r *FitResult, in OverlayInput) error {
 	cells := append(append([]tables.FitCell(nil), in.Keep...), r.FitCells(in.Nodes)...)
 	sort.SliceStable(cells, func(i, j int) bool { return cells[i].Nodes < cells[j].Nodes })
 	var b strings.Builder
+	fmt.Fprintf(&b, "schema_version = %d\n\n", tables.OverlaySchema)
 	b.WriteString("# Written by calibrate: fitted latency and bandwidth per cell, applied over the node table\n")
 	b.WriteString("# for the node count each was fitted at. Cells not listed keep the model's values.\n")
 	num := func(x float64) string { return strconv.FormatFloat(x, 'g', 6, 64) }
@@ -132,6 +137,9 @@ func OverlayCorrections(file string, data []byte) (bool, error) {
 	}
 	if _, err := configfile.DecodeTOML(file, data, tables.MaxDepth, &o); err != nil {
 		return false, fmt.Errorf("calibrate: %w", err)
+	}
+	if _, err := tables.OverlayVersion(file, data); err != nil {
+		return false, fmt.Errorf("calibrate: the overlay to update: %w", err)
 	}
 	return o.Corrections != nil && len(o.Corrections.Cell) > 0, nil
 }

@@ -35,8 +35,27 @@ type Pick struct {
 	Regret     float64 `json:"regret"`
 }
 
+// Prior names the prior of a fit or an evaluation: the node table, and the overlay applied over it
+// ("" when none: the table alone, calibrate's default).
+type Prior struct {
+	Table   string `json:"table"`
+	Overlay string `json:"overlay"`
+}
+
+// String is the report's line for the prior: "cpu.toml (the base table, no overlay)" or "cpu.toml
+// with the overlay FILE (--prior)".
+func (p Prior) String() string {
+	if p.Overlay == "" {
+		return p.Table + " (the base table, no overlay)"
+	}
+	return p.Table + " with the overlay " + p.Overlay + " (--prior)"
+}
+
 // Report is what calibrate prints after a fit.
 type Report struct {
+	// Prior is what the fit started from and the report's "prior" columns price with (set by the
+	// caller; BuildReport leaves it empty).
+	Prior Prior        `json:"prior"`
 	Nodes int          `json:"nodes"`
 	Sizes []SizeReport `json:"sizes"`
 	// Crossovers: where the measured best changes (between two measured sizes) and where the
@@ -298,6 +317,9 @@ func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner,
 // WriteText prints the report as tables.
 func (rep *Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if rep.Prior.Table != "" {
+		fmt.Fprintf(tw, "prior: %s\n\n", rep.Prior)
+	}
 	fmt.Fprintf(tw, "parameters (%d nodes)\ncell\tkind\tprior\tfitted\tsigma\tstatus\n", rep.Nodes)
 	for _, p := range rep.Params {
 		st := "fitted"

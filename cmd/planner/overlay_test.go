@@ -168,3 +168,37 @@ func TestNoOverlay(t *testing.T) {
 	var ue usageError
 	assert.ErrorAs(t, err, &ue, "--no-overlay needs a node table")
 }
+
+// TestOverlayNeverBreaksTheOtherCommands: map, query and compare on the cpu table with --algo Ring
+// (which leaves the overlay's Tree cells illegal) answer, and say once which cells were not
+// applied: map and compare under their header, query on stderr.
+func TestOverlayNeverBreaksTheOtherCommands(t *testing.T) {
+	clearNCCLEnv(t)
+	tree := shippedCells(t, func(algo, _ string) bool { return algo == "tree" })
+	const reason = `disabled by NCCL_ALGO="Ring" (flag)`
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		stdin  string
+		stdout bool // the note is on stdout (a header line), else on stderr
+	}{
+		{"map", []string{"map", "--node", "cpu", "--algo", "Ring", "--max", "1M"}, "", true},
+		{"query", []string{"query", "--node", "cpu", "--algo", "Ring"}, "allreduce,4K\nbroadcast,1M\n", false},
+		{"compare", []string{"compare", "--node", "cpu", "--algo", "Ring", "--sweeps", "../calibrate/testdata/cpu-ar"}, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, errs, err := runCLIErr(t, tc.stdin, tc.args...)
+			require.NoError(t, err, errs)
+			where, other := errs, out
+			if tc.stdout {
+				where, other = out, errs
+			}
+			assert.Equal(t, 1, strings.Count(where, "overlay"), where)
+			assert.NotContains(t, other, "overlay")
+			for _, c := range tree {
+				assert.Contains(t, where, c)
+			}
+			assert.Contains(t, where, reason)
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package calibrate
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -26,7 +27,8 @@ type OverlayInput struct {
 }
 
 // KeepFromOverlay reads the [[fit.cell]] entries of an existing overlay's text, for OverlayInput.Keep.
-// The overlay must be of the schema version this build writes (tables.OverlayVersion).
+// The overlay must be of the schema version this build writes (tables.OverlayVersion), or have none
+// (written before overlays had versions, with the same keys), which the rewrite migrates.
 func KeepFromOverlay(file string, data []byte, nodes int) ([]tables.FitCell, error) {
 	var o struct {
 		Fit *tables.Fit `toml:"fit"`
@@ -34,8 +36,8 @@ func KeepFromOverlay(file string, data []byte, nodes int) ([]tables.FitCell, err
 	if _, err := configfile.DecodeTOML(file, data, tables.MaxDepth, &o); err != nil {
 		return nil, fmt.Errorf("calibrate: %w", err)
 	}
-	if _, err := tables.OverlayVersion(file, data); err != nil {
-		return nil, fmt.Errorf("calibrate: the overlay to update: %w", err)
+	if err := checkUpdatable(file, data); err != nil {
+		return nil, err
 	}
 	var out []tables.FitCell
 	if o.Fit != nil {
@@ -138,8 +140,17 @@ func OverlayCorrections(file string, data []byte) (bool, error) {
 	if _, err := configfile.DecodeTOML(file, data, tables.MaxDepth, &o); err != nil {
 		return false, fmt.Errorf("calibrate: %w", err)
 	}
-	if _, err := tables.OverlayVersion(file, data); err != nil {
-		return false, fmt.Errorf("calibrate: the overlay to update: %w", err)
+	if err := checkUpdatable(file, data); err != nil {
+		return false, err
 	}
 	return o.Corrections != nil && len(o.Corrections.Cell) > 0, nil
+}
+
+// checkUpdatable accepts an overlay to rewrite: of this build's schema version, or of none (the same
+// keys, written before overlays had versions).
+func checkUpdatable(file string, data []byte) error {
+	if _, err := tables.OverlayVersion(file, data); err != nil && !errors.Is(err, tables.ErrNoSchemaVersion) {
+		return fmt.Errorf("calibrate: the overlay to update: %w", err)
+	}
+	return nil
 }

@@ -257,6 +257,11 @@ func (n *Node) ScaleFor(nNodes int) (string, Scale, error) {
 // versionKey is an overlay's top-level key for its schema version.
 const versionKey = "schema_version"
 
+// ErrNoSchemaVersion is the error (wrapped, naming the file) of an overlay without schema_version:
+// one written before overlays had versions, whose keys are version 1's. ApplyOverlay refuses it;
+// calibrate, rewriting such a file at --out, migrates it.
+var ErrNoSchemaVersion = errors.New("schema_version is missing")
+
 // OverlayVersion reads an overlay's schema_version and checks it: the key must be at the top of the
 // file (before any [table]) and its value OverlaySchema. Errors name the file (and the line).
 func OverlayVersion(file string, data []byte) (int, error) {
@@ -275,8 +280,8 @@ func overlayTree(file string, data []byte) (map[string]any, error) {
 	}
 	v, ok := over[versionKey]
 	if !ok {
-		return nil, fmt.Errorf("tables: %s: %s is missing: an overlay starts with %s = %d (one written before overlays had versions has the same keys: add that line, or refit it)",
-			file, versionKey, versionKey, OverlaySchema)
+		return nil, fmt.Errorf("tables: %s: %w: an overlay starts with %s = %d (one written before overlays had versions has the same keys: add that line, or refit it)",
+			file, ErrNoSchemaVersion, versionKey, OverlaySchema)
 	}
 	at := func(msg string, args ...any) error {
 		return &KeyError{File: file, Line: scanSource(data).flat[versionKey], Key: versionKey, Msg: fmt.Sprintf(msg, args...)}

@@ -185,7 +185,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		*out = n.Name + ".fit.toml" // in the working directory; checkOutputs keeps it off a table
 	}
 	// Inputs are checked first, then every output, then the work starts.
-	checkOut := func() error { return checkOutputs(*out, !set["out"], *check, *svg, *sweepsOut, *doRun) }
+	checkOut := func() error {
+		if err := checkOutputs(*out, !set["out"], *check, *svg, *sweepsOut, *doRun); err != nil {
+			return err
+		}
+		return checkOldOverlay(*out, *check, stderr)
+	}
 	if *doRun {
 		gpn := n.Node.GPUsPerNode
 		if *np == 0 {
@@ -458,6 +463,28 @@ func loadTables(name, prior string) (n, pn *tables.Node, err error) {
 		return nil, nil, usagef("--prior: %v", err)
 	}
 	return n, pn, nil
+}
+
+// checkOldOverlay checks, before any work, an overlay already at out that the fit will rewrite (its
+// cells at other node counts are kept): one of another schema version is a usage error; one written
+// before overlays had versions is migrated, which stderr says.
+func checkOldOverlay(out, check string, stderr io.Writer) error {
+	if check != "" {
+		return nil
+	}
+	data, err := configfile.Read(out)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return usagef("the overlay to update: %v", err)
+	}
+	if _, err := tables.OverlayVersion(out, data); errors.Is(err, tables.ErrNoSchemaVersion) {
+		fmt.Fprintf(stderr, "calibrate: %s has no schema_version (written before overlays had versions): rewritten at schema_version %d\n", out, tables.OverlaySchema)
+	} else if err != nil {
+		return usagef("the overlay to update: %v", err)
+	}
+	return nil
 }
 
 func fileExists(p string) bool {

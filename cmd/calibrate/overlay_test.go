@@ -200,3 +200,51 @@ func TestDefaultOutNotInTables(t *testing.T) {
 		assert.ErrorIs(t, err, os.ErrNotExist)
 	})
 }
+
+// TestUpdateAnOlderOverlay: an overlay already at --out is rewritten with its cells at other node
+// counts kept. One written before overlays had versions (the same keys) is migrated, and stderr
+// says so; one of an unknown version is a usage error before any work.
+func TestUpdateAnOlderOverlay(t *testing.T) {
+	const cell4 = "[[fit.cell]]\ncoll = \"allreduce\"\nalgo = \"ring\"\nproto = \"ll\"\nnodes = 4\nlat_us = 30.0\nbw_gbps = 40.0\n" +
+		"lat_sigma = 0.0\nbw_sigma = 0.0\npoints = 5\n"
+	for _, tc := range []struct {
+		name, head, wantErr, wantNote string
+	}{
+		{"no version", "", "", "has no schema_version (written before overlays had versions): rewritten at schema_version 1"},
+		{"version 1", "schema_version = 1\n", "", ""},
+		{"version 2", "schema_version = 2\n", "the overlay to update: tables: ", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "h200.fit.toml")
+			require.NoError(t, os.WriteFile(out, []byte(tc.head+cell4), 0o644))
+			var stdout, stderr bytes.Buffer
+			err := run(context.Background(), []string{"--node", "h200", "--sweeps", fixtures, "--out", out}, &stdout, &stderr)
+			if tc.wantErr != "" {
+				var ue usageError
+				require.ErrorAs(t, err, &ue)
+				assert.Contains(t, err.Error(), tc.wantErr)
+				assert.Contains(t, err.Error(), "schema_version: 2 is not a version this build reads")
+				assert.Empty(t, stdout.String(), "no fit")
+				return
+			}
+			require.NoError(t, err, stderr.String())
+			if tc.wantNote != "" {
+				assert.Contains(t, stderr.String(), out+" "+tc.wantNote)
+			} else {
+				assert.NotContains(t, stderr.String(), "schema_version")
+			}
+			base, err := tables.LoadBase("h200")
+			require.NoError(t, err)
+			data, err := os.ReadFile(out)
+			require.NoError(t, err)
+			n, err := tables.ApplyOverlay(base, out, data)
+			require.NoError(t, err, "rewritten at the current version")
+			nodes := map[int]int{}
+			for _, c := range n.Fit.Cell {
+				nodes[c.Nodes]++
+			}
+			assert.Equal(t, 1, nodes[4], "the 4-node cell is kept")
+			assert.Positive(t, nodes[2], "the 2-node cells are fitted")
+		})
+	}
+}

@@ -50,6 +50,8 @@ type EvalSize struct {
 // Eval is the evaluation of a prior and a fitted planner (and fixed Ring/Simple) against pinned
 // sweeps that the fit did not see.
 type Eval struct {
+	// Prior is what the "prior" policy prices with (set by the caller; Evaluate leaves it empty).
+	Prior    Prior        `json:"prior"`
 	Nodes    int          `json:"nodes"`
 	Points   int          `json:"pinned_points"`
 	Sizes    []EvalSize   `json:"sizes"`
@@ -180,6 +182,9 @@ func Evaluate(ctx context.Context, nodes int, prior, fitted *planner.Planner, pt
 // WriteText prints the evaluation: per size, then the summary per policy and the goal.
 func (ev *Eval) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if ev.Prior.Table != "" {
+		fmt.Fprintf(tw, "prior: %s\n\n", ev.Prior)
+	}
 	fmt.Fprintf(tw, "evaluation on %d pinned points (%d nodes)\ncoll\tbytes\tbest (us)", ev.Points, ev.Nodes)
 	for _, p := range ev.Policies {
 		fmt.Fprintf(tw, "\t%s pick (pred/meas us, regret)", p.Name)

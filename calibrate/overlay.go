@@ -1,6 +1,7 @@
 package calibrate
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -26,12 +27,17 @@ type OverlayInput struct {
 }
 
 // KeepFromOverlay reads the [[fit.cell]] entries of an existing overlay's text, for OverlayInput.Keep.
+// The overlay must be of the schema version this build writes (tables.OverlayVersion), or have none
+// (written before overlays had versions, with the same keys), which the rewrite migrates.
 func KeepFromOverlay(file string, data []byte, nodes int) ([]tables.FitCell, error) {
 	var o struct {
 		Fit *tables.Fit `toml:"fit"`
 	}
 	if _, err := configfile.DecodeTOML(file, data, tables.MaxDepth, &o); err != nil {
 		return nil, fmt.Errorf("calibrate: %w", err)
+	}
+	if err := checkUpdatable(file, data); err != nil {
+		return nil, err
 	}
 	var out []tables.FitCell
 	if o.Fit != nil {
@@ -76,14 +82,16 @@ func (r *FitResult) FitCells(nodes int) []tables.FitCell {
 	return out
 }
 
-// WriteOverlay writes NAME.fit.toml: the fitted cells as [[fit.cell]] (every number tagged
-// "measured", but a latency or bandwidth the data did not identify, which keeps the prior's value
-// and is tagged heldTag, as is its sigma) and the fit's [provenance].
+// WriteOverlay writes NAME.fit.toml: its schema_version (tables.OverlaySchema), the fitted cells as
+// [[fit.cell]] (every number tagged "measured", but a latency or bandwidth the data did not
+// identify, which keeps the prior's value and is tagged heldTag, as is its sigma) and the fit's
+// [provenance].
 func WriteOverlay(w io.Writer, r *FitResult, in OverlayInput) error {
 	held := r.heldAtPrior(in.Nodes)
 	cells := append(append([]tables.FitCell(nil), in.Keep...), r.FitCells(in.Nodes)...)
 	sort.SliceStable(cells, func(i, j int) bool { return cells[i].Nodes < cells[j].Nodes })
 	var b strings.Builder
+	fmt.Fprintf(&b, "schema_version = %d\n\n", tables.OverlaySchema)
 	b.WriteString("# Written by calibrate: fitted latency and bandwidth per cell, applied over the node table\n")
 	b.WriteString("# for the node count each was fitted at. Cells not listed keep the model's values.\n")
 	num := func(x float64) string { return strconv.FormatFloat(x, 'g', 6, 64) }
@@ -136,5 +144,17 @@ func OverlayCorrections(file string, data []byte) (bool, error) {
 	if _, err := configfile.DecodeTOML(file, data, tables.MaxDepth, &o); err != nil {
 		return false, fmt.Errorf("calibrate: %w", err)
 	}
+	if err := checkUpdatable(file, data); err != nil {
+		return false, err
+	}
 	return o.Corrections != nil && len(o.Corrections.Cell) > 0, nil
+}
+
+// checkUpdatable accepts an overlay to rewrite: of this build's schema version, or of none (the same
+// keys, written before overlays had versions).
+func checkUpdatable(file string, data []byte) error {
+	if _, err := tables.OverlayVersion(file, data); err != nil && !errors.Is(err, tables.ErrNoSchemaVersion) {
+		return fmt.Errorf("calibrate: the overlay to update: %w", err)
+	}
+	return nil
 }

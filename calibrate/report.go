@@ -35,9 +35,28 @@ type Pick struct {
 	Regret     float64 `json:"regret"`
 }
 
+// Prior names the prior of a fit or an evaluation: the node table, and the overlay applied over it
+// ("" when none: the table alone, calibrate's default).
+type Prior struct {
+	Table   string `json:"table"`
+	Overlay string `json:"overlay"`
+}
+
+// String is the report's line for the prior: "cpu.toml (the base table, no overlay)" or "cpu.toml
+// with the overlay FILE (--prior)".
+func (p Prior) String() string {
+	if p.Overlay == "" {
+		return p.Table + " (the base table, no overlay)"
+	}
+	return p.Table + " with the overlay " + p.Overlay + " (--prior)"
+}
+
 // Report is what calibrate prints after a fit.
 type Report struct {
-	Nodes int `json:"nodes"`
+	// Prior is what the fit started from and the report's "prior" columns price with (set by the
+	// caller; BuildReport leaves it empty).
+	Prior Prior `json:"prior"`
+	Nodes int   `json:"nodes"`
 	// Half is the half of the sweeps' rows that was fitted and scored: HalfInPlace or
 	// HalfOutOfPlace (the caller sets it, as it chose Points' half).
 	Half  string       `json:"half"`
@@ -306,8 +325,14 @@ func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner,
 // WriteText prints the report as tables.
 func (rep *Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if rep.Prior.Table != "" {
+		fmt.Fprintf(tw, "prior: %s\n", rep.Prior)
+	}
 	if rep.Half != "" {
-		fmt.Fprintf(tw, "fitted and scored: the %s half of every row\n\n", rep.Half)
+		fmt.Fprintf(tw, "fitted and scored: the %s half of every row\n", rep.Half)
+	}
+	if rep.Prior.Table != "" || rep.Half != "" {
+		fmt.Fprintln(tw)
 	}
 	fmt.Fprintf(tw, "parameters (%d nodes)\ncell\tkind\tprior\tfitted\tsigma\tstatus\n", rep.Nodes)
 	for _, p := range rep.Params {

@@ -56,11 +56,7 @@ func (tb *Table) Override(c Coll, a Algo, p Proto, latUS, bwGBps float32) error 
 	if c < 0 || c >= NumColls || a < 0 || a >= NumAlgos || p < 0 || p >= NumProtos {
 		return fmt.Errorf("costmodel: override of cell (%d, %d, %d): out of range", int(c), int(a), int(p))
 	}
-	if tb.BW[c][a][p] == 0 || tb.BW[c][a][p] != tb.BW[c][a][p] {
-		why := tb.Reason[c][a][p]
-		if why == "" {
-			why = "bandwidth is not usable"
-		}
+	if why := tb.Unusable(c, a, p); why != "" {
 		return fmt.Errorf("costmodel: override of %s/%s/%s: the cell is not usable (%s)", c, a, p, why)
 	}
 	bad := func(x float32) bool { return x != x || math.IsInf(float64(x), 0) }
@@ -72,4 +68,17 @@ func (tb *Table) Override(c Coll, a Algo, p Proto, latUS, bwGBps float32) error 
 	}
 	tb.Lat[c][a][p], tb.BW[c][a][p] = latUS, bwGBps
 	return nil
+}
+
+// Unusable says why the model left a cell unusable for this communicator (its bandwidth 0 or NaN):
+// the cell's Reason (a legality skip, a §5 or env disable, a zero graph, one rank), or "bandwidth is
+// not usable" when it has none; "" when the cell is usable. The indices must be in range.
+func (tb *Table) Unusable(c Coll, a Algo, p Proto) string {
+	if bw := tb.BW[c][a][p]; bw != 0 && bw == bw {
+		return ""
+	}
+	if why := tb.Reason[c][a][p]; why != "" {
+		return why
+	}
+	return "bandwidth is not usable"
 }

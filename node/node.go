@@ -21,9 +21,13 @@ import (
 //   - Factors: NCCL's tree correction factors for tp (correction.Default), times the table's
 //     [corrections];
 //   - Cells: the fitted overlay's [[fit.cell]] entries fitted at tp.NNodes nodes (a cell fitted
-//     at 2 nodes says nothing about 4).
+//     at 2 nodes says nothing about 4); a cell that tp's shape or env makes illegal is skipped by
+//     planner.New with a note (Planner.Overlay), never an error;
+//   - Overlay: the file the fitted cells and the overlay's numbers come from: the overlay
+//     (tables.Node.Overlay), else the table's own file when it carries [fit] cells itself, else "".
 //
-// Errors name the table file.
+// Every command and tuner that plans for a node table calls this one function. Errors name the
+// table file.
 func PlannerConfig(n *tables.Node, tp *capabilities.Topology) (planner.Config, error) {
 	var cfg planner.Config
 	if n == nil {
@@ -41,6 +45,7 @@ func PlannerConfig(n *tables.Node, tp *capabilities.Topology) (planner.Config, e
 		return cfg, fmt.Errorf("node: %w", err)
 	}
 	cfg.Factors = f
+	cfg.Overlay = n.Overlay
 	cells, err := capabilities.NodeFitCells(n, tp.NNodes)
 	if err != nil {
 		return cfg, err
@@ -48,6 +53,9 @@ func PlannerConfig(n *tables.Node, tp *capabilities.Topology) (planner.Config, e
 	for _, c := range cells {
 		cfg.Cells = append(cfg.Cells, planner.CellOverride{Coll: c.Coll, Algo: c.Algo, Proto: c.Proto,
 			LatUS: float32(c.LatUS), BWGBps: float32(c.BWGBps)})
+	}
+	if cfg.Overlay == "" && n.Fit != nil && len(n.Fit.Cell) > 0 {
+		cfg.Overlay = n.File
 	}
 	return cfg, nil
 }

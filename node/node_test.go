@@ -1,6 +1,7 @@
 package node
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -49,4 +50,51 @@ func TestPlannerConfig(t *testing.T) {
 	cfg, err := PlannerConfig(nil, nil)
 	require.NoError(t, err)
 	assert.Equal(t, planner.Config{}, cfg, "no table, the planner's defaults")
+}
+
+// TestPlannerConfigNamesTheOverlay: the configuration names the overlay the table applied, and a
+// planner over it skips the fitted cells an env pin makes illegal instead of failing: with
+// NCCL_PROTO=Simple every LL cell of the shipped cpu overlay (read from the table) is skipped.
+func TestPlannerConfigNamesTheOverlay(t *testing.T) {
+	n, err := tables.Load("cpu")
+	require.NoError(t, err)
+	base, err := tables.LoadBase("cpu")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name    string
+		n       *tables.Node
+		overlay string
+	}{
+		{"with the overlay", n, "cpu.fit.toml"},
+		{"the base table", base, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tp, err := capabilities.FromNode(tc.n, 1)
+			require.NoError(t, err)
+			tp.Env.Proto = capabilities.Setting{Value: "Simple", Source: capabilities.SourceProcess}
+			cfg, err := PlannerConfig(tc.n, &tp)
+			require.NoError(t, err)
+			assert.Equal(t, tc.overlay, cfg.Overlay)
+			pl, err := planner.New(&tp, cfg)
+			require.NoError(t, err)
+			if tc.overlay == "" {
+				assert.Nil(t, pl.Overlay())
+				return
+			}
+			var want []string
+			for _, c := range tc.n.Fit.Cell {
+				if c.Nodes == 1 && c.Proto == "ll" {
+					want = append(want, c.Coll+"/"+c.Algo+"/"+c.Proto)
+				}
+			}
+			require.NotEmpty(t, want)
+			var got []string
+			for _, s := range pl.Overlay().Skipped {
+				got = append(got, strings.ToLower(s.Coll.String()+"/"+s.Algo.String()+"/"+s.Proto.String()))
+				assert.Equal(t, `disabled by NCCL_PROTO="Simple" (process)`, s.Reason)
+			}
+			assert.Equal(t, want, got)
+			assert.Equal(t, len(cfg.Cells)-len(want), pl.Overlay().Applied)
+		})
+	}
 }

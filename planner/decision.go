@@ -26,6 +26,8 @@ type DecisionTable struct {
 	Class     Class
 	Tuner     string
 	TunerNote string
+	// Overlay is what became of the planner's fitted cells (Planner.Overlay); nil for none.
+	Overlay *Overlay
 
 	starts []int64
 	decs   []Decision
@@ -49,7 +51,7 @@ func (pl *Planner) Compile(ctx context.Context, cls Class) (*DecisionTable, erro
 // Compile builds the class's DecisionTable without another tuner call.
 func (pr *Prepared) Compile() (*DecisionTable, error) {
 	pl, m, po, cls := pr.pl, pr.menu, pr.po, pr.menu.Class
-	dt := &DecisionTable{Class: cls, Tuner: po.name, TunerNote: po.note}
+	dt := &DecisionTable{Class: cls, Tuner: po.name, TunerNote: po.note, Overlay: pl.Overlay()}
 	var err error
 	dt.starts, dt.decs, err = intervals(pl.breakpoints(po), func(n int64) (Decision, error) {
 		d, _, err := pl.decide(m, n, po.edits(n))

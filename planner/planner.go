@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/correction"
@@ -47,8 +48,72 @@ type Config struct {
 	Tuner     Tuner                // nil: no edits
 	Buffers   Buffers              // zero: NCCL's buffer sizes
 	// Cells replace cells' latency and bandwidth after the model is built (a fitted node table's
-	// [[fit.cell]]); an override of a cell the model left unusable is an error.
+	// [[fit.cell]]). A cell the model left unusable for this topology and env (a filter or env pin
+	// such as NCCL_ALGO, the communicator's shape, one rank) is not applied: it stays unusable and
+	// Planner.Overlay lists it with the model's reason, which every plan's explanation carries.
 	Cells []CellOverride
+	// Overlay names where Cells (and possibly Constants and Factors) come from, the fitted overlay
+	// file, for the explanations; "" for none.
+	Overlay string
+}
+
+// Overlay is what became of a planner's fitted cells (Config.Cells): the file they came from, how
+// many replaced the model's cells, and the ones the model left unusable here.
+type Overlay struct {
+	File    string        // Config.Overlay
+	Applied int           // cells whose latency and bandwidth replaced the model's
+	Skipped []SkippedCell // cells not applied, in Config.Cells order
+}
+
+// SkippedCell is a fitted cell the planner did not apply, because the model left it unusable for
+// this topology and env; Reason is the model's (costmodel.Table.Unusable).
+type SkippedCell struct {
+	Coll   costmodel.Coll
+	Algo   costmodel.Algo
+	Proto  costmodel.Proto
+	Reason string
+}
+
+// Name is the cell as the explanations spell it: "AllReduce/TREE/LL".
+func (c SkippedCell) Name() string { return fmt.Sprintf("%s/%s/%s", c.Coll, c.Algo, c.Proto) }
+
+// Note says which cells were not applied and why, grouped by reason in order of first appearance:
+// "2 cells not applied: AllReduce/TREE/LL, AllReduce/TREE/SIMPLE (disabled by NCCL_ALGO="Ring"
+// (flag))". It is "" when every cell applied (or o is nil).
+func (o *Overlay) Note() string {
+	if o == nil || len(o.Skipped) == 0 {
+		return ""
+	}
+	var reasons []string
+	cells := map[string][]string{}
+	for _, c := range o.Skipped {
+		if _, ok := cells[c.Reason]; !ok {
+			reasons = append(reasons, c.Reason)
+		}
+		cells[c.Reason] = append(cells[c.Reason], c.Name())
+	}
+	groups := make([]string, len(reasons))
+	for i, r := range reasons {
+		groups[i] = fmt.Sprintf("%s (%s)", strings.Join(cells[r], ", "), r)
+	}
+	return fmt.Sprintf("%s not applied: %s", plural(len(o.Skipped), "cell"), strings.Join(groups, "; "))
+}
+
+// clone copies o, so that plans and tables never share its slice with the planner.
+func (o *Overlay) clone() *Overlay {
+	if o == nil {
+		return nil
+	}
+	c := *o
+	c.Skipped = slices.Clone(o.Skipped)
+	return &c
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
 
 // CellOverride is a fitted latency and bandwidth for one (collective, algorithm, protocol) cell.
@@ -68,6 +133,7 @@ type Planner struct {
 	tuner   Tuner
 	buffers Buffers
 	fitted  [costmodel.NumColls][costmodel.NumAlgos][costmodel.NumProtos]bool // cells priced by cfg.Cells
+	overlay *Overlay                                                          // nil: no cfg.Cells and no cfg.Overlay
 }
 
 // New builds the cost model for t and returns a planner over it.
@@ -81,10 +147,9 @@ func New(t *capabilities.Topology, cfg Config) (*Planner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("planner: %w", err)
 	}
-	for _, o := range cfg.Cells {
-		if err := table.Override(o.Coll, o.Algo, o.Proto, o.LatUS, o.BWGBps); err != nil {
-			return nil, fmt.Errorf("planner: %w", err)
-		}
+	ov, fitted, err := applyCells(table, cfg)
+	if err != nil {
+		return nil, err
 	}
 	f := cfg.Factors
 	if f == nil {
@@ -94,12 +159,39 @@ func New(t *capabilities.Topology, cfg Config) (*Planner, error) {
 	if err := b.validate(); err != nil {
 		return nil, fmt.Errorf("planner: %w", err)
 	}
-	pl := &Planner{topo: *t, table: table, factors: f, tuner: cfg.Tuner, buffers: b}
-	for _, o := range cfg.Cells {
-		pl.fitted[o.Coll][o.Algo][o.Proto] = true
-	}
-	return pl, nil
+	return &Planner{topo: *t, table: table, factors: f, tuner: cfg.Tuner, buffers: b, fitted: fitted, overlay: ov}, nil
 }
+
+// applyCells replaces the table's cells with cfg.Cells where the model left them usable and lists
+// the others as skipped, with the model's reason: a fitted cell never revives an illegal one, and
+// never breaks a query that makes it illegal. Only cells out of range or values out of range are
+// errors.
+func applyCells(table *costmodel.Table, cfg Config) (*Overlay, [costmodel.NumColls][costmodel.NumAlgos][costmodel.NumProtos]bool, error) {
+	var fitted [costmodel.NumColls][costmodel.NumAlgos][costmodel.NumProtos]bool
+	if len(cfg.Cells) == 0 && cfg.Overlay == "" {
+		return nil, fitted, nil
+	}
+	ov := &Overlay{File: cfg.Overlay}
+	for _, o := range cfg.Cells {
+		if o.Coll < 0 || o.Coll >= costmodel.NumColls || o.Algo < 0 || o.Algo >= costmodel.NumAlgos || o.Proto < 0 || o.Proto >= costmodel.NumProtos {
+			return nil, fitted, fmt.Errorf("planner: fitted cell (%d, %d, %d): out of range", int(o.Coll), int(o.Algo), int(o.Proto))
+		}
+		if why := table.Unusable(o.Coll, o.Algo, o.Proto); why != "" {
+			ov.Skipped = append(ov.Skipped, SkippedCell{Coll: o.Coll, Algo: o.Algo, Proto: o.Proto, Reason: why})
+			continue
+		}
+		if err := table.Override(o.Coll, o.Algo, o.Proto, o.LatUS, o.BWGBps); err != nil {
+			return nil, fitted, fmt.Errorf("planner: %w", err)
+		}
+		fitted[o.Coll][o.Algo][o.Proto] = true
+		ov.Applied++
+	}
+	return ov, fitted, nil
+}
+
+// Overlay says what became of the fitted cells (Config.Cells): applied, or skipped and why; nil
+// when the planner has none and Config.Overlay named none.
+func (pl *Planner) Overlay() *Overlay { return pl.overlay.clone() }
 
 // Topology returns the planner's topology.
 func (pl *Planner) Topology() *capabilities.Topology { return &pl.topo }
@@ -236,6 +328,9 @@ type Explain struct {
 	TunerNote string
 	// Edits are the tuner's edits at this size, in the order applied.
 	Edits []Edit
+	// Overlay is what became of the fitted cells the planner was given (Planner.Overlay); nil for
+	// none.
+	Overlay *Overlay
 }
 
 // CellExplain is one cell at the plan's size.
@@ -411,7 +506,7 @@ func (pr *Prepared) Explain(nBytes int64) (*Plan, error) {
 		return nil, err
 	}
 	plan := &Plan{Class: m.Class, Bytes: nBytes, Decision: d, TimeUS: m.Time(d.Algo, d.Proto, nBytes), CostUS: t,
-		Forced: m.forcing(d.Algo, d.Proto, edits), Explain: Explain{Tuner: pr.po.name, TunerNote: pr.po.note, Edits: edits}}
+		Forced: m.forcing(d.Algo, d.Proto, edits), Explain: Explain{Tuner: pr.po.name, TunerNote: pr.po.note, Edits: edits, Overlay: pr.pl.Overlay()}}
 	var after [costmodel.NumAlgos][costmodel.NumProtos]float32
 	costs(m, nBytes, edits, &after)
 	for a := costmodel.Algo(0); a < costmodel.NumAlgos; a++ {

@@ -9,7 +9,9 @@ import (
 
 func TestOverlayFitCells(t *testing.T) {
 	base := decodeFile(t, "testdata/overlay/base.toml")
-	good := []byte(`[[fit.cell]]
+	good := []byte(`schema_version = 1
+
+[[fit.cell]]
 coll = "allreduce"
 algo = "ring"
 proto = "ll128"
@@ -27,7 +29,8 @@ points = 7         # measured
 	assert.Equal(t, "measured", n.Sources["fit.cell[0].bw_gbps"])
 	assert.Nil(t, base.Fit, "the base is not modified")
 
-	bad := []byte(`[[fit.cell]]
+	bad := []byte(`schema_version = 1
+[[fit.cell]]
 coll = "allreduce"
 algo = "ringo"
 proto = "ll128"
@@ -63,16 +66,16 @@ points = 1
 	_, err = ApplyOverlay(base, "bad.fit.toml", bad)
 	require.Error(t, err)
 	for _, want := range []string{
-		`tables: bad.fit.toml: line 3: fit.cell[0].algo: "ringo" is not one of`,
+		`tables: bad.fit.toml: line 4: fit.cell[0].algo: "ringo" is not one of`,
 		"fit.cell[0].nodes: 0 out of range 1..65536",
 		"fit.cell[0].lat_us: -1 must be finite and >= 0",
 		"fit.cell[0].bw_gbps: 0 must be finite and > 0",
 		"fit.cell[0].bw_sigma: -2 must be finite and >= 0",
 		"fit.cell[0].points: 0 must be >= 1",
-		"line 23: fit.cell[2]: duplicate cell allreduce/ring/ll at 2 nodes (also fit.cell[1])",
+		"line 24: fit.cell[2]: duplicate cell allreduce/ring/ll at 2 nodes (also fit.cell[1])",
 	} {
 		assert.ErrorContains(t, err, want)
 	}
-	_, err = ApplyOverlay(base, "unknown.fit.toml", []byte("[[fit.cell]]\nlatency = 3  # measured\n"))
-	assert.ErrorContains(t, err, "tables: unknown.fit.toml: line 2: fit.cell.latency: unknown key")
+	_, err = ApplyOverlay(base, "unknown.fit.toml", []byte("schema_version = 1\n[[fit.cell]]\nlatency = 3  # measured\n"))
+	assert.ErrorContains(t, err, "tables: unknown.fit.toml: line 3: fit.cell.latency: unknown key")
 }

@@ -90,7 +90,7 @@ func TestLoadFileSizeLimit(t *testing.T) {
 	_, err = LoadFile(base)
 	require.NoError(t, err, "the table alone loads")
 	over := filepath.Join(dir, "base.fit.toml")
-	require.NoError(t, os.WriteFile(over, []byte(pad+"[node]\nnvs_count = 2\n"), 0o644))
+	require.NoError(t, os.WriteFile(over, []byte(pad+"schema_version = 1\n[node]\nnvs_count = 2\n"), 0o644))
 	_, err = LoadFile(base)
 	require.Error(t, err)
 	assert.Equal(t, "tables: "+over+": larger than the limit of 4 MiB (4194304 bytes)", err.Error())

@@ -42,6 +42,14 @@ type NodeInfo struct {
 	Note                string   `toml:"note"`
 }
 
+// CPUGPU is the [node] gpu of a table whose "GPUs" are CPU ranks of collplan's own engine (the cpu
+// table); every other value names a real GPU.
+const CPUGPU = "cpu"
+
+// IsCPU reports whether the table describes CPU ranks of collplan's engine (gpu = "cpu") rather
+// than GPUs: only such a table can be measured here with collbench.
+func (i *NodeInfo) IsCPU() bool { return i.GPU == CPUGPU }
+
 // Scale is [scale.N]: what NCCL's topology search gives at this node count.
 type Scale struct {
 	CommNChannels int              `toml:"comm_n_channels"`

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -64,9 +65,28 @@ func Names() []string {
 	return names
 }
 
+// OverlaySchema is the schema_version of the overlays this build reads and calibrate writes. An
+// overlay states it in a top-level key, schema_version = 1, and ApplyOverlay refuses any other
+// (or none). Version 1 is the schema of Node: the keys of a node table, every one optional.
+const OverlaySchema = 1
+
 // Load decodes the embedded table NAME.toml and, when the embedded NAME.fit.toml exists, applies it
 // on top (ApplyOverlay).
 func Load(name string) (*Node, error) {
+	n, err := LoadBase(name)
+	if err != nil {
+		return nil, err
+	}
+	ofile := strings.TrimSuffix(name, tableSuffix) + overlaySuffix
+	odata, err := embedded.ReadFile(ofile)
+	if err != nil {
+		return n, nil // no overlay
+	}
+	return ApplyOverlay(n, ofile, odata)
+}
+
+// LoadBase decodes the embedded table NAME.toml alone, without its fitted overlay.
+func LoadBase(name string) (*Node, error) {
 	name = strings.TrimSuffix(name, tableSuffix)
 	if name == "" || strings.ContainsAny(name, `/\`) || strings.HasSuffix(name, ".fit") {
 		return nil, fmt.Errorf("tables: bad table name %q", name)
@@ -76,33 +96,17 @@ func Load(name string) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tables: no embedded table %q (have %s)", name, strings.Join(Names(), ", "))
 	}
-	n, err := Decode(file, data)
-	if err != nil {
-		return nil, err
-	}
-	ofile := name + overlaySuffix
-	odata, err := embedded.ReadFile(ofile)
-	if err != nil {
-		return n, nil // no overlay
-	}
-	return ApplyOverlay(n, ofile, odata)
+	return Decode(file, data)
 }
 
 // LoadFile decodes a table from disk. When a sibling BASENAME.fit.toml exists on disk beside it, that
 // overlay is applied on top. A file over configfile.MaxBytes (4 MiB) is an error naming it.
 func LoadFile(p string) (*Node, error) {
-	if strings.HasSuffix(p, overlaySuffix) {
-		return nil, fmt.Errorf("tables: %s is a fitted overlay; load its base table instead", p)
-	}
-	data, err := configfile.Read(p)
-	if err != nil {
-		return nil, fmt.Errorf("tables: %w", err)
-	}
-	n, err := Decode(p, data)
+	n, err := LoadFileBase(p)
 	if err != nil {
 		return nil, err
 	}
-	op := strings.TrimSuffix(p, tableSuffix) + overlaySuffix
+	op := OverlayPath(p)
 	odata, err := configfile.Read(op)
 	if errors.Is(err, fs.ErrNotExist) {
 		return n, nil
@@ -112,6 +116,26 @@ func LoadFile(p string) (*Node, error) {
 	}
 	return ApplyOverlay(n, op, odata)
 }
+
+// LoadFileBase decodes a table from disk alone, without the overlay beside it. A file over
+// configfile.MaxBytes (4 MiB) is an error naming it.
+func LoadFileBase(p string) (*Node, error) {
+	if IsOverlayPath(p) {
+		return nil, fmt.Errorf("tables: %s is a fitted overlay; load its base table instead", p)
+	}
+	data, err := configfile.Read(p)
+	if err != nil {
+		return nil, fmt.Errorf("tables: %w", err)
+	}
+	return Decode(p, data)
+}
+
+// OverlayPath is where the fitted overlay of the table file p lies, which LoadFile applies: beside
+// it, BASENAME.fit.toml.
+func OverlayPath(p string) string { return strings.TrimSuffix(p, tableSuffix) + overlaySuffix }
+
+// IsOverlayPath reports whether p names a fitted overlay (NAME.fit.toml) rather than a node table.
+func IsOverlayPath(p string) bool { return strings.HasSuffix(p, overlaySuffix) }
 
 // Decode strictly decodes one table (no overlay). Every key outside the schema, every type mismatch
 // and every value out of range is an error naming the file and the key (and the line when known).
@@ -133,21 +157,23 @@ func Decode(file string, data []byte) (*Node, error) {
 }
 
 // ApplyOverlay deep-merges the overlay's TOML onto base (tables merge key by key, arrays and arrays of
-// tables replace) and decodes the result strictly. The overlay alone is checked strictly first, so
+// tables replace) and decodes the result strictly. The overlay's schema_version is checked first
+// (OverlayVersion: it must be OverlaySchema); then the overlay alone is checked strictly, so
 // unknown keys and mistyped values in it are errors naming the overlay file. Source tags of the keys
 // the overlay sets replace the base's. base is not modified.
 func ApplyOverlay(base *Node, file string, data []byte) (*Node, error) {
 	if base == nil {
 		return nil, fmt.Errorf("tables: %s: overlay applied to a nil table", file)
 	}
-	// 1. The overlay on its own: syntax, types, unknown keys.
-	_, osc, err := decodeStrict(file, data)
+	// 1. The overlay on its own: syntax, its version, types, unknown keys.
+	over, err := overlayTree(file, data)
 	if err != nil {
 		return nil, err
 	}
-	var over map[string]any
-	if _, err := configfile.DecodeTOML(file, data, MaxDepth, &over); err != nil {
-		return nil, fmt.Errorf("tables: %w", err)
+	delete(over, versionKey)
+	_, osc, err := decodeStrict(file, data, versionKey)
+	if err != nil {
+		return nil, err
 	}
 	// 2. The base as a generic tree (re-encoded from the decoded struct, so any Node works).
 	var buf bytes.Buffer
@@ -228,16 +254,62 @@ func (n *Node) ScaleFor(nNodes int) (string, Scale, error) {
 	return key, s, nil
 }
 
-// decodeStrict decodes data into a Node and rejects keys outside the schema. It does not validate
-// values (an overlay is partial).
-func decodeStrict(file string, data []byte) (*Node, *scan, error) {
+// versionKey is an overlay's top-level key for its schema version.
+const versionKey = "schema_version"
+
+// ErrNoSchemaVersion is the error (wrapped, naming the file) of an overlay without schema_version:
+// one written before overlays had versions, whose keys are version 1's. ApplyOverlay refuses it;
+// calibrate, rewriting such a file at --out, migrates it.
+var ErrNoSchemaVersion = errors.New("schema_version is missing")
+
+// OverlayVersion reads an overlay's schema_version and checks it: the key must be at the top of the
+// file (before any [table]) and its value OverlaySchema. Errors name the file (and the line).
+func OverlayVersion(file string, data []byte) (int, error) {
+	if _, err := overlayTree(file, data); err != nil {
+		return 0, err
+	}
+	return OverlaySchema, nil
+}
+
+// overlayTree decodes an overlay as a generic tree (syntax, size and depth checked) after checking
+// its schema_version (OverlayVersion).
+func overlayTree(file string, data []byte) (map[string]any, error) {
+	var over map[string]any
+	if _, err := configfile.DecodeTOML(file, data, MaxDepth, &over); err != nil {
+		return nil, fmt.Errorf("tables: %w", err)
+	}
+	v, ok := over[versionKey]
+	if !ok {
+		return nil, fmt.Errorf("tables: %s: %w: an overlay starts with %s = %d (one written before overlays had versions has the same keys: add that line, or refit it)",
+			file, ErrNoSchemaVersion, versionKey, OverlaySchema)
+	}
+	at := func(msg string, args ...any) error {
+		return &KeyError{File: file, Line: scanSource(data).flat[versionKey], Key: versionKey, Msg: fmt.Sprintf(msg, args...)}
+	}
+	switch x := v.(type) {
+	case int64:
+		if x != OverlaySchema {
+			return nil, at("%d is not a version this build reads (it reads %d)", x, OverlaySchema)
+		}
+	case string:
+		return nil, at("want an integer, got %q", x)
+	default:
+		return nil, at("want an integer, got %v", x)
+	}
+	return over, nil
+}
+
+// decodeStrict decodes data into a Node and rejects keys outside the schema, but for the top-level
+// keys named in allow (an overlay's schema_version). It does not validate values (an overlay is
+// partial).
+func decodeStrict(file string, data []byte, allow ...string) (*Node, *scan, error) {
 	var n Node
 	md, err := configfile.DecodeTOML(file, data, MaxDepth, &n)
 	if err != nil {
 		return nil, nil, fmt.Errorf("tables: %w", err)
 	}
 	sc := scanSource(data)
-	undecoded := md.Undecoded()
+	undecoded := slices.DeleteFunc(md.Undecoded(), func(k toml.Key) bool { return len(k) == 1 && slices.Contains(allow, k[0]) })
 	if len(undecoded) == 0 {
 		return &n, sc, nil
 	}

@@ -18,10 +18,11 @@ import (
 	"github.com/collplan/collplan/tables"
 )
 
-// checkOverlay evaluates the overlay at overlayPath (fitted cells at nodes) against pts without
-// refitting: the prior, the fitted planner and fixed Ring/Simple, by regret and prediction error.
+// checkOverlay evaluates the overlay at overlayPath (fitted cells at nodes), applied over the node
+// table n, against pts without refitting: the prior (named by priorName), the fitted planner and
+// fixed Ring/Simple, by regret and prediction error.
 func checkOverlay(ctx context.Context, n *tables.Node, overlayPath string, nodes int, topo capabilities.Topology,
-	cfg planner.Config, prior *planner.Planner, priorMenus map[costmodel.Coll]*planner.Menu, pts []calibrate.Point,
+	priorName calibrate.Prior, prior *planner.Planner, pts []calibrate.Point,
 	svg string, asJSON bool, stdout, stderr io.Writer) error {
 	data, err := configfile.Read(overlayPath)
 	if err != nil {
@@ -31,17 +32,14 @@ func checkOverlay(ctx context.Context, n *tables.Node, overlayPath string, nodes
 	if err != nil {
 		return usageError{err}
 	}
-	ncfg, err := node.PlannerConfig(on, &topo) // the overlay's fitted cells and corrections
+	ncfg, err := node.PlannerConfig(on, &topo) // the table with the overlay: its constants, corrections and cells
 	if err != nil {
 		return usageError{err}
 	}
 	if len(ncfg.Cells) == 0 {
 		return usagef("%s: no fitted cell at %d nodes", overlayPath, nodes)
 	}
-	fcfg := cfg
-	fcfg.Factors = ncfg.Factors
-	fcfg.Cells = append(append([]planner.CellOverride(nil), cfg.Cells...), ncfg.Cells...)
-	fitted, err := planner.New(&topo, fcfg)
+	fitted, err := planner.New(&topo, ncfg)
 	if err != nil {
 		return fmt.Errorf("%s: %w", overlayPath, err)
 	}
@@ -49,6 +47,7 @@ func checkOverlay(ctx context.Context, n *tables.Node, overlayPath string, nodes
 	if err != nil {
 		return usageError{err}
 	}
+	ev.Prior = priorName
 	fmt.Fprintf(stderr, "calibrate: evaluated %s (%d fitted cells at %d nodes) on %d pinned points, not refitted\n",
 		overlayPath, len(ncfg.Cells), nodes, ev.Points)
 	if svg != "" {

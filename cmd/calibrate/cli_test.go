@@ -97,8 +97,6 @@ func TestOutputPathsFirst(t *testing.T) {
 	}{
 		{"--out directory", func(ok, sw string) []string { return with(fit, "--out", dir) }, "--out " + dir + ": is a directory"},
 		{"--out missing directory", func(ok, sw string) []string { return with(fit, "--out", missing) }, "--out " + missing + ": directory"},
-		{"default --out in a missing directory", func(ok, sw string) []string { return fit },
-			"--out (the default) tables/h200.fit.toml: directory tables does not exist"},
 		{"--svg directory", func(ok, sw string) []string { return with(fit, "--out", ok, "--svg", dir) }, "--svg " + dir + ": is a directory"},
 		{"--svg missing directory", func(ok, sw string) []string { return with(fit, "--out", ok, "--svg", missing) }, "--svg " + missing + ": directory"},
 		{"--check overlay missing", func(ok, sw string) []string { return []string{"--node", "h200", "--check", fixtures, "--out", missing} },

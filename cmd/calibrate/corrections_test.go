@@ -100,7 +100,8 @@ func TestCalibrateWritesBucketCorrections(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(sweeps, "sweeps.toml"), []byte(man.String()), 0o644))
 
 	var out, errb bytes.Buffer
-	require.NoError(t, run(ctx, []string{"--node", base, "--sweeps", sweeps, "--json", "--date", "2026-11-30"}, &out, &errb), errb.String())
+	overlay := tables.OverlayPath(base) // beside the table, where tables.LoadFile finds it
+	require.NoError(t, run(ctx, []string{"--node", base, "--sweeps", sweeps, "--out", overlay, "--json", "--date", "2026-11-30"}, &out, &errb), errb.String())
 	var rep struct {
 		Corrections []struct {
 			Cell   string  `json:"cell"`
@@ -150,13 +151,27 @@ func TestCalibrateWritesBucketCorrections(t *testing.T) {
 	assert.InDelta(t, 0.5, fp.Explain.Cells[costmodel.Ring][costmodel.LL].Correction, 0.05)
 	assert.Greater(t, fp.Explain.Cells[costmodel.Ring][costmodel.LL].TimeUS, pp.Explain.Cells[costmodel.Ring][costmodel.LL].TimeUS)
 
-	// A refit keeps the row: the overlay's corrections are now the prior's, nothing new is fitted.
+	// A refit starts from the table alone again, not from the fit it replaces: the same sweeps fit
+	// the same row (it does not compound on the last one).
 	out.Reset()
-	require.NoError(t, run(ctx, []string{"--node", base, "--sweeps", sweeps, "--json", "--date", "2026-11-30"}, &out, &errb), errb.String())
+	require.NoError(t, run(ctx, []string{"--node", base, "--sweeps", sweeps, "--out", overlay, "--json", "--date", "2026-11-30"}, &out, &errb), errb.String())
+	first := rep.Corrections
+	rep.Corrections = nil
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep))
+	assert.Equal(t, first, rep.Corrections)
+	again, err := tables.LoadFile(base)
+	require.NoError(t, err)
+	require.NotNil(t, again.Corrections)
+	assert.Equal(t, on.Corrections.Cell, again.Corrections.Cell)
+
+	// With --prior the overlay, its corrections are the prior's: nothing new is fitted, and the row
+	// is written again as it was.
+	out.Reset()
+	require.NoError(t, run(ctx, []string{"--node", base, "--sweeps", sweeps, "--prior", overlay, "--out", overlay, "--json", "--date", "2026-11-30"}, &out, &errb), errb.String())
 	rep.Corrections = nil
 	require.NoError(t, json.Unmarshal(out.Bytes(), &rep))
 	assert.Empty(t, rep.Corrections)
-	again, err := tables.LoadFile(base)
+	again, err = tables.LoadFile(base)
 	require.NoError(t, err)
 	require.NotNil(t, again.Corrections)
 	assert.Equal(t, on.Corrections.Cell, again.Corrections.Cell)
@@ -165,7 +180,7 @@ func TestCalibrateWritesBucketCorrections(t *testing.T) {
 	base2 := filepath.Join(t.TempDir(), "h200.toml")
 	require.NoError(t, os.WriteFile(base2, data, 0o644))
 	out.Reset()
-	require.NoError(t, run(ctx, []string{"--node", base2, "--sweeps", sweeps, "--date", "2026-11-30"}, &out, &errb), errb.String())
+	require.NoError(t, run(ctx, []string{"--node", base2, "--sweeps", sweeps, "--out", tables.OverlayPath(base2), "--date", "2026-11-30"}, &out, &errb), errb.String())
 	assert.Contains(t, out.String(), "bandwidth corrections")
 	assert.Contains(t, out.String(), fmt.Sprintf("AllReduce/RING/LL  %d", dip[0]))
 }

@@ -20,8 +20,9 @@ import (
 // and a Ring/Simple sweep on two nodes that a one-node fit skips.
 const ll128Fixtures = "testdata/ll128-pcie"
 
-// fitJSON runs calibrate with args plus --json into a fresh --out and returns the report, the
-// overlay as loaded over its table (a copy of tables/NAME.toml beside it), stderr and the error.
+// fitJSON runs calibrate with args plus --json into a fresh --out beside a copy of tables/NAME.toml
+// (so that loading the copy applies it) and returns the report, the overlay as loaded over its
+// table, stderr and the error.
 func fitJSON(t *testing.T, table string, args ...string) (map[string]any, *tables.Node, string, error) {
 	t.Helper()
 	dir := t.TempDir()
@@ -30,7 +31,7 @@ func fitJSON(t *testing.T, table string, args ...string) (map[string]any, *table
 	base := filepath.Join(dir, table+".toml")
 	require.NoError(t, os.WriteFile(base, data, 0o644))
 	var out, errb bytes.Buffer
-	err = run(context.Background(), append([]string{"--node", base, "--json", "--date", "2026-12-01"}, args...), &out, &errb)
+	err = run(context.Background(), append([]string{"--node", base, "--out", filepath.Join(dir, table+".fit.toml"), "--json", "--date", "2026-12-01"}, args...), &out, &errb)
 	if err != nil {
 		return nil, nil, errb.String(), err
 	}

@@ -29,7 +29,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -85,6 +84,12 @@ planner, collbench and the tuner plugins apply over the node table, with a repor
 --run measures the sweeps first with collbench (every legal pinned cell and the free choice);
 --check DIR evaluates the overlay at --out against the sweeps in DIR without refitting. Output
 paths (--out, --svg, --sweeps-out) are checked before any work.
+
+The prior is the node table alone, without the fitted overlay beside it (so --no-overlay is not
+needed here), unless --prior names an overlay to apply over it; the report names the prior. The
+overlay goes to NAME.fit.toml in the working directory unless --out names a path: nothing is
+written into tables/ (or beside any table file, where it would overlay that table) unless --out
+says so. --run measures collplan's CPU engine, so it refuses a GPU node table unless --force.
 `
 
 // run fits one node table at one node count and writes the overlay and the report; with --run it
@@ -98,7 +103,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	node := fs.String("node", "", "node table: an embedded name (h200) or a TOML file")
 	sweeps := fs.String("sweeps", "", "directory of sweeps (with an optional sweeps.toml), a manifest (*.toml) or one sweep file")
 	nodes := fs.Int("nodes", 0, "node count of the sweeps (default: what the sweeps say)")
-	out := fs.String("out", "", "overlay to write (--check: to read) (default tables/NAME.fit.toml, or FILE.fit.toml beside a table file)")
+	out := fs.String("out", "", "overlay to write (--check: to read) (default NAME.fit.toml in the working directory)")
+	prior := fs.String("prior", "", "an overlay (NAME.fit.toml) applied over the node table as the prior (default: the table alone, without its overlay)")
+	force := fs.Bool("force", false, "with --run: measure even for a GPU node table (collbench runs collplan's CPU engine, whose numbers are not the GPU's)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	holdout := fs.Int("holdout", 0, "hold out every K-th measured size from the fit and report the error on them (0: none)")
 	date := fs.String("date", time.Now().UTC().Format("2006-01-02"), "provenance date")
@@ -154,6 +161,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return usagef("--quick, --np, --sweeps-out, --collbench, --transport, --colls, --min, --max, --factor, --iters, --warmup and --repeat need --run")
 	case *doRun && *sweeps != "":
 		return usagef("--run measures its own sweeps; drop --sweeps")
+	case !*doRun && *force:
+		return usagef("--force is for --run (measuring a GPU node table with the CPU engine)")
 	case *check != "" && *sweeps != "":
 		return usagef("--check DIR names the sweeps to evaluate; drop --sweeps")
 	case !*doRun && *sweeps == "" && *check == "":
@@ -181,24 +190,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usagef("--half %q: want oop or ip", *halfFlag)
 	}
-	var n *tables.Node
-	if strings.HasSuffix(*node, ".toml") {
-		n, err = tables.LoadFile(*node)
-	} else {
-		n, err = tables.Load(*node)
-	}
+	n, pn, err := loadTables(*node, *prior)
 	if err != nil {
-		return usageError{err}
+		return err
+	}
+	if *doRun && !n.Node.IsCPU() && !*force {
+		return usagef("--run measures collplan's CPU engine, not the GPUs of %s (gpu %q): the fit would give them the CPU's numbers; fit that GPU's own sweeps with --sweeps, or pass --force", n.File, n.Node.GPU)
 	}
 	if *out == "" {
-		if strings.HasSuffix(*node, ".toml") {
-			*out = strings.TrimSuffix(*node, ".toml") + ".fit.toml"
-		} else {
-			*out = filepath.Join("tables", n.Name+".fit.toml")
-		}
+		*out = n.Name + ".fit.toml" // in the working directory; checkOutputs keeps it off a table
 	}
 	// Inputs are checked first, then every output, then the work starts.
-	checkOut := func() error { return checkOutputs(*out, !set["out"], *check, *svg, *sweepsOut, *doRun) }
+	checkOut := func() error {
+		if err := checkOutputs(*out, !set["out"], *check, *svg, *sweepsOut, *doRun); err != nil {
+			return err
+		}
+		return checkOldOverlay(*out, *check, stderr)
+	}
 	if *doRun {
 		gpn := n.Node.GPUsPerNode
 		if *np == 0 {
@@ -216,7 +224,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		_, _, pl, err := priorPlanner(n, nn)
+		_, _, pl, err := priorPlanner(pn, nn)
 		if err != nil {
 			return err
 		}
@@ -292,10 +300,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *nodes < 1 {
 		return usagef("--nodes %d: must be at least 1", *nodes)
 	}
-	topo, cfg, prior, err := priorPlanner(n, *nodes)
+	topo, cfg, priorPl, err := priorPlanner(pn, *nodes)
 	if err != nil {
 		return err
 	}
+	priorName := calibrate.Prior{Table: n.File, Overlay: *prior}
 	// Every cell a sweep's pin can make legal, priced; the pins decide which ones a point measures.
 	menus, err := calibrate.PricedMenus(ctx, &topo, cfg)
 	if err != nil {
@@ -317,7 +326,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if *check != "" {
-		return checkOverlay(ctx, n, *out, *nodes, topo, cfg, prior, menus, pts, *svg, *asJSON, stdout, stderr)
+		return checkOverlay(ctx, n, *out, *nodes, topo, priorName, priorPl, pts, *svg, *asJSON, stdout, stderr)
 	}
 	fitPts, held := splitHoldout(pts, *holdout)
 	var (
@@ -344,14 +353,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fitted, heldBack, err := fittedPlanner(ctx, &topo, fcfg, prior, stderr)
+	fitted, heldBack, err := fittedPlanner(ctx, &topo, fcfg, priorPl, stderr)
 	if err != nil {
 		return err
 	}
-	rep, err := calibrate.BuildReport(ctx, *nodes, prior, fitted, pricedFit, res, fitPts, held)
+	rep, err := calibrate.BuildReport(ctx, *nodes, priorPl, fitted, pricedFit, res, fitPts, held)
 	if err != nil {
 		return err
 	}
+	rep.Prior = priorName
 	rep.AddCorrections(corr)
 	rep.Half = half
 	var svgData []byte
@@ -386,8 +396,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// replacing their cells: the overlay's array replaces the table's, so it is written whole.
 	if len(corr) > 0 || hadCorr {
 		var existing []tables.CorrectionCell
-		if n.Corrections != nil {
-			existing = n.Corrections.Cell
+		if pn.Corrections != nil { // the prior's, which the fitted multipliers apply to
+			existing = pn.Corrections.Cell
 		}
 		in.Corrections = calibrate.TableCorrections(existing, menus, corr)
 	}
@@ -418,11 +428,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // checkOutputs checks, before any work, every path the run will write (the overlay at out, the SVG,
 // the sweeps' directory with --run) and, with --check, that the overlay to evaluate can be read.
-// outDefault says out is the default, not the user's.
+// outDefault says out is the default, not the user's: it must not land beside a node table, whose
+// overlay it would become (tables.LoadFile applies NAME.fit.toml beside NAME.toml).
 func checkOutputs(out string, outDefault bool, check, svg, sweepsOut string, doRun bool) error {
 	outFlag := "--out"
 	if outDefault {
 		outFlag = "--out (the default)"
+		if table := strings.TrimSuffix(out, ".fit.toml") + ".toml"; check == "" && fileExists(table) {
+			return usagef("%s %s: would overlay the table %s beside it; name the file with --out", outFlag, out, table)
+		}
 	}
 	var errs []error
 	if check != "" {
@@ -448,9 +462,64 @@ func checkOutputs(out string, outDefault bool, check, svg, sweepsOut string, doR
 	return nil
 }
 
+// loadTables loads the node table to fit, alone (an embedded name or a TOML file; never with the
+// overlay beside it), and the prior: that table, or with --prior the overlay FILE applied over it.
+func loadTables(name, prior string) (n, pn *tables.Node, err error) {
+	if strings.HasSuffix(name, ".toml") {
+		n, err = tables.LoadFileBase(name)
+	} else {
+		n, err = tables.LoadBase(name)
+	}
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	if prior == "" {
+		return n, n, nil
+	}
+	if !tables.IsOverlayPath(prior) {
+		return nil, nil, usagef("--prior %s: a node table; --prior takes an overlay (NAME.fit.toml) to apply over --node", prior)
+	}
+	data, err := configfile.Read(prior)
+	if err != nil {
+		return nil, nil, usagef("--prior: %v", err)
+	}
+	if pn, err = tables.ApplyOverlay(n, prior, data); err != nil {
+		return nil, nil, usagef("--prior: %v", err)
+	}
+	return n, pn, nil
+}
+
+// checkOldOverlay checks, before any work, an overlay already at out that the fit will rewrite (its
+// cells at other node counts are kept): one of another schema version is a usage error; one written
+// before overlays had versions is migrated, which stderr says.
+func checkOldOverlay(out, check string, stderr io.Writer) error {
+	if check != "" {
+		return nil
+	}
+	data, err := configfile.Read(out)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return usagef("the overlay to update: %v", err)
+	}
+	if _, err := tables.OverlayVersion(out, data); errors.Is(err, tables.ErrNoSchemaVersion) {
+		fmt.Fprintf(stderr, "calibrate: %s has no schema_version (written before overlays had versions): rewritten at schema_version %d\n", out, tables.OverlaySchema)
+	} else if err != nil {
+		return usagef("the overlay to update: %v", err)
+	}
+	return nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
 // priorPlanner builds the topology, the planner configuration and the prior planner of table n at
-// nodes nodes: the table as every command plans with it (node.PlannerConfig), its fitted overlay
-// included when it has one, so that a refit is compared with what ships.
+// nodes nodes: the table as every command plans with it (node.PlannerConfig), with the overlay
+// --prior applied over it, if any; by default the table alone, so that a refit starts from the
+// table and not from the fit it replaces.
 func priorPlanner(n *tables.Node, nodes int) (capabilities.Topology, planner.Config, *planner.Planner, error) {
 	topo, err := capabilities.FromNode(n, nodes)
 	if err != nil {

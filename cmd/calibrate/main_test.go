@@ -23,7 +23,8 @@ func TestCalibrateWritesOverlayThatLoads(t *testing.T) {
 	base := filepath.Join(dir, "h200.toml")
 	require.NoError(t, os.WriteFile(base, data, 0o644))
 	var out, errb bytes.Buffer
-	err = run(context.Background(), []string{"--node", base, "--sweeps", fixtures, "--json", "--holdout", "5", "--date", "2026-11-30"}, &out, &errb)
+	err = run(context.Background(), []string{"--node", base, "--sweeps", fixtures, "--out", tables.OverlayPath(base),
+		"--json", "--holdout", "5", "--date", "2026-11-30"}, &out, &errb)
 	require.NoError(t, err, errb.String())
 	var rep map[string]any
 	require.NoError(t, json.Unmarshal(out.Bytes(), &rep))
@@ -48,7 +49,7 @@ func TestCalibrateWritesOverlayThatLoads(t *testing.T) {
 
 	// Text report.
 	out.Reset()
-	require.NoError(t, run(context.Background(), []string{"--node", base, "--sweeps", fixtures}, &out, &errb))
+	require.NoError(t, run(context.Background(), []string{"--node", base, "--sweeps", fixtures, "--out", filepath.Join(dir, "again.fit.toml")}, &out, &errb))
 	assert.Contains(t, out.String(), "per size")
 }
 

@@ -25,15 +25,20 @@ const envReload = "COLLBENCH_RELOAD_FILE"
 type tunerSpec = plugin.Spec
 
 // compileTable compiles the planner's DecisionTable for coll on the cpu node table (ranks per node
-// set to the communicator's virtual nodes; its fitted overlay applied, node.PlannerConfig) with the
-// tuner of spec: one Init and one Tune round trip, then the plugin is closed, so each compile
-// re-reads its configuration file. A tuner that fails leaves the planner's built-in policy, with
-// the reason in the table's TunerNote.
-func compileTable(ctx context.Context, coll costmodel.Coll, n, rpn int, spec tunerSpec, logTo io.Writer) (*planner.DecisionTable, error) {
+// set to the communicator's virtual nodes; its fitted overlay applied unless noOverlay,
+// node.PlannerConfig, the cells this shape makes illegal skipped and named in the table's Overlay)
+// with the tuner of spec: one Init and one Tune round trip, then the plugin is closed, so each
+// compile re-reads its configuration file. A tuner that fails leaves the planner's built-in policy,
+// with the reason in the table's TunerNote.
+func compileTable(ctx context.Context, coll costmodel.Coll, n, rpn int, noOverlay bool, spec tunerSpec, logTo io.Writer) (*planner.DecisionTable, error) {
 	if rpn <= 0 || rpn > n {
 		rpn = n
 	}
-	nt, err := tables.Load("cpu")
+	load := tables.Load
+	if noOverlay {
+		load = tables.LoadBase
+	}
+	nt, err := load("cpu")
 	if err != nil {
 		return nil, fmt.Errorf("loading the cpu node table: %w", err)
 	}
@@ -81,9 +86,18 @@ func cell(d planner.Decision) string {
 	return fmt.Sprintf("%v/%v/%d", d.Algo, d.Proto, d.Channels)
 }
 
-// describeTable is the plans line of a table: its tuner, and why the tuner fell back if it did.
+// describeTable is the plans line of a table: its overlay (and the fitted cells it could not use
+// here, and why), its tuner, and why the tuner fell back if it did.
 func describeTable(dt *planner.DecisionTable, spec tunerSpec) string {
 	s := "planner DecisionTable for the cpu node table"
+	if ov := dt.Overlay; ov != nil && ov.File != "" {
+		s += " with overlay " + ov.File
+		if note := ov.Note(); note != "" {
+			s += " (" + note + ")"
+		}
+	} else {
+		s += " without overlay"
+	}
 	if spec.String() != "none" {
 		s += ", tuner " + spec.String()
 		if dt.Tuner != "" {

@@ -45,7 +45,42 @@ func TestCompileTableUsesOverlay(t *testing.T) {
 	withFit, handSet := compile(cfg), compile(planner.Config{})
 	require.NotEqual(t, tableHash(handSet), tableHash(withFit), "the overlay changes the AllReduce picks")
 
-	got, err := compileTable(context.Background(), costmodel.AllReduce, 2, 2, tunerSpec{}, io.Discard)
+	got, err := compileTable(context.Background(), costmodel.AllReduce, 2, 2, false, tunerSpec{}, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, tableHash(withFit), tableHash(got), "collbench: %s", describeTable(got, tunerSpec{}))
+}
+
+// TestCompileTableNoOverlay: --no-overlay plans with cpu.toml alone (the table a planner over the
+// base table compiles), and the plans line says which overlay applied, or that none did.
+func TestCompileTableNoOverlay(t *testing.T) {
+	base, err := tables.LoadBase("cpu")
+	require.NoError(t, err)
+	require.Nil(t, base.Fit)
+	base.Node.GPUsPerNode = 2
+	topo, err := capabilities.FromNode(base, 1)
+	require.NoError(t, err)
+	pl, err := planner.New(&topo, planner.Config{})
+	require.NoError(t, err)
+	want, err := pl.Compile(context.Background(), planner.Class{Coll: costmodel.AllReduce, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1})
+	require.NoError(t, err)
+
+	for _, tc := range []struct {
+		name      string
+		noOverlay bool
+		line      string
+	}{
+		{"the shipped overlay", false, "planner DecisionTable for the cpu node table with overlay cpu.fit.toml, table hash "},
+		{"--no-overlay", true, "planner DecisionTable for the cpu node table without overlay, table hash "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := compileTable(context.Background(), costmodel.AllReduce, 2, 2, tc.noOverlay, tunerSpec{}, io.Discard)
+			require.NoError(t, err)
+			assert.Contains(t, describeTable(got, tunerSpec{}), tc.line)
+			if tc.noOverlay {
+				assert.Equal(t, tableHash(want), tableHash(got))
+			} else {
+				assert.NotEqual(t, tableHash(want), tableHash(got))
+			}
+		})
+	}
 }

@@ -69,6 +69,7 @@ type options struct {
 	proto     string
 	channels  int
 	usePlan   bool
+	noOverlay bool // plan with the cpu node table alone, without its fitted overlay
 	buffers   planner.Buffers
 
 	tuner tunerSpec // --tuner, --tuner-config, --tuner-timeout, --tuner-sha256
@@ -203,6 +204,7 @@ func newFlags(name string) (*options, *flag.FlagSet) {
 	fs.StringVar(&o.proto, "proto", "", "pin the protocol (NCCL_PROTO; LL, LL128, Simple)")
 	fs.IntVar(&o.channels, "channels", 0, "pin the channel count")
 	fs.BoolVar(&o.usePlan, "planner", true, "plan calls with the planner's DecisionTable for the cpu node table (unless pinned)")
+	fs.BoolVar(&o.noOverlay, "no-overlay", false, "plan with the cpu node table alone, without its fitted overlay cpu.fit.toml")
 	fs.Var(bytesize.Flag{V: &o.buffers.Simple}, "buffsize", "Simple connection buffer (NCCL_BUFFSIZE; default 4M)")
 	fs.Var(bytesize.Flag{V: &o.buffers.LL}, "ll-buffsize", "LL connection buffer (default 512K)")
 	fs.Var(bytesize.Flag{V: &o.buffers.LL128}, "ll128-buffsize", "LL128 connection buffer")
@@ -340,7 +342,7 @@ func (o *options) engineConfig(n int) (engine.Config, string, error) {
 	}
 	plans := "engine default (Ring/Simple, 2 channels)"
 	if o.usePlan && !(cfg.Override.PinAlgo && cfg.Override.PinProto && o.channels > 0) && n > 1 {
-		dt, err := compileTable(context.Background(), o.coll, n, o.rpn, o.tuner, os.Stderr)
+		dt, err := compileTable(context.Background(), o.coll, n, o.rpn, o.noOverlay, o.tuner, os.Stderr)
 		if err != nil {
 			return cfg, "", err
 		}
@@ -384,7 +386,7 @@ func (o *options) validate(n int) error {
 func (o *options) abTables(n int) ([2]*planner.DecisionTable, error) {
 	var ts [2]*planner.DecisionTable
 	for i, spec := range o.ab {
-		dt, err := compileTable(context.Background(), o.coll, n, o.rpn, spec, os.Stderr)
+		dt, err := compileTable(context.Background(), o.coll, n, o.rpn, o.noOverlay, spec, os.Stderr)
 		if err != nil {
 			return ts, fmt.Errorf("--ab policy %c (%s): %w", 'A'+i, spec, err)
 		}

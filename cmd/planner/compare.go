@@ -90,6 +90,9 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintf(stdout, "%s, %s %s, pipe ops %d: tuner A = %s, tuner B = %s; ground truth: %d pinned sizes from %s\n",
 		s.source, cls.Dtype, cls.Op, cls.PipeOps, sides[0].name, sides[1].name, len(keys), *sweeps)
+	if line := s.overlayLine(sides[0].pl); line != "" {
+		fmt.Fprintf(stdout, "overlay: %s\n", line)
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "coll\tbytes\tmeasured best\tus\tA pick\tus\tA regret\tB pick\tus\tB regret\t")
 	differ := 0

@@ -11,7 +11,6 @@ import (
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/internal/outpath"
 	"github.com/collplan/collplan/plugin/shimtable"
-	"github.com/collplan/collplan/tables"
 )
 
 // runCompile writes the decision table the NCCL tuner shim reads (docs/tuner-table.md).
@@ -25,6 +24,7 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	pipeOps := fs.Int("pipe-ops", 4, "compile numPipeOps 1..N")
 	ranked := fs.Int("ranked", 4, "ranked plans kept per interval (1..8), the fallbacks when NCCL ignores a cell")
 	consts := fs.Bool("constants", false, "include the model constants for the v5/v6 init")
+	noOverlay := fs.Bool("no-overlay", false, "with --node or --table: compile the node table alone, without its fitted overlay NAME.fit.toml")
 	out := fs.String("o", "", "output file (required)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -45,8 +45,8 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	switch {
 	case *topology != "" && *node == "" && *table == "":
-		if *nodes != "" || *rpn != "" {
-			return usagef("--nodes and --ranks-per-node apply to a node table, not --topology")
+		if *nodes != "" || *rpn != "" || *noOverlay {
+			return usagef("--nodes, --ranks-per-node and --no-overlay apply to a node table, not --topology")
 		}
 		tp, err := capabilities.LoadTopology(*topology)
 		if err != nil {
@@ -55,12 +55,7 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		tp.Env.Overlay(capabilities.EnvFromProcess(os.LookupEnv))
 		req.Topology = &tp
 	case *topology == "" && (*node == "") != (*table == ""):
-		if *node != "" {
-			req.Node, err = tables.Load(*node)
-		} else {
-			req.Node, err = tables.LoadFile(*table)
-		}
-		if err != nil {
+		if req.Node, err = loadNode(*node, *table, *noOverlay); err != nil {
 			return usageError{err}
 		}
 	default:
@@ -77,7 +72,19 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := os.WriteFile(*out, data, 0o644); err != nil {
 		return fmt.Errorf("compile: %w", err)
 	}
+	for _, b := range t.Overlays {
+		if note := b.Overlay.Note(); note != "" {
+			fmt.Fprintf(stderr, "planner: compile: %d nodes x %d ranks: overlay %s: %s\n", b.NNodes, b.NRanks, b.Overlay.File, note)
+		}
+	}
 	fmt.Fprintf(stdout, "wrote %s: %s, %d blocks, %d bytes, checksum %016x\n", *out, t.Name, len(t.Blocks), len(data), shimtable.Checksum(data))
+	if req.Node != nil && req.Node.Overlay != "" {
+		embedded := ""
+		if *node != "" {
+			embedded = " (embedded)"
+		}
+		fmt.Fprintf(stdout, "overlay: %s%s\n", req.Node.Overlay, embedded)
+	}
 	for _, b := range t.Blocks {
 		fmt.Fprintf(stdout, "  %4d nodes %6d ranks  pipe ops %d..%d\n", b.NNodes, b.NRanks, b.MinPipeOps, b.MaxPipeOps)
 	}

@@ -104,7 +104,37 @@ type planJSON struct {
 	Edits      []string               `json:"edits"`
 	Menu       []cellJSON             `json:"menu"`
 	Estimated  []string               `json:"estimated_inputs"`
-	forcing    planner.Forcing
+	// Overlay is the node table's fitted overlay as applied here; null when none applied.
+	Overlay *overlayJSON `json:"overlay"`
+	forcing planner.Forcing
+	// noOverlay says why a node table applied none ("none", "none (--no-overlay)"); "" otherwise.
+	noOverlay string
+}
+
+// overlayJSON says which overlay applied and which of its fitted cells did not, and why.
+type overlayJSON struct {
+	File     string        `json:"file"`
+	Embedded bool          `json:"embedded"`
+	Applied  int           `json:"applied"`
+	Skipped  []skippedJSON `json:"skipped"`
+	text     string
+}
+
+type skippedJSON struct {
+	Cell   string `json:"cell"`
+	Reason string `json:"reason"`
+}
+
+func newOverlayJSON(ov *planner.Overlay, embedded bool) *overlayJSON {
+	if ov == nil || ov.File == "" {
+		return nil
+	}
+	out := &overlayJSON{File: ov.File, Embedded: embedded, Applied: ov.Applied, Skipped: []skippedJSON{},
+		text: describeOverlay(ov, embedded)}
+	for _, c := range ov.Skipped {
+		out.Skipped = append(out.Skipped, skippedJSON{Cell: c.Name(), Reason: c.Reason})
+	}
+	return out
 }
 
 func newPlanJSON(s *setup, p *planner.Plan) *planJSON {
@@ -117,10 +147,16 @@ func newPlanJSON(s *setup, p *planner.Plan) *planJSON {
 		Channels: p.Channels, Threads: p.Threads, Warps: p.Threads / 32,
 		ChunkBytes: p.ChunkBytes, SliceBytes: p.SliceBytes,
 		Env: map[string]settingJSON{}, Tuner: p.Explain.Tuner, TunerNote: p.Explain.TunerNote,
-		Edits: []string{}, Estimated: s.estimated,
+		Edits: []string{}, Estimated: s.estimated, Overlay: newOverlayJSON(p.Explain.Overlay, s.embedded),
 	}
 	if out.Tuner == "" {
 		out.Tuner = "none"
+	}
+	if out.Overlay == nil && s.node != nil {
+		out.noOverlay = "none"
+		if s.noOverlay {
+			out.noOverlay = "none (--no-overlay)"
+		}
 	}
 	if out.Estimated == nil {
 		out.Estimated = []string{}
@@ -170,6 +206,12 @@ func writeExplain(w io.Writer, p *planJSON) error {
 	fmt.Fprintln(w)
 	if p.TunerNote != "" {
 		fmt.Fprintf(w, "   note: %s\n", p.TunerNote)
+	}
+	switch {
+	case p.Overlay != nil:
+		fmt.Fprintf(w, "   overlay: %s\n", p.Overlay.text)
+	case p.noOverlay != "":
+		fmt.Fprintf(w, "   overlay: %s\n", p.noOverlay)
 	}
 	for _, name := range capabilities.EnvVars {
 		if s, ok := p.Env[name]; ok {

@@ -49,6 +49,9 @@ func runMap(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	fmt.Fprintf(stdout, "%s %s %s, pipe ops %d, on %s (%s, %d ranks), %s .. %s\n", cls.Coll, cls.Dtype, cls.Op,
 		cls.PipeOps, s.source, plural(s.topo.NNodes, "node"), s.topo.NRanks, bytesize.Format(lo), bytesize.Format(hi))
+	if line := s.overlayLine(pl); line != "" {
+		fmt.Fprintf(stdout, "overlay: %s\n", line)
+	}
 	if name, note := pr.Tuner(); name != "" {
 		fmt.Fprintf(stdout, "tuner: %s\n", strings.TrimSpace(name+" "+note))
 	}

@@ -62,9 +62,12 @@ const builtinPolicy = "builtin"
 // at the end, since not every answer is the tuner's.
 func runQuery(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	c := newCommand("query", stderr, false)
-	_, _, pl, help, err := c.parse(args)
+	s, _, pl, help, err := c.parse(args)
 	if help || err != nil {
 		return err
+	}
+	if line := s.overlayLine(pl); line != "" && len(pl.Overlay().Skipped) > 0 {
+		fmt.Fprintf(stderr, "planner: query: overlay %s\n", line)
 	}
 	cf := &c.cf
 	// One prepared class and DecisionTable per class: the tuner is asked once per class, not per line.

@@ -23,6 +23,7 @@ type topoFlags struct {
 	node, table, topology string
 	nodes                 int
 	algo, proto           string
+	noOverlay             bool
 	tuner                 tunerFlags
 }
 
@@ -33,6 +34,7 @@ func (f *topoFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.topology, "topology", "", "topology file (TOML, the schema of design/topology-example.toml)")
 	fs.StringVar(&f.algo, "algo", "", "NCCL_ALGO filter; wins over the topology's [env] and the process environment")
 	fs.StringVar(&f.proto, "proto", "", "NCCL_PROTO filter; wins over the topology's [env] and the process environment")
+	fs.BoolVar(&f.noOverlay, "no-overlay", false, "with --node or --table: plan with the node table alone, without its fitted overlay NAME.fit.toml")
 	f.tuner.register(fs)
 }
 
@@ -42,6 +44,8 @@ type setup struct {
 	source    string   // "node h100 x2", "topology FILE"
 	estimated []string // estimated inputs of the node table, or the topology file's "# estimate" keys
 	node      *tables.Node
+	embedded  bool           // node is an embedded table (--node), so its overlay is too
+	noOverlay bool           // --no-overlay: node is the table alone
 	tuner     *plugin.Client // nil: no tuner
 }
 
@@ -66,6 +70,9 @@ func (f *topoFlags) build(fs *flag.FlagSet) (*setup, error) {
 		if nodesGiven {
 			return nil, usagef("--nodes applies to --node or --table, not --topology (set n_nodes in the file)")
 		}
+		if f.noOverlay {
+			return nil, usagef("--no-overlay applies to --node or --table, not --topology (a topology file has no overlay)")
+		}
 		if s.topo, s.estimated, err = capabilities.LoadTopologyEstimates(f.topology); err != nil {
 			return nil, usageError{err}
 		}
@@ -74,11 +81,8 @@ func (f *topoFlags) build(fs *flag.FlagSet) (*setup, error) {
 		if f.nodes < 1 {
 			return nil, usagef("--nodes %d: must be at least 1", f.nodes)
 		}
-		if f.node != "" {
-			s.node, err = tables.Load(f.node)
-		} else {
-			s.node, err = tables.LoadFile(f.table)
-		}
+		s.node, err = loadNode(f.node, f.table, f.noOverlay)
+		s.embedded, s.noOverlay = f.node != "", f.noOverlay
 		if err != nil {
 			return nil, usageError{err}
 		}
@@ -102,6 +106,52 @@ func (f *topoFlags) build(fs *flag.FlagSet) (*setup, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// loadNode loads the embedded table name or else the table file, with its fitted overlay unless
+// noOverlay.
+func loadNode(name, file string, noOverlay bool) (*tables.Node, error) {
+	switch {
+	case name != "" && noOverlay:
+		return tables.LoadBase(name)
+	case name != "":
+		return tables.Load(name)
+	case noOverlay:
+		return tables.LoadFileBase(file)
+	}
+	return tables.LoadFile(file)
+}
+
+// overlayLine says what became of the node table's fitted overlay, for the commands that print
+// it in a header (map, compare, after "overlay: ") or on stderr (query, compile): describeOverlay
+// of the planner's overlay; "" when none applied.
+func (s *setup) overlayLine(pl *planner.Planner) string {
+	ov := pl.Overlay()
+	if ov == nil || ov.File == "" {
+		return ""
+	}
+	return describeOverlay(ov, s.embedded)
+}
+
+// describeOverlay is what explain prints after "overlay: ": the file, whether it is embedded, how
+// many fitted cells applied, and which did not and why.
+func describeOverlay(ov *planner.Overlay, embedded bool) string {
+	var b strings.Builder
+	b.WriteString(ov.File)
+	if embedded {
+		b.WriteString(" (embedded)")
+	}
+	n := ov.Applied + len(ov.Skipped)
+	if n == 0 {
+		b.WriteString(": no fitted cell at this node count")
+		return b.String()
+	}
+	fmt.Fprintf(&b, ": %d of %d fitted cells applied", ov.Applied, n)
+	if note := ov.Note(); note != "" {
+		_, rest, _ := strings.Cut(note, " not applied: ")
+		b.WriteString("; not applied: " + rest)
+	}
+	return b.String()
 }
 
 // planner builds the planner over the topology, with what the node table implies (node.PlannerConfig:

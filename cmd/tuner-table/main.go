@@ -15,8 +15,9 @@ import (
 
 // configDoc is the configuration format, printed by -h.
 const configDoc = `configuration: the path of a node table TOML file, read as 'planner --table FILE' reads it (its
-fitted overlay FILE.fit.toml beside it applied); the host then decides as a planner over that
-table would. For example, with the repository's h100 table:
+fitted overlay FILE.fit.toml beside it applied: constants, corrections and fitted cells, the cells a
+host's shape or env makes illegal skipped); the host then decides as a planner over that table
+would. For example, with the repository's h100 table:
 
   planner explain --node h100 --bytes 1M --tuner table --tuner-config tables/h100.toml
 

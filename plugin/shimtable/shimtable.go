@@ -59,6 +59,16 @@ type Table struct {
 	K         int
 	Blocks    []Block
 	Constants *[NumConstants]float64 // nil: none
+	// Overlays says, per block whose planner had fitted cells or a named overlay, what became of
+	// them (planner.Overlay: applied, or skipped where the block's shape makes a cell illegal).
+	// Compile fills it; it is not part of the file, and Decode leaves it nil.
+	Overlays []BlockOverlay
+}
+
+// BlockOverlay is what became of the node table's fitted overlay in one block.
+type BlockOverlay struct {
+	NNodes, NRanks int
+	Overlay        planner.Overlay
 }
 
 // Request says what to compile. Exactly one of Node and Topology is set.
@@ -140,11 +150,14 @@ func Compile(ctx context.Context, req Request) (*Table, error) {
 			return nil, fmt.Errorf("shimtable: two blocks for %d nodes, %d ranks", tp.NNodes, tp.NRanks)
 		}
 		seen[key] = true
-		b, err := compileBlock(ctx, req, tp, &k)
+		b, ov, err := compileBlock(ctx, req, tp, &k)
 		if err != nil {
 			return nil, err
 		}
 		t.Blocks = append(t.Blocks, b)
+		if ov != nil {
+			t.Overlays = append(t.Overlays, BlockOverlay{NNodes: b.NNodes, NRanks: b.NRanks, Overlay: *ov})
+		}
 	}
 	if req.Constants {
 		c := flatten(&k)
@@ -174,7 +187,10 @@ func blockTopology(n *tables.Node, nNodes, rpn int) (capabilities.Topology, erro
 	return tp, tp.Validate()
 }
 
-func compileBlock(ctx context.Context, req Request, tp *capabilities.Topology, k *costmodel.Constants) (Block, error) {
+// compileBlock compiles one block, and says what became of the node table's fitted cells there
+// (nil: none). A fitted cell the block's shape makes illegal (one rank, one GPU per node) is
+// skipped, never an error: every shape of the grid compiles.
+func compileBlock(ctx context.Context, req Request, tp *capabilities.Topology, k *costmodel.Constants) (Block, *planner.Overlay, error) {
 	b := Block{NNodes: tp.NNodes, NRanks: tp.NRanks, MinPipeOps: 1, MaxPipeOps: req.MaxPipeOps}
 	if tp.Graphs.Ring.TypeIntra == capabilities.PathNVL {
 		rpn := tp.NRanks / tp.NNodes
@@ -186,12 +202,12 @@ func compileBlock(ctx context.Context, req Request, tp *capabilities.Topology, k
 	// which the table's [constants] already went into.
 	cfg, err := node.PlannerConfig(req.Node, tp)
 	if err != nil {
-		return b, err
+		return b, nil, err
 	}
 	cfg.Constants = k
 	pl, err := planner.New(tp, cfg)
 	if err != nil {
-		return b, fmt.Errorf("shimtable: %d nodes x %d ranks: %w", tp.NNodes, tp.NRanks, err)
+		return b, nil, fmt.Errorf("shimtable: %d nodes x %d ranks: %w", tp.NNodes, tp.NRanks, err)
 	}
 	b.Classes = make([][]Class, costmodel.NumColls)
 	for c := costmodel.Coll(0); c < costmodel.NumColls; c++ {
@@ -201,7 +217,7 @@ func compileBlock(ctx context.Context, req Request, tp *capabilities.Topology, k
 			cls := planner.Class{Coll: c, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: p}
 			pr, err := pl.Prepare(ctx, cls)
 			if err != nil {
-				return b, err
+				return b, nil, err
 			}
 			ivs, err := pr.RankedTable(req.K)
 			if err != nil {
@@ -222,7 +238,7 @@ func compileBlock(ctx context.Context, req Request, tp *capabilities.Topology, k
 			b.Classes[c] = append(b.Classes[c], cl)
 		}
 	}
-	return b, nil
+	return b, pl.Overlay(), nil
 }
 
 // flatten lays the constants out as ncclTunerConstants_v5_t.

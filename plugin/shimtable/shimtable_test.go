@@ -149,3 +149,44 @@ func BenchmarkCompileH100Grid(b *testing.B) {
 		}
 	}
 }
+
+// TestCompileOverlayEveryShape: a node table with a fitted overlay compiles every block of its
+// default grid; in a block whose shape makes the fitted cells illegal (one rank: no model) they
+// are skipped and listed, not an error (it failed with "1 nodes x 1 ranks: ... override of
+// Broadcast/RING/LL: the cell is not usable").
+func TestCompileOverlayEveryShape(t *testing.T) {
+	n, err := tables.Load("cpu")
+	require.NoError(t, err)
+	require.NotNil(t, n.Fit)
+	fitted := 0 // the overlay's cells at one node, from the table
+	for _, c := range n.Fit.Cell {
+		if c.Nodes == 1 {
+			fitted++
+		}
+	}
+	require.Positive(t, fitted)
+	tb, err := Compile(context.Background(), Request{Node: n})
+	require.NoError(t, err)
+	require.Len(t, tb.Blocks, 2*len(DefaultNodes()), "(2, 1) ranks per node x 1..1024 nodes")
+	got := map[[2]int]BlockOverlay{}
+	for _, b := range tb.Overlays {
+		got[[2]int{b.NNodes, b.NRanks}] = b
+		assert.Equal(t, "cpu.fit.toml", b.Overlay.File)
+	}
+	require.Len(t, got, len(tb.Blocks), "every block's planner had the overlay")
+	assert.Equal(t, fitted, got[[2]int{1, 2}].Overlay.Applied, "2 ranks on one node: every fitted cell applies")
+	assert.Empty(t, got[[2]int{1, 2}].Overlay.Skipped)
+	one := got[[2]int{1, 1}].Overlay
+	assert.Zero(t, one.Applied)
+	require.Len(t, one.Skipped, fitted, "one rank: no cell applies")
+	for _, s := range one.Skipped {
+		assert.Equal(t, "single rank: NCCL builds no model (n_ranks = 1)", s.Reason)
+	}
+	for _, nn := range []int{2, 1024} {
+		assert.Equal(t, planner.Overlay{File: "cpu.fit.toml"}, got[[2]int{nn, 2 * nn}].Overlay, "%d nodes: no cell fitted there", nn)
+	}
+	// Lookups in the one-rank block give NCCL's only plan there, Ring/Simple.
+	plans := tb.Lookup(1, 1, int(costmodel.AllReduce), 1, 1<<20)
+	require.NotEmpty(t, plans)
+	assert.Equal(t, [2]int{int(costmodel.Ring), int(costmodel.Simple)}, [2]int{plans[0].Algo, plans[0].Proto})
+}

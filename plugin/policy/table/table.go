@@ -1,9 +1,11 @@
 // Package table is the node-table policy: its configuration is a node table TOML (with the fitted
 // overlay NAME.fit.toml beside it applied, as tables.LoadFile does), and it makes the host decide as
-// a planner over that table would. It prices the host's topology with the table's constants and
-// corrections, compiles its own DecisionTable for the class and forces its winner per interval, so
-// the host's decisions equal its own (channels, threads and chunks follow, as the topology is the
-// same). Intervals whose winner the host cannot use (a cell not legal there) get no edit.
+// a planner over that table would. It prices the host's topology as the host's own commands price a
+// node table (node.PlannerConfig: the table's constants, its corrections and the overlay's fitted
+// cells at the host's node count, skipping those the host's shape or env makes illegal), compiles
+// its own DecisionTable for the class and forces its winner per interval, so the host's decisions
+// equal its own (channels, threads and chunks follow, as the topology is the same). Intervals whose
+// winner the host cannot use (a cell not legal there) get no edit.
 package table
 
 import (
@@ -11,8 +13,8 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/collplan/collplan/correction"
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/node"
 	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/tables"
 )
@@ -20,7 +22,6 @@ import (
 // Policy is a loaded node table; it implements planner.Tuner.
 type Policy struct {
 	Node *tables.Node
-	k    costmodel.Constants
 }
 
 var _ planner.Tuner = (*Policy)(nil)
@@ -40,26 +41,26 @@ func Load(path string) (*Policy, error) {
 	return FromNode(n)
 }
 
-// FromNode builds the policy from a decoded node table.
+// FromNode builds the policy from a decoded node table; its constants must apply.
 func FromNode(n *tables.Node) (*Policy, error) {
 	k := costmodel.DefaultConstants()
 	if err := k.Apply(n.Constants); err != nil {
 		return nil, fmt.Errorf("table: %s: %w", n.File, err)
 	}
-	return &Policy{Node: n, k: k}, nil
+	return &Policy{Node: n}, nil
 }
 
 // Name identifies the policy.
 func (p *Policy) Name() string { return "table" }
 
-// Planner is the policy's own planner over the host's topology.
+// Planner is the policy's own planner over the host's topology: the table as node.PlannerConfig
+// configures it, fitted cells included.
 func (p *Policy) Planner(req *planner.Request) (*planner.Planner, error) {
-	f := correction.Default(req.Topology)
-	if err := f.Apply(p.Node); err != nil {
+	cfg, err := node.PlannerConfig(p.Node, req.Topology)
+	if err != nil {
 		return nil, fmt.Errorf("table: %w", err)
 	}
-	k := p.k
-	pl, err := planner.New(req.Topology, planner.Config{Constants: &k, Factors: f})
+	pl, err := planner.New(req.Topology, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("table: %w", err)
 	}

@@ -70,3 +70,62 @@ func TestLoadErrors(t *testing.T) {
 	_, err = table.Load("testdata/missing.toml")
 	assert.ErrorContains(t, err, "missing.toml")
 }
+
+// TestHostAppliesTheOverlaysFitCells: the table policy applies the [[fit.cell]] entries of the
+// overlay beside its table as the host's own planner would (node.PlannerConfig): a fitted
+// AllReduce Ring/LL at 1 us and 10 TB/s on one node makes the host pick it at 16 MiB (1 + 16777216 /
+// (1000*10000) = 2.68 us, under every other legal cell's latency alone; NCCL picks NVLS there), only at the node count it
+// was fitted at; and where the host's env makes the fitted cell illegal (NCCL_ALGO=Tree) the
+// policy skips it and still answers (it failed before, or ignored the cell altogether).
+func TestHostAppliesTheOverlaysFitCells(t *testing.T) {
+	p, err := table.Load("testdata/fitted/h100.toml")
+	require.NoError(t, err)
+	base, err := tables.Load("h100")
+	require.NoError(t, err)
+	cls := planner.Class{Coll: costmodel.AllReduce, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1}
+	for _, tc := range []struct {
+		name      string
+		nodes     int
+		algoEnv   string
+		wantAlgo  costmodel.Algo
+		wantProto costmodel.Proto
+		fitted    bool // the pick is the fitted cell
+	}{
+		{"1 node: the fitted cell wins", 1, "", costmodel.Ring, costmodel.LL, true},
+		{"1 node, NCCL_ALGO=Tree: the fitted cell is skipped", 1, "Tree", costmodel.Tree, 0, false},
+		{"2 nodes: not fitted there", 2, "", 0, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			topo, err := capabilities.FromNode(base, tc.nodes)
+			require.NoError(t, err)
+			if tc.algoEnv != "" {
+				topo.Env.Algo = capabilities.Setting{Value: tc.algoEnv, Source: capabilities.SourceFlag}
+			}
+			host, err := planner.New(&topo, planner.Config{Tuner: p})
+			require.NoError(t, err)
+			plain, err := planner.New(&topo, planner.Config{})
+			require.NoError(t, err)
+			got, err := host.Explain(context.Background(), cls, 16<<20)
+			require.NoError(t, err)
+			require.Empty(t, got.Explain.TunerNote, "the policy answered")
+			def, err := plain.Explain(context.Background(), cls, 16<<20)
+			require.NoError(t, err)
+			if tc.fitted {
+				for a := range def.Explain.Cells {
+					for pr, c := range def.Explain.Cells[a] {
+						if c.Reason == "" && (costmodel.Algo(a) != costmodel.Ring || costmodel.Proto(pr) != costmodel.LL) {
+							require.Greater(t, c.LatUS, float32(2.7), "%v/%v", costmodel.Algo(a), costmodel.Proto(pr))
+						}
+					}
+				}
+				assert.Equal(t, [2]int{int(tc.wantAlgo), int(tc.wantProto)}, [2]int{int(got.Algo), int(got.Proto)})
+				assert.NotEqual(t, [2]int{int(tc.wantAlgo), int(tc.wantProto)}, [2]int{int(def.Algo), int(def.Proto)}, "NCCL's own pick differs")
+				return
+			}
+			assert.Equal(t, def.Decision, got.Decision, "the overlay's cell does not apply here")
+			if tc.algoEnv != "" {
+				assert.Equal(t, tc.wantAlgo, got.Algo)
+			}
+		})
+	}
+}

@@ -22,10 +22,16 @@ func TestMarked(t *testing.T) {
 	require.NoError(t, with.Start())
 	require.NoError(t, without.Start())
 	assert.Equal(t, []int{with.Process.Pid}, Marked(marker))
+	// Start returns once exec has happened; the child may still be running (R) on its way to
+	// sleep, so wait (bounded) for it to block.
+	deadline := time.Now().Add(5 * time.Second)
+	for State(with.Process.Pid) == 'R' && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
 	assert.Equal(t, byte('S'), State(with.Process.Pid))
 	assert.Equal(t, "sleep 30", Cmdline(with.Process.Pid))
 	require.NoError(t, with.Process.Kill())
-	deadline := time.Now().Add(5 * time.Second)
+	deadline = time.Now().Add(5 * time.Second)
 	for State(with.Process.Pid) != 'Z' && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}

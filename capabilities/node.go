@@ -19,6 +19,8 @@ import (
 //   - The CPU, NVSwitch, NVLS and CollNet fields come from [node] unchanged (collnet_enable and
 //     nvls_support are not cleared for one node or empty graphs: the table is trusted).
 //     net_device_type "" means host, cudart_version 0 means 12080, max_tree_pattern 0 means 1.
+//   - With a fabric composed in (tables.WithFabric, n.Fabric), net_device_type is the fabric's
+//     for nNodes > 1; the graphs already carry its inter-node values.
 //   - Env is left unset.
 //
 // Errors start with "capabilities: FILE: " (n.File, else n.Name+".toml") and name the table key, e.g.
@@ -92,6 +94,11 @@ func fromNode(n *tables.Node, nNodes int) (Topology, error) {
 	if ni.NetDeviceType != "" {
 		if t.NetDeviceType, err = ParseNetDeviceType(ni.NetDeviceType); err != nil {
 			return Topology{}, fmt.Errorf("node.net_device_type: %w", err)
+		}
+	}
+	if f := n.Fabric; f != nil && nNodes > 1 { // the fabric's plugin moves the inter-node data
+		if t.NetDeviceType, err = ParseNetDeviceType(f.Fabric.NetDeviceType); err != nil {
+			return Topology{}, fmt.Errorf("%s: fabric.net_device_type: %w", f.File, err)
 		}
 	}
 	for i, s := range ni.CollNetSupport {

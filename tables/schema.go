@@ -20,6 +20,9 @@ type Node struct {
 	Sources map[string]string `toml:"-"`
 	// Overlay is the fitted overlay's file name when one was applied, else "".
 	Overlay string `toml:"-"`
+	// Fabric is the fabric table WithFabric composed in (its inter-node inputs replace the
+	// table's above one node), else nil.
+	Fabric *Fabric `toml:"-"`
 }
 
 // NodeInfo is the [node] table: facts about one machine of this kind.

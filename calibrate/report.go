@@ -40,15 +40,21 @@ type Pick struct {
 type Prior struct {
 	Table   string `json:"table"`
 	Overlay string `json:"overlay"`
+	// Fabric is the fabric table composed into the prior's inter-node inputs (--fabric), "" for none.
+	Fabric string `json:"fabric,omitempty"`
 }
 
 // String is the report's line for the prior: "cpu.toml (the base table, no overlay)" or "cpu.toml
-// with the overlay FILE (--prior)".
+// with the overlay FILE (--prior)", followed by ", fabric FILE (inter-node inputs)" with --fabric.
 func (p Prior) String() string {
+	s := p.Table + " with the overlay " + p.Overlay + " (--prior)"
 	if p.Overlay == "" {
-		return p.Table + " (the base table, no overlay)"
+		s = p.Table + " (the base table, no overlay)"
 	}
-	return p.Table + " with the overlay " + p.Overlay + " (--prior)"
+	if p.Fabric != "" {
+		s += ", fabric " + p.Fabric + " (inter-node inputs above 1 node)"
+	}
+	return s
 }
 
 // Report is what calibrate prints after a fit.

@@ -86,7 +86,9 @@ planner, collbench and the tuner plugins apply over the node table, with a repor
 paths (--out, --svg, --sweeps-out) are checked before any work.
 
 The prior is the node table alone, without the fitted overlay beside it (so --no-overlay is not
-needed here), unless --prior names an overlay to apply over it; the report names the prior. The
+needed here), unless --prior names an overlay to apply over it; --fabric NAME|FILE composes a
+fabric table into the prior (its inter-node inputs above 1 node, the node table's intra-node
+ones); the report names the prior and the fabric. The
 overlay goes to NAME.fit.toml in the working directory unless --out names a path: nothing is
 written into tables/ (or beside any table file, where it would overlay that table) unless --out
 says so. --run measures collplan's CPU engine, so it refuses a GPU node table unless --force.
@@ -104,6 +106,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	sweeps := fs.String("sweeps", "", "directory of sweeps (with an optional sweeps.toml), a manifest (*.toml) or one sweep file")
 	nodes := fs.Int("nodes", 0, "node count of the sweeps (default: what the sweeps say)")
 	out := fs.String("out", "", "overlay to write (--check: to read) (default NAME.fit.toml in the working directory)")
+	fabric := fs.String("fabric", "", "fabric table (an embedded name, see 'planner tables --fabrics', or a FILE.toml) giving the prior's inter-node inputs above 1 node")
 	prior := fs.String("prior", "", "an overlay (NAME.fit.toml) applied over the node table as the prior (default: the table alone, without its overlay)")
 	force := fs.Bool("force", false, "with --run: measure even for a GPU node table (collbench runs collplan's CPU engine, whose numbers are not the GPU's)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -193,6 +196,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	n, pn, err := loadTables(*node, *prior)
 	if err != nil {
 		return err
+	}
+	var fab *tables.Fabric
+	if *fabric != "" { // the prior's inter-node inputs; the overlay is still written over n
+		if fab, err = tables.ResolveFabric(*fabric); err != nil {
+			return usagef("--fabric: %v", err)
+		}
+		if pn, err = tables.WithFabric(pn, fab); err != nil {
+			return usagef("--fabric: %v", err)
+		}
 	}
 	if *doRun && !n.Node.IsCPU() && !*force {
 		return usagef("--run measures collplan's CPU engine, not the GPUs of %s (gpu %q): the fit would give them the CPU's numbers; fit that GPU's own sweeps with --sweeps, or pass --force", n.File, n.Node.GPU)
@@ -305,6 +317,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	priorName := calibrate.Prior{Table: n.File, Overlay: *prior}
+	if fab != nil {
+		priorName.Fabric = fab.File
+	}
 	// Every cell a sweep's pin can make legal, priced; the pins decide which ones a point measures.
 	menus, err := calibrate.PricedMenus(ctx, &topo, cfg)
 	if err != nil {

@@ -25,6 +25,7 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	ranked := fs.Int("ranked", 4, "ranked plans kept per interval (1..8), the fallbacks when NCCL ignores a cell")
 	consts := fs.Bool("constants", false, "include the model constants for the v5/v6 init")
 	noOverlay := fs.Bool("no-overlay", false, "with --node or --table: compile the node table alone, without its fitted overlay NAME.fit.toml")
+	fabric := fs.String("fabric", "", "with --node or --table: fabric table (an embedded name or a FILE.toml) giving the inter-node inputs above 1 node")
 	out := fs.String("o", "", "output file (required)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -45,8 +46,8 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	switch {
 	case *topology != "" && *node == "" && *table == "":
-		if *nodes != "" || *rpn != "" || *noOverlay {
-			return usagef("--nodes, --ranks-per-node and --no-overlay apply to a node table, not --topology")
+		if *nodes != "" || *rpn != "" || *noOverlay || *fabric != "" {
+			return usagef("--nodes, --ranks-per-node, --no-overlay and --fabric apply to a node table, not --topology")
 		}
 		tp, err := capabilities.LoadTopology(*topology)
 		if err != nil {
@@ -57,6 +58,9 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case *topology == "" && (*node == "") != (*table == ""):
 		if req.Node, err = loadNode(*node, *table, *noOverlay); err != nil {
 			return usageError{err}
+		}
+		if req.Node, _, err = withFabric(req.Node, *fabric); err != nil {
+			return err
 		}
 	default:
 		return usagef("give exactly one of --node, --table or --topology")
@@ -84,6 +88,9 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			embedded = " (embedded)"
 		}
 		fmt.Fprintf(stdout, "overlay: %s%s\n", req.Node.Overlay, embedded)
+	}
+	if req.Node != nil && req.Node.Fabric != nil {
+		fmt.Fprintf(stdout, "fabric: %s (blocks above 1 node)\n", req.Node.Fabric.File)
 	}
 	for _, b := range t.Blocks {
 		fmt.Fprintf(stdout, "  %4d nodes %6d ranks  pipe ops %d..%d\n", b.NNodes, b.NRanks, b.MinPipeOps, b.MaxPipeOps)

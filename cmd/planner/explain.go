@@ -106,9 +106,20 @@ type planJSON struct {
 	Estimated  []string               `json:"estimated_inputs"`
 	// Overlay is the node table's fitted overlay as applied here; null when none applied.
 	Overlay *overlayJSON `json:"overlay"`
+	// Fabric is the fabric table composed into the node table (--fabric); null when none.
+	Fabric  *fabricJSON `json:"fabric"`
 	forcing planner.Forcing
 	// noOverlay says why a node table applied none ("none", "none (--no-overlay)"); "" otherwise.
 	noOverlay string
+}
+
+// fabricJSON names the fabric table that gave the inter-node inputs and whether it applied (it
+// does only above one node).
+type fabricJSON struct {
+	Name    string `json:"name"`
+	File    string `json:"file"`
+	Applied bool   `json:"applied"`
+	text    string
 }
 
 // overlayJSON says which overlay applied and which of its fitted cells did not, and why.
@@ -151,6 +162,10 @@ func newPlanJSON(s *setup, p *planner.Plan) *planJSON {
 	}
 	if out.Tuner == "" {
 		out.Tuner = "none"
+	}
+	if s.fabric != nil {
+		out.Fabric = &fabricJSON{Name: s.fabric.Name, File: s.fabric.File, Applied: s.topo.NNodes > 1,
+			text: fabricLine(s.fabric, s.topo.NNodes)}
 	}
 	if out.Overlay == nil && s.node != nil {
 		out.noOverlay = "none"
@@ -212,6 +227,9 @@ func writeExplain(w io.Writer, p *planJSON) error {
 		fmt.Fprintf(w, "   overlay: %s\n", p.Overlay.text)
 	case p.noOverlay != "":
 		fmt.Fprintf(w, "   overlay: %s\n", p.noOverlay)
+	}
+	if p.Fabric != nil {
+		fmt.Fprintf(w, "   fabric: %s\n", p.Fabric.text)
 	}
 	for _, name := range capabilities.EnvVars {
 		if s, ok := p.Env[name]; ok {

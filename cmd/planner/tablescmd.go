@@ -38,6 +38,8 @@ func newTableJSON(n *tables.Node) tableJSON {
 func runTables(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("tables", stderr)
 	asJSON := fs.Bool("json", false, "print JSON: the list as one array of objects, or NAME's table as one object")
+	fabric := fs.String("fabric", "", "with NAME: show the node table with this fabric table (an embedded name or a FILE.toml) composed in")
+	fabrics := fs.Bool("fabrics", false, "list the fabric tables (--fabric NAME) instead of the node tables")
 	if err := parseQuiet(fs, args); err != nil {
 		return err
 	}
@@ -51,10 +53,22 @@ func runTables(args []string, stdout, stderr io.Writer) error {
 	if len(names) > 1 {
 		return flagError("tables", fmt.Errorf("at most one table name, got %q", names))
 	}
+	if *fabrics {
+		if len(names) > 0 || *fabric != "" {
+			return flagError("tables", fmt.Errorf("--fabrics takes no table name and no --fabric"))
+		}
+		return listFabrics(stdout, *asJSON)
+	}
+	if *fabric != "" && len(names) == 0 {
+		return flagError("tables", fmt.Errorf("--fabric needs a node table NAME to compose it with"))
+	}
 	if len(names) == 1 {
 		n, err := tables.Load(names[0])
 		if err != nil {
 			return usageError{err}
+		}
+		if n, _, err = withFabric(n, *fabric); err != nil {
+			return err
 		}
 		if *asJSON {
 			tj := newTableJSON(n)
@@ -84,6 +98,48 @@ func runTables(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s/%s\t%s\t%d\t%s\n", t.Name, t.GPU, t.GPUsPerNode,
 			t.ComputeCapability, t.CPUArch, t.CPUVendor, nv, t.EstimatedInputs, orDash(t.Overlay))
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "\nfabrics (--fabric NAME; planner tables --fabrics):")
+	return listFabrics(stdout, false)
+}
+
+// fabricJSONRow is one fabric table in planner tables --fabrics --json.
+type fabricJSONRow struct {
+	Name             string  `json:"name"`
+	Description      string  `json:"description"`
+	NICGbps          float64 `json:"nic_gbps"`
+	NICsPerNode      int     `json:"nics_per_node"`
+	NICsPerNetDevice int     `json:"nics_per_net_device"`
+	NetDeviceGBps    float64 `json:"net_device_gbps"`
+	TypeInter        string  `json:"type_inter"`
+	LatencyInterUS   float64 `json:"latency_inter_us"`
+	NetDeviceType    string  `json:"net_device_type"`
+}
+
+// listFabrics lists the embedded fabric tables, as a table or one JSON array.
+func listFabrics(w io.Writer, asJSON bool) error {
+	var rows []fabricJSONRow
+	for _, name := range tables.FabricNames() {
+		f, err := tables.LoadFabric(name)
+		if err != nil {
+			return err
+		}
+		fi := f.Fabric
+		rows = append(rows, fabricJSONRow{Name: f.Name, Description: fi.Description, NICGbps: fi.NICGbps,
+			NICsPerNode: fi.NICsPerNode, NICsPerNetDevice: fi.NICsPerNetDevice, NetDeviceGBps: fi.NetDeviceGBps(),
+			TypeInter: fi.TypeInter, LatencyInterUS: fi.LatencyInterUS, NetDeviceType: fi.NetDeviceType})
+	}
+	if asJSON {
+		return writeJSON(w, rows)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "name\tnics/node\tGb/s per nic\tnet devices\tGB/s per device\ttype_inter\tlatency_inter us\tnet device")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%d\t%g\t%d\t%g\t%s\t%g\t%s\n", r.Name, r.NICsPerNode, r.NICGbps,
+			r.NICsPerNode/r.NICsPerNetDevice, r.NetDeviceGBps, r.TypeInter, r.LatencyInterUS, r.NetDeviceType)
+	}
 	return tw.Flush()
 }
 
@@ -110,6 +166,9 @@ func showTable(w io.Writer, n *tables.Node) error {
 	}
 	if n.Overlay != "" {
 		fmt.Fprintf(w, "  fitted overlay: %s\n", n.Overlay)
+	}
+	if n.Fabric != nil {
+		fmt.Fprintf(w, "  fabric: %s (%s): the inter-node values of every scale above 1\n", n.Fabric.File, n.Fabric.Fabric.Description)
 	}
 	keys := make([]string, 0, len(n.Scale))
 	for k := range n.Scale {

@@ -21,6 +21,7 @@ import (
 // topoFlags are the flags that choose a topology, its env filters and the tuner plugin.
 type topoFlags struct {
 	node, table, topology string
+	fabric                string
 	nodes                 int
 	algo, proto           string
 	noOverlay             bool
@@ -31,6 +32,7 @@ func (f *topoFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.node, "node", "", "embedded node table (see 'planner tables'), e.g. h100")
 	fs.StringVar(&f.table, "table", "", "node table file (TOML) instead of an embedded one")
 	fs.IntVar(&f.nodes, "nodes", 1, "node count with --node or --table")
+	fs.StringVar(&f.fabric, "fabric", "", "with --node or --table: fabric table (an embedded name, see 'planner tables', or a FILE.toml) giving the inter-node inputs above 1 node")
 	fs.StringVar(&f.topology, "topology", "", "topology file (TOML, the schema of design/topology-example.toml)")
 	fs.StringVar(&f.algo, "algo", "", "NCCL_ALGO filter; wins over the topology's [env] and the process environment")
 	fs.StringVar(&f.proto, "proto", "", "NCCL_PROTO filter; wins over the topology's [env] and the process environment")
@@ -46,6 +48,7 @@ type setup struct {
 	node      *tables.Node
 	embedded  bool           // node is an embedded table (--node), so its overlay is too
 	noOverlay bool           // --no-overlay: node is the table alone
+	fabric    *tables.Fabric // --fabric: composed into node (tables.WithFabric); nil when none
 	tuner     *plugin.Client // nil: no tuner
 }
 
@@ -73,6 +76,9 @@ func (f *topoFlags) build(fs *flag.FlagSet) (*setup, error) {
 		if f.noOverlay {
 			return nil, usagef("--no-overlay applies to --node or --table, not --topology (a topology file has no overlay)")
 		}
+		if f.fabric != "" {
+			return nil, usagef("--fabric applies to --node or --table, not --topology (set the graphs' inter-node values in the file)")
+		}
 		if s.topo, s.estimated, err = capabilities.LoadTopologyEstimates(f.topology); err != nil {
 			return nil, usageError{err}
 		}
@@ -86,10 +92,16 @@ func (f *topoFlags) build(fs *flag.FlagSet) (*setup, error) {
 		if err != nil {
 			return nil, usageError{err}
 		}
+		if s.node, s.fabric, err = withFabric(s.node, f.fabric); err != nil {
+			return nil, err
+		}
 		if s.topo, err = capabilities.FromNode(s.node, f.nodes); err != nil {
 			return nil, usageError{err}
 		}
 		s.source = fmt.Sprintf("node %s x%d", s.node.Name, f.nodes)
+		if s.fabric != nil {
+			s.source += " fabric " + s.fabric.Name
+		}
 		s.estimated = usedEstimates(s.node.Estimated(), capabilities.NodeScaleKey(f.nodes))
 	}
 	var flags capabilities.Env
@@ -120,6 +132,32 @@ func loadNode(name, file string, noOverlay bool) (*tables.Node, error) {
 		return tables.LoadFileBase(file)
 	}
 	return tables.LoadFile(file)
+}
+
+// withFabric composes the fabric table named by --fabric (an embedded name or a FILE.toml) into
+// the node table n (tables.WithFabric); with name "" it returns n unchanged. Errors are usage errors
+// naming the fabric file and key.
+func withFabric(n *tables.Node, name string) (*tables.Node, *tables.Fabric, error) {
+	if name == "" {
+		return n, nil, nil
+	}
+	f, err := tables.ResolveFabric(name)
+	if err != nil {
+		return nil, nil, usagef("--fabric: %v", err)
+	}
+	c, err := tables.WithFabric(n, f)
+	if err != nil {
+		return nil, nil, usagef("--fabric: %v", err)
+	}
+	return c, f, nil
+}
+
+// fabricLine is what the commands print after "fabric: ": the fabric file and where it applied.
+func fabricLine(f *tables.Fabric, nNodes int) string {
+	if nNodes <= 1 {
+		return f.File + ": not applied (1 node: no inter-node hop)"
+	}
+	return f.File + ": inter-node bw_inter, type_inter, latency_inter and net_device_type (" + f.Fabric.Description + ")"
 }
 
 // overlayLine says what became of the node table's fitted overlay, for the commands that print

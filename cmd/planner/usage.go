@@ -31,11 +31,15 @@ Prints the plan at each power of two in [--min, --max], every crossover (the exa
 new plan) and the spans whose plan was forced; --svg FILE also plots every legal cell's predicted
 time with the pick traced and the forced spans shaded.
 `,
-	"tables": `usage: planner tables [--json] [NAME]
+	"tables": `usage: planner tables [--json] [NAME] [--fabric F]
+       planner tables --fabrics [--json]
 
 Lists the embedded node tables: name, GPU, GPUs per node, compute capability, CPU arch/vendor,
-NVLS, how many inputs are estimates, and the fitted overlay applied (- for none).
-planner tables NAME shows one table: its node facts, scales and graphs, and each number's source.
+NVLS, how many inputs are estimates, and the fitted overlay applied (- for none); then the fabric
+tables (--fabric NAME of every command). planner tables NAME shows one table: its node facts,
+scales and graphs, and each number's source; with --fabric F, as that fabric makes it above 1 node.
+--fabrics lists only the fabric tables: NICs, net devices, GB/s per device, type_inter,
+latency_inter and net device type (--json: one JSON array of objects with those keys).
 
 --json prints the list as one JSON array of objects with the list's columns (name, gpu,
 gpus_per_node, compute_capability, cpu_arch, cpu_vendor, nvls, estimated_inputs, overlay; overlay

@@ -69,6 +69,9 @@ func runQuery(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if line := s.overlayLine(pl); line != "" && len(pl.Overlay().Skipped) > 0 {
 		fmt.Fprintf(stderr, "planner: query: overlay %s\n", line)
 	}
+	if s.fabric != nil { // the rows carry no topology, so stderr names the fabric once
+		fmt.Fprintf(stderr, "planner: query: fabric %s\n", fabricLine(s.fabric, s.topo.NNodes))
+	}
 	cf := &c.cf
 	// One prepared class and DecisionTable per class: the tuner is asked once per class, not per line.
 	type compiled struct {

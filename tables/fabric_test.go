@@ -54,6 +54,7 @@ func TestFabricErrors(t *testing.T) {
 	}{
 		{"unknown-key.toml", []string{"unknown-key.toml: line 9: fabric.nic_speed: unknown key"}},
 		{"missing.toml", []string{"missing.toml: line 1: fabric.nics_per_node: missing"}},
+		{"wrong-type.toml", []string{"wrong-type.toml", `line 3 (last key "fabric.nic_gbps")`}},
 		{"bad-value.toml", []string{
 			"bad-value.toml: line 5: fabric.nics_per_net_device: 3 does not divide nics_per_node 8",
 			`bad-value.toml: line 6: fabric.type_inter: "XYZ" is not one of`,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -84,4 +85,29 @@ func TestTablesFabrics(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, out, "fabric: efa-p4d.toml")
 	assert.Contains(t, out, "bw 20/6.25")
+	out, err = runCLI(t, "", "tables", "h100", "--fabric", "efa-p4d", "--json")
+	require.NoError(t, err)
+	var one map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &one))
+	assert.Equal(t, "efa-p4d.toml", one["fabric"])
+	assert.Contains(t, one["sources"].(map[string]any)["scale.4.graphs.ring.bw_inter"], "fabric efa-p4d.toml")
+}
+
+// TestCompileFabric: planner compile --fabric names the fabric on stdout; it changes the compiled
+// table at 16 nodes (checksum) and leaves it byte for byte the same at 1 node.
+func TestCompileFabric(t *testing.T) {
+	dir := t.TempDir()
+	out, err := runCLI(t, "", "compile", "--node", "h100", "--nodes", "16", "--fabric", "efa-p4d", "-o", dir+"/a.bin")
+	require.NoError(t, err)
+	assert.Contains(t, out, "fabric: efa-p4d.toml")
+	base, err := runCLI(t, "", "compile", "--node", "h100", "--nodes", "16", "-o", dir+"/b.bin")
+	require.NoError(t, err)
+	assert.NotContains(t, base, "fabric:")
+	sum := func(s string) string { _, rest, _ := strings.Cut(s, "checksum "); return strings.Fields(rest)[0] }
+	assert.NotEqual(t, sum(base), sum(out), "the fabric changes the compiled 16-node block")
+	one, err := runCLI(t, "", "compile", "--node", "h100", "--nodes", "1", "--fabric", "efa-p4d", "-o", dir+"/c.bin")
+	require.NoError(t, err)
+	one0, err := runCLI(t, "", "compile", "--node", "h100", "--nodes", "1", "-o", dir+"/c.bin")
+	require.NoError(t, err)
+	assert.Equal(t, sum(one0), sum(one), "1 node: the fabric changes nothing")
 }

@@ -23,6 +23,7 @@ type tableJSON struct {
 	NVLS              bool              `json:"nvls"`
 	EstimatedInputs   int               `json:"estimated_inputs"`
 	Overlay           string            `json:"overlay"`
+	Fabric            string            `json:"fabric,omitempty"` // with NAME --fabric F: F's file
 	File              string            `json:"file,omitempty"`
 	Sources           map[string]string `json:"sources,omitempty"`
 }
@@ -73,6 +74,9 @@ func runTables(args []string, stdout, stderr io.Writer) error {
 		if *asJSON {
 			tj := newTableJSON(n)
 			tj.File, tj.Sources = n.File, n.Sources
+			if n.Fabric != nil {
+				tj.Fabric = n.Fabric.File
+			}
 			return writeJSON(stdout, tj)
 		}
 		return showTable(stdout, n)

@@ -153,27 +153,25 @@ func validateFabric(fi *FabricInfo) []problem {
 	return v.ps
 }
 
-// NetDevices is the number of NCCL net devices per node: nics_per_node / nics_per_net_device.
+// NetDevices is nics_per_node / nics_per_net_device: the node's NCCL net devices.
 func (fi *FabricInfo) NetDevices() int { return fi.NICsPerNode / fi.NICsPerNetDevice }
 
-// NetDeviceGBps is one net device's bandwidth as NCCL's topology holds it:
-// nic_gbps * nics_per_net_device * 1000 / 8000 GB/s (NCCL reads the plugin's speed in Mbit/s and
-// stores net.bw = mbps / 8000.0, src/graph/topo.cc).
+// NetDeviceGBps is nic_gbps x nics_per_net_device x 1000 / 8000 GB/s: one net device's bandwidth as
+// NCCL's topology holds it (NCCL reads the plugin's speed in Mbit/s and stores
+// net.bw = mbps / 8000.0, src/graph/topo.cc; the line rate and port count come from the table).
 func (fi *FabricInfo) NetDeviceGBps() float64 {
 	return fi.NICGbps * float64(fi.NICsPerNetDevice) * 1000 / 8000
 }
 
-// BwInter is the per-channel inter-node bandwidth (GB/s) of a graph of nCh channels whose
-// intra-node bandwidth is bwIntra:
-//
-//	bw_inter = min(bw_intra, dev_GBps * devices / max(devices, nCh))
-//
-// with dev_GBps = NetDeviceGBps and devices = NetDevices. NCCL's search routes each channel of a
-// multi-node graph through one net device and takes its bwInter off that device's NET link, so nCh
-// channels spread over the devices get at most dev_GBps each and dev_GBps*devices together; the
-// search starts with bwIntra = bwInter and later raises only bwIntra (search.cc, pass 2), so
-// bwInter <= bwIntra. NCCL also rounds down to its speed array; that step is not modelled (the
-// result is an upper bound on it). A graph with no channels gives 0.
+// BwInter is bw_inter = min(bw_intra, dev_GBps x devices / max(devices, nCh)) GB/s per channel,
+// the inter-node bandwidth of a graph of nCh channels whose intra-node bandwidth is bwIntra, with
+// dev_GBps = NetDeviceGBps and devices = NetDevices (both from the fabric table's sourced numbers).
+// NCCL's search routes each channel of a multi-node graph through one net device and takes its
+// bwInter off that device's NET link, so nCh channels spread over the devices get at most dev_GBps
+// each and dev_GBps x devices together; the search starts with bwIntra = bwInter and later raises
+// only bwIntra (search.cc, pass 2), so bwInter <= bwIntra. NCCL also rounds down to its speed
+// array; that step is not modelled (the result is an upper bound on it). A graph with no channels
+// gives 0.
 func (fi *FabricInfo) BwInter(bwIntra float64, nCh int) float64 {
 	if nCh <= 0 {
 		return 0

@@ -24,6 +24,21 @@ type OverlayInput struct {
 	// list (an overlay's array replaces the table's), e.g. from TableCorrections. Corrections are
 	// not per node count: they apply at every node count of the table.
 	Corrections []tables.CorrectionCell
+	// NodesTags tag the node count of the cells at a node count ("predicted from ..."); a count
+	// not listed is tagged measured.
+	NodesTags map[int]string
+	// Others are fits at other node counts than Nodes (a fit across node counts priced at each),
+	// written beside the main one with their own tags.
+	Others map[int]*FitResult
+}
+
+func sortedNodes(m map[int]*FitResult) []int {
+	out := make([]int, 0, len(m))
+	for n := range m {
+		out = append(out, n)
+	}
+	sort.Ints(out)
+	return out
 }
 
 // KeepFromOverlay reads the [[fit.cell]] entries of an existing overlay's text, for OverlayInput.Keep.
@@ -89,6 +104,13 @@ func (r *FitResult) FitCells(nodes int) []tables.FitCell {
 func WriteOverlay(w io.Writer, r *FitResult, in OverlayInput) error {
 	held := r.heldAtPrior(in.Nodes)
 	cells := append(append([]tables.FitCell(nil), in.Keep...), r.FitCells(in.Nodes)...)
+	for _, n := range sortedNodes(in.Others) {
+		o := in.Others[n]
+		cells = append(cells, o.FitCells(n)...)
+		for k, v := range o.heldAtPrior(n) {
+			held[k] = v
+		}
+	}
 	sort.SliceStable(cells, func(i, j int) bool { return cells[i].Nodes < cells[j].Nodes })
 	var b strings.Builder
 	fmt.Fprintf(&b, "schema_version = %d\n\n", tables.OverlaySchema)
@@ -97,7 +119,11 @@ func WriteOverlay(w io.Writer, r *FitResult, in OverlayInput) error {
 	num := func(x float64) string { return strconv.FormatFloat(x, 'g', 6, 64) }
 	for _, c := range cells {
 		fmt.Fprintf(&b, "\n[[fit.cell]]\ncoll = %q\nalgo = %q\nproto = %q\n", c.Coll, c.Algo, c.Proto)
-		fmt.Fprintf(&b, "nodes = %d  # measured\n", c.Nodes)
+		tag := in.NodesTags[c.Nodes]
+		if tag == "" {
+			tag = "measured"
+		}
+		fmt.Fprintf(&b, "nodes = %d  # %s\n", c.Nodes, tag)
 		h := held[heldKey{c.Coll, c.Algo, c.Proto, c.Nodes}]
 		fmt.Fprintf(&b, "lat_us = %s  # %s\n", num(c.LatUS), valueTag(h[0]))
 		fmt.Fprintf(&b, "bw_gbps = %s  # %s\n", num(c.BWGBps), valueTag(h[1]))

@@ -130,6 +130,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	warmup := fs.Int("warmup", 5, "with --run: collbench -w")
 	repeat := fs.Int("repeat", 1, "with --run: run each pinned sweep K times and keep, per size, the minimum time (--quick: 1)")
 	noCorr := fs.Bool("no-corrections", false, "fit latency and bandwidth per cell only, no per-bucket bandwidth corrections")
+	holdoutNodes := fs.Int("holdout-nodes", 0, "with sweeps at several node counts: leave node count N out of the fit and report the prediction error there")
+	predictNodes := fs.String("predict-nodes", "", "with sweeps at several node counts: also write the overlay's cells at these node counts (comma-separated), predicted by the fit")
 	halfFlag := fs.String("half", "ip", "the half of every row to fit and score: ip (in place, as PyTorch runs) or oop (out of place)")
 	if err := cmdline.Parse(fs, args, "calibrate"); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -296,11 +298,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, p := range probs {
 		fmt.Fprintln(stderr, "calibrate: warning:", p.Error())
 	}
+	if *nodes == 0 && (len(sweepNodeCounts(sw)) > 1 || *holdoutNodes != 0) {
+		// Sweeps at several node counts are fitted together, through the model's structure.
+		switch {
+		case *check != "":
+			return usagef("--check: the sweeps ran on %s nodes; evaluate one node count with --nodes N", joinInts(sweepNodeCounts(sw)))
+		case *svg != "":
+			return usagef("--svg: the sweeps ran on %s nodes; plot one node count with --nodes N", joinInts(sweepNodeCounts(sw)))
+		case *holdout != 0:
+			return usagef("--holdout %d: a fit across node counts holds out a node count (--holdout-nodes N), not sizes", *holdout)
+		}
+		predict, err := parseNodeList(*predictNodes)
+		if err != nil {
+			return err
+		}
+		return runAcross(ctx, acrossJob{n: n, pn: pn, prior: calibrate.Prior{Table: n.File, Overlay: *prior}, sweeps: sw,
+			half: half, out: *out, date: *date, holdout: *holdoutNodes, predict: predict, asJSON: *asJSON,
+			checkOutputs: checkOut}, stdout, stderr)
+	}
+	if set["holdout-nodes"] || set["predict-nodes"] {
+		return usagef("--holdout-nodes and --predict-nodes are for sweeps at several node counts fitted together (without --nodes)")
+	}
 	if *nodes == 0 {
 		for _, s := range sw {
-			if s.Nodes != 0 && *nodes != 0 && s.Nodes != *nodes {
-				return usagef("%s:%d: sweeps ran on %d and %d nodes; pick one with --nodes", s.File, s.Line, *nodes, s.Nodes)
-			}
 			if s.Nodes != 0 {
 				*nodes = s.Nodes
 			}

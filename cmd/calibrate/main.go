@@ -312,7 +312,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		return runAcross(ctx, acrossJob{n: n, pn: pn, prior: calibrate.Prior{Table: n.File, Overlay: *prior}, sweeps: sw,
+		pr := calibrate.Prior{Table: n.File, Overlay: *prior}
+		if fab != nil {
+			pr.Fabric = fab.File
+		}
+		return runAcross(ctx, acrossJob{n: n, pn: pn, prior: pr, sweeps: sw,
 			half: half, out: *out, date: *date, holdout: *holdoutNodes, predict: predict, asJSON: *asJSON,
 			checkOutputs: checkOut}, stdout, stderr)
 	}

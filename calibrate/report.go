@@ -85,14 +85,34 @@ type Report struct {
 	FittedRegretMax    float64 `json:"fitted_regret_max"`
 	PriorRegretSizes   int     `json:"prior_regret_sizes"` // sizes the prior's regret is over
 	FittedRegretSizes  int     `json:"fitted_regret_sizes"`
+	// Of those sizes, the ones a partial run measured the pick at, as a proxy (Pick.Via).
+	PriorRegretProxySizes  int `json:"prior_regret_proxy_sizes"`
+	FittedRegretProxySizes int `json:"fitted_regret_proxy_sizes"`
 	// NCCL default's regret (the free runs), over the sizes a free run measured.
 	DefaultRegretMedian float64 `json:"nccl_default_regret_median"`
 	DefaultRegretMax    float64 `json:"nccl_default_regret_max"`
 	DefaultRegretSizes  int     `json:"nccl_default_regret_sizes"`
-	// Holdout: |pred/meas - 1| on the held-out points (none: 0 points).
+	// Holdout: the fitted model's |pred/meas - 1| on the held-out points (none: 0 points); a
+	// point's prediction is its cell's time, or for an algorithm-only, protocol-only or free point
+	// the least time over the cells its pin allows (the envelope).
 	HoldoutPoints int     `json:"holdout_points"`
 	HoldoutMedian float64 `json:"holdout_median_rel"`
 	HoldoutMax    float64 `json:"holdout_max_rel"`
+	// HoldoutPrior: the prior's error on the same points, beside the fit's.
+	HoldoutPriorMedian float64 `json:"holdout_prior_median_rel"`
+	HoldoutPriorMax    float64 `json:"holdout_prior_max_rel"`
+	// The same split: pinned points (one legal cell) and envelope points.
+	HoldoutPinned   HoldoutErr `json:"holdout_pinned"`
+	HoldoutEnvelope HoldoutErr `json:"holdout_envelope"`
+}
+
+// HoldoutErr is the prior's and the fitted model's |pred/meas - 1| over some held-out points.
+type HoldoutErr struct {
+	Points       int     `json:"points"`
+	FittedMedian float64 `json:"fitted_median_rel"`
+	FittedMax    float64 `json:"fitted_max_rel"`
+	PriorMedian  float64 `json:"prior_median_rel"`
+	PriorMax     float64 `json:"prior_max_rel"`
 }
 
 // Crossover is one change of pick of a collective.
@@ -163,10 +183,11 @@ func pinLabel(p Point) string {
 }
 
 // BuildReport compares the prior and fitted planners on the measured points. holdout are points
-// not used by the fit (their prediction error is reported separately; nil for none), predicted by
-// priced, the fitted model's menus with every cell the points' pins allow priced (PricedMenus
-// over the fitted configuration); nil takes Menus(fitted).
-func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner, priced map[costmodel.Coll]*planner.Menu, res *FitResult, pts, holdout []Point) (*Report, error) {
+// not used by the fit (their prediction error, the fit's beside the prior's, is reported
+// separately; nil for none), predicted by priced and pricedPrior, the fitted and the prior models'
+// menus with every cell the points' pins allow priced (PricedMenus over each configuration); nil
+// takes Menus(fitted) or Menus(prior).
+func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner, priced, pricedPrior map[costmodel.Coll]*planner.Menu, res *FitResult, pts, holdout []Point) (*Report, error) {
 	rep := &Report{Nodes: nodes, MedianRel: res.MedianRel, MaxRel: res.MaxRel}
 	for _, p := range res.Params {
 		rep.Params = append(rep.Params, ParamJSON{p.Cell.String(), p.Kind, p.Prior, p.Value, p.Sigma, p.Identified})
@@ -221,9 +242,15 @@ func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner,
 		}
 		if out.Prior.Regret >= 0 {
 			pr = append(pr, out.Prior.Regret)
+			if out.Prior.Via != "" {
+				rep.PriorRegretProxySizes++
+			}
 		}
 		if out.Fitted.Regret >= 0 {
 			fr = append(fr, out.Fitted.Regret)
+			if out.Fitted.Via != "" {
+				rep.FittedRegretProxySizes++
+			}
 		}
 		rep.Sizes = append(rep.Sizes, out)
 	}
@@ -275,24 +302,46 @@ func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner,
 	rep.PriorRegretSizes, rep.FittedRegretSizes = len(pr), len(fr)
 	rep.DefaultRegretMedian, rep.DefaultRegretMax, rep.DefaultRegretSizes = median(dr), maxOf(dr), len(dr)
 	if len(holdout) > 0 {
-		fm := priced
+		fm, pm := priced, pricedPrior
+		var err error
 		if fm == nil {
-			var err error
 			if fm, err = Menus(ctx, fitted); err != nil {
 				return nil, err
 			}
 		}
-		var rel []float64
+		if pm == nil {
+			if pm, err = Menus(ctx, prior); err != nil {
+				return nil, err
+			}
+		}
+		var fAll, pAll, fPin, pPin, fEnv, pEnv []float64
 		for _, p := range holdout {
-			best := math.Inf(1)
-			for _, c := range p.Cells {
-				if t := fm[c.Coll].Time(c.Algo, c.Proto, p.Bytes); t >= 0 {
-					best = math.Min(best, float64(t))
+			ft, fok := envelopeOf(fm, p)
+			pt, pok := envelopeOf(pm, p)
+			pinned := RunKindOf(p) == RunExact
+			if fok {
+				e := math.Abs(ft/p.TimeUS - 1)
+				fAll = append(fAll, e)
+				if pinned {
+					fPin = append(fPin, e)
+				} else {
+					fEnv = append(fEnv, e)
 				}
 			}
-			rel = append(rel, math.Abs(best/p.TimeUS-1))
+			if pok {
+				e := math.Abs(pt/p.TimeUS - 1)
+				pAll = append(pAll, e)
+				if pinned {
+					pPin = append(pPin, e)
+				} else {
+					pEnv = append(pEnv, e)
+				}
+			}
 		}
-		rep.HoldoutPoints, rep.HoldoutMedian, rep.HoldoutMax = len(rel), median(rel), maxOf(rel)
+		rep.HoldoutPoints, rep.HoldoutMedian, rep.HoldoutMax = len(fAll), median(fAll), maxOf(fAll)
+		rep.HoldoutPriorMedian, rep.HoldoutPriorMax = median(pAll), maxOf(pAll)
+		rep.HoldoutPinned = HoldoutErr{len(fPin), median(fPin), maxOf(fPin), median(pPin), maxOf(pPin)}
+		rep.HoldoutEnvelope = HoldoutErr{len(fEnv), median(fEnv), maxOf(fEnv), median(pEnv), maxOf(pEnv)}
 	}
 	return rep, nil
 }
@@ -362,14 +411,25 @@ func (rep *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\t%d..%d\t%s\t%s\n", c.Coll, c.Source, c.Lo, c.Hi, c.From, c.To)
 	}
 	fmt.Fprintf(tw, "\nfit |pred/meas-1|: median %.3f max %.3f over %d points\n", rep.MedianRel, rep.MaxRel, len(rep.Points))
-	fmt.Fprintf(tw, "regret (over the %d/%d sizes where a run measured the pick; \"via\" marks a partial run, NCCL choosing within it): prior median %.3f max %.3f; fitted median %.3f max %.3f\n",
-		rep.PriorRegretSizes, rep.FittedRegretSizes, rep.PriorRegretMedian, rep.PriorRegretMax, rep.FittedRegretMedian, rep.FittedRegretMax)
+	fmt.Fprintf(tw, "regret (over the %d/%d sizes where a run measured the pick, %d/%d of them by proxy: \"via\" a partial run, NCCL choosing within it): prior median %.3f max %.3f; fitted median %.3f max %.3f\n",
+		rep.PriorRegretSizes, rep.FittedRegretSizes, rep.PriorRegretProxySizes, rep.FittedRegretProxySizes,
+		rep.PriorRegretMedian, rep.PriorRegretMax, rep.FittedRegretMedian, rep.FittedRegretMax)
 	if hasDefault {
 		fmt.Fprintf(tw, "nccl default (the free runs) regret over the %d sizes a free run measured: median %.3f max %.3f\n",
 			rep.DefaultRegretSizes, rep.DefaultRegretMedian, rep.DefaultRegretMax)
 	}
 	if rep.HoldoutPoints > 0 {
-		fmt.Fprintf(tw, "holdout |pred/meas-1|: median %.3f max %.3f over %d points\n", rep.HoldoutMedian, rep.HoldoutMax, rep.HoldoutPoints)
+		fmt.Fprintf(tw, "holdout |pred/meas-1|: median %.3f max %.3f over %d points (prior: median %.3f max %.3f)\n",
+			rep.HoldoutMedian, rep.HoldoutMax, rep.HoldoutPoints, rep.HoldoutPriorMedian, rep.HoldoutPriorMax)
+		for _, h := range []struct {
+			name string
+			e    HoldoutErr
+		}{{"pinned", rep.HoldoutPinned}, {"envelope", rep.HoldoutEnvelope}} {
+			if h.e.Points > 0 {
+				fmt.Fprintf(tw, "  on %d %s points: fitted median %.3f max %.3f, prior median %.3f max %.3f\n",
+					h.e.Points, h.name, h.e.FittedMedian, h.e.FittedMax, h.e.PriorMedian, h.e.PriorMax)
+			}
+		}
 	}
 	return tw.Flush()
 }

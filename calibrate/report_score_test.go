@@ -2,6 +2,7 @@ package calibrate
 
 import (
 	"context"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -36,7 +37,7 @@ func TestReportNeverBorrowsAFreeRunsTime(t *testing.T) {
 		free2,
 	}
 	res := &FitResult{Residuals: []Residual{{Point: free1, Cell: arRingLL}, {Point: free2, Cell: arRingLL}}}
-	rep, err := BuildReport(ctx, 4, pl, pl, nil, res, pts, nil)
+	rep, err := BuildReport(ctx, 4, pl, pl, nil, nil, res, pts, nil)
 	require.NoError(t, err)
 	require.Len(t, rep.Sizes, 2)
 	want := []struct {
@@ -54,4 +55,49 @@ func TestReportNeverBorrowsAFreeRunsTime(t *testing.T) {
 		assert.InDelta(t, w.rsRegret, s.Baseline.Regret, 1e-12, "ring/simple at %d", s.Bytes)
 	}
 	assert.Equal(t, 1, rep.FittedRegretSizes)
+	assert.Equal(t, 1, rep.FittedRegretProxySizes)
+	// NCCL default: the free run at both sizes, the fastest there: regret 0.
+	require.NotNil(t, rep.Sizes[0].Default)
+	assert.Equal(t, 2, rep.DefaultRegretSizes)
+	assert.Zero(t, rep.DefaultRegretMax)
+}
+
+// TestReportHoldoutPriorBesideFit: the held-out error is reported for the prior beside the fit,
+// on pinned and envelope points apart. The prior is forced to Ring/LL and the fit to Ring/Simple,
+// so each prices that one cell (rl and rs below, their model times at 1 MiB). Held out: a
+// Ring/Simple point measured at 1.25 rs (fit: |rs/1.25rs - 1| = 0.2; the prior prices no cell of
+// it) and a free point measured at 2 rl (prior: 0.5; fit: its envelope is rs, |rs/2rl - 1|).
+func TestReportHoldoutPriorBesideFit(t *testing.T) {
+	ctx := context.Background()
+	prior := forcedPlanner(t, "Ring", "LL")
+	fitted := forcedPlanner(t, "Ring", "Simple")
+	pm, err := Menus(ctx, prior)
+	require.NoError(t, err)
+	fm, err := Menus(ctx, fitted)
+	require.NoError(t, err)
+	const n = 1 << 20
+	rl := float64(pm[costmodel.AllReduce].Time(costmodel.Ring, costmodel.LL, n))
+	rs := float64(fm[costmodel.AllReduce].Time(costmodel.Ring, costmodel.Simple, n))
+	require.Positive(t, rl)
+	require.Positive(t, rs)
+	held := []Point{
+		{File: "rs.txt", Line: 1, Coll: costmodel.AllReduce, Bytes: n, TimeUS: 1.25 * rs, Cells: []Cell{arRingSimple}, Algo: "Ring", Proto: "Simple"},
+		{File: "free.txt", Line: 1, Coll: costmodel.AllReduce, Bytes: n, TimeUS: 2 * rl, Cells: freeCells},
+	}
+	rep, err := BuildReport(ctx, 4, prior, fitted, nil, nil, &FitResult{}, nil, held)
+	require.NoError(t, err)
+	freeFit := math.Abs(rs/(2*rl) - 1)
+	assert.Equal(t, 2, rep.HoldoutPoints)
+	assert.InDelta(t, (0.2+freeFit)/2, rep.HoldoutMedian, 1e-6)
+	assert.InDelta(t, 0.5, rep.HoldoutPriorMedian, 1e-6)
+	assert.Equal(t, HoldoutErr{Points: 1, FittedMedian: 0.2, FittedMax: 0.2}, roundErr(rep.HoldoutPinned))
+	assert.Equal(t, 1, rep.HoldoutEnvelope.Points)
+	assert.InDelta(t, freeFit, rep.HoldoutEnvelope.FittedMedian, 1e-6)
+	assert.InDelta(t, 0.5, rep.HoldoutEnvelope.PriorMedian, 1e-6)
+}
+
+// roundErr rounds a HoldoutErr's values to 1e-6 (float32 model times).
+func roundErr(e HoldoutErr) HoldoutErr {
+	r := func(x float64) float64 { return math.Round(x*1e6) / 1e6 }
+	return HoldoutErr{e.Points, r(e.FittedMedian), r(e.FittedMax), r(e.PriorMedian), r(e.PriorMax)}
 }

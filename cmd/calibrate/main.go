@@ -364,7 +364,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rep, err := calibrate.BuildReport(ctx, *nodes, priorPl, fitted, pricedFit, res, fitPts, held)
+	rep, err := calibrate.BuildReport(ctx, *nodes, priorPl, fitted, pricedFit, menus, res, fitPts, held)
 	if err != nil {
 		return err
 	}

@@ -78,8 +78,9 @@ func (r RunTime) allows(c Cell) bool {
 type SizeRuns struct {
 	Coll  costmodel.Coll
 	Bytes int64
-	// Runs: exact, then partial, then free; by label within a kind. Repeats (runs of one kind that
-	// allow the same cells) are merged into the fastest of them; runs of different pins never are.
+	// Runs: exact (by (algo, proto) index), then partial (by label), then free. Repeats are merged
+	// into the fastest of them: exact runs of one cell, partial or free runs of one pin; partial
+	// runs of different pins never are.
 	Runs []RunTime
 }
 
@@ -97,8 +98,13 @@ func GroupRuns(pts []Point) []SizeRuns {
 			by[k] = map[string]RunTime{}
 			keys = append(keys, k)
 		}
+		// Repeats: exact runs of one cell (however their pins are spelled), or partial and free
+		// runs of one pin; the fastest of them stays.
 		kind := RunKindOf(p)
 		rk := string(kind) + " " + cellsKey(p.Cells)
+		if kind != RunExact {
+			rk += " " + p.Algo + "|" + p.Proto
+		}
 		run := p.Run
 		if run == "" {
 			run = fmt.Sprintf("%s:%d", p.File, p.Line)
@@ -124,6 +130,9 @@ func GroupRuns(pts []Point) []SizeRuns {
 			a, b := s.Runs[i], s.Runs[j]
 			if rank[a.Kind] != rank[b.Kind] {
 				return rank[a.Kind] < rank[b.Kind]
+			}
+			if a.Kind == RunExact && a.Cells[0] != b.Cells[0] {
+				return cellLess(a.Cells[0], b.Cells[0]) // ties of Best to the lower (algo, proto), as before
 			}
 			if a.Label() != b.Label() {
 				return a.Label() < b.Label()

@@ -250,3 +250,42 @@ func TestEvaluateFullyPinnedUnchanged(t *testing.T) {
 		assert.Zero(t, p.RegretProxySizes, p.Name)
 	}
 }
+
+// TestBestTiesToLowerCell: two exact runs with the same time: the best is the lower (algo, proto)
+// index, Tree before Ring (costmodel's order), as Evaluate chose before runs.
+func TestBestTiesToLowerCell(t *testing.T) {
+	srs := GroupRuns([]Point{
+		run("rl.txt", "Ring", "LL", []Cell{arRingLL}, 64, 5),
+		run("tl.txt", "Tree", "LL", []Cell{arTreeLL}, 64, 5),
+		run("free.txt", "", "", freeCells, 64, 5),
+	})
+	require.Len(t, srs, 1)
+	require.Less(t, costmodel.Tree, costmodel.Ring)
+	assert.Equal(t, "AllReduce/TREE/LL", srs[0].Best().Label())
+}
+
+// TestRepeatsNeverMixPins: two algorithm-only pins that allow the same cells stay two runs (the
+// one with the earlier label measures); two runs of one pin keep the faster; two exact runs of
+// one cell, however spelled, are repeats.
+func TestRepeatsNeverMixPins(t *testing.T) {
+	srs := GroupRuns([]Point{
+		run("a.txt", "Ring", "", ringCells, 64, 9),
+		run("b.txt", "Ring,CollnetDirect", "", ringCells, 64, 4),
+		run("c.txt", "Ring", "", ringCells, 64, 7),
+		run("d.txt", "Ring", "LL", []Cell{arRingLL}, 64, 6),
+		run("e.txt", "ring", "ll", []Cell{arRingLL}, 64, 5),
+	})
+	require.Len(t, srs, 1)
+	require.Len(t, srs[0].Runs, 3)
+	r, proxy, ok := srs[0].Measure(arRingSimple)
+	require.True(t, ok)
+	assert.True(t, proxy)
+	assert.Equal(t, "NCCL_ALGO=Ring", r.Label())
+	assert.Equal(t, 7.0, r.TimeUS)
+	assert.Equal(t, "c.txt:1", r.Run)
+	r, proxy, ok = srs[0].Measure(arRingLL)
+	require.True(t, ok)
+	assert.False(t, proxy)
+	assert.Equal(t, 5.0, r.TimeUS)
+	assert.Equal(t, 4.0, srs[0].Best().TimeUS)
+}

@@ -38,6 +38,9 @@ type Point struct {
 	Cells  []Cell
 	// Pin is the sweep's NCCL_ALGO/NCCL_PROTO ("" free), for reports.
 	Algo, Proto string
+	// Run names the sweep the point comes from ("file:line" of its first line): the scoring never
+	// prices one run's pick with another run's time (GroupRuns).
+	Run string
 	// IterCVPct is the row's -I per-iteration coefficient of variation (%; 0 when not printed): a
 	// noisy point weighs less in the fit (weight).
 	IterCVPct float64
@@ -166,6 +169,7 @@ func Points(ctx context.Context, sweeps []*Sweep, topo *capabilities.Topology, c
 			skip("NCCL_ALGO=%q NCCL_PROTO=%q allows no legal cell of %s", s.Pin.Algo, s.Pin.Proto, s.Coll)
 			continue
 		}
+		run := fmt.Sprintf("%s:%d", s.File, s.Line)
 		for _, r := range s.Rows {
 			h := r.IP
 			if half == HalfOutOfPlace {
@@ -175,7 +179,7 @@ func Points(ctx context.Context, sweeps []*Sweep, topo *capabilities.Topology, c
 				continue
 			}
 			pts = append(pts, Point{File: s.File, Line: r.Line, Coll: s.Coll, Bytes: r.Bytes, TimeUS: h.TimeUS,
-				Cells: cells, Algo: s.Pin.Algo, Proto: s.Pin.Proto, IterCVPct: h.IterCVPct})
+				Cells: cells, Algo: s.Pin.Algo, Proto: s.Pin.Proto, Run: run, IterCVPct: h.IterCVPct})
 		}
 	}
 	return pts, probs, nil

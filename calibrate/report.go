@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"sort"
 	"text/tabwriter"
 
 	"github.com/collplan/collplan/capabilities"
@@ -17,14 +16,19 @@ import (
 type SizeReport struct {
 	Coll  string `json:"coll"`
 	Bytes int64  `json:"bytes"`
-	// Best is the sweep (pin) with the least measured time, MeasuredUS that time.
+	// Best is the pin of the run with the least measured time ("Ring/*"), BestRun that run's sweep
+	// ("file:line"), MeasuredUS its time.
 	Best       string  `json:"best"`
+	BestRun    string  `json:"best_run"`
 	MeasuredUS float64 `json:"measured_us"`
 	// Picks of the prior and the fitted model, with their predicted time, the measured time of the
-	// pick (0 when no sweep measured the picked cell) and the regret (pick/best - 1; -1 unknown).
+	// pick (0 when no run measured the picked cell: SizeRuns.Measure) and the regret (pick/best - 1;
+	// -1 unknown).
 	Prior    Pick `json:"prior"`
 	Fitted   Pick `json:"fitted"`
 	Baseline Pick `json:"ring_simple"` // fixed Ring/Simple
+	// Default is the free run at this size (NCCL's default), nil when there is none.
+	Default *Pick `json:"nccl_default,omitempty"`
 }
 
 // Pick is one model's choice at a size.
@@ -33,6 +37,10 @@ type Pick struct {
 	PredUS     float64 `json:"pred_us"`
 	MeasuredUS float64 `json:"measured_us"`
 	Regret     float64 `json:"regret"`
+	// Run is the sweep ("file:line") whose time MeasuredUS is; Via is that run's pin when it is a
+	// partial run (a proxy: NCCL chose within it), "" when an exact run measured the pick.
+	Run string `json:"run,omitempty"`
+	Via string `json:"via,omitempty"`
 }
 
 // Prior names the prior of a fit or an evaluation: the node table, and the overlay applied over it
@@ -83,10 +91,34 @@ type Report struct {
 	FittedRegretMax    float64 `json:"fitted_regret_max"`
 	PriorRegretSizes   int     `json:"prior_regret_sizes"` // sizes the prior's regret is over
 	FittedRegretSizes  int     `json:"fitted_regret_sizes"`
-	// Holdout: |pred/meas - 1| on the held-out points (none: 0 points).
+	// Of those sizes, the ones a partial run measured the pick at, as a proxy (Pick.Via).
+	PriorRegretProxySizes  int `json:"prior_regret_proxy_sizes"`
+	FittedRegretProxySizes int `json:"fitted_regret_proxy_sizes"`
+	// NCCL default's regret (the free runs), over the sizes a free run measured.
+	DefaultRegretMedian float64 `json:"nccl_default_regret_median"`
+	DefaultRegretMax    float64 `json:"nccl_default_regret_max"`
+	DefaultRegretSizes  int     `json:"nccl_default_regret_sizes"`
+	// Holdout: the fitted model's |pred/meas - 1| on the held-out points (none: 0 points); a
+	// point's prediction is its cell's time, or for an algorithm-only, protocol-only or free point
+	// the least time over the cells its pin allows (the envelope).
 	HoldoutPoints int     `json:"holdout_points"`
 	HoldoutMedian float64 `json:"holdout_median_rel"`
 	HoldoutMax    float64 `json:"holdout_max_rel"`
+	// HoldoutPrior: the prior's error on the same points, beside the fit's.
+	HoldoutPriorMedian float64 `json:"holdout_prior_median_rel"`
+	HoldoutPriorMax    float64 `json:"holdout_prior_max_rel"`
+	// The same split: pinned points (one legal cell) and envelope points.
+	HoldoutPinned   HoldoutErr `json:"holdout_pinned"`
+	HoldoutEnvelope HoldoutErr `json:"holdout_envelope"`
+}
+
+// HoldoutErr is the prior's and the fitted model's |pred/meas - 1| over some held-out points.
+type HoldoutErr struct {
+	Points       int     `json:"points"`
+	FittedMedian float64 `json:"fitted_median_rel"`
+	FittedMax    float64 `json:"fitted_max_rel"`
+	PriorMedian  float64 `json:"prior_median_rel"`
+	PriorMax     float64 `json:"prior_max_rel"`
 }
 
 // Crossover is one change of pick of a collective.
@@ -157,10 +189,11 @@ func pinLabel(p Point) string {
 }
 
 // BuildReport compares the prior and fitted planners on the measured points. holdout are points
-// not used by the fit (their prediction error is reported separately; nil for none), predicted by
-// priced, the fitted model's menus with every cell the points' pins allow priced (PricedMenus
-// over the fitted configuration); nil takes Menus(fitted).
-func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner, priced map[costmodel.Coll]*planner.Menu, res *FitResult, pts, holdout []Point) (*Report, error) {
+// not used by the fit (their prediction error, the fit's beside the prior's, is reported
+// separately; nil for none), predicted by priced and pricedPrior, the fitted and the prior models'
+// menus with every cell the points' pins allow priced (PricedMenus over each configuration); nil
+// takes Menus(fitted) or Menus(prior).
+func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner, priced, pricedPrior map[costmodel.Coll]*planner.Menu, res *FitResult, pts, holdout []Point) (*Report, error) {
 	rep := &Report{Nodes: nodes, MedianRel: res.MedianRel, MaxRel: res.MaxRel}
 	for _, p := range res.Params {
 		rep.Params = append(rep.Params, ParamJSON{p.Cell.String(), p.Kind, p.Prior, p.Value, p.Sigma, p.Identified})
@@ -169,95 +202,63 @@ func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner,
 		rep.Points = append(rep.Points, PointJSON{r.File, r.Line, pinLabel(r.Point), r.Bytes, r.TimeUS, r.PredUS, r.Cell.String(), r.LogErr})
 	}
 	all := append(append([]Point(nil), pts...), holdout...)
-	type key struct {
-		c costmodel.Coll
-		n int64
-	}
-	by := map[key][]Point{}
-	var keys []key
-	for _, p := range all {
-		k := key{p.Coll, p.Bytes}
-		if _, ok := by[k]; !ok {
-			keys = append(keys, k)
-		}
-		by[k] = append(by[k], p)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].c != keys[j].c {
-			return keys[i].c < keys[j].c
-		}
-		return keys[i].n < keys[j].n
-	})
-	// attained is the envelope cell the fit attributes each fitted point to.
-	type at struct {
-		file string
-		line int
-	}
-	attained := map[at]Cell{}
-	for _, r := range res.Residuals {
-		attained[at{r.File, r.Line}] = r.Cell
-	}
-	// measuredFor is the measured time of a cell at a size: a pinned point's time, else the time of
-	// an envelope point whose fitted minimum is that cell (NCCL then ran that cell, as far as the
-	// fit can tell).
-	measuredFor := func(ps []Point, c Cell) float64 {
-		for _, p := range ps {
-			if p.Pinned() && p.Cells[0] == c {
-				return p.TimeUS
+	// Per size, the fastest run is the best and a pick is priced by the one run that measures it
+	// (SizeRuns.Measure: an exact run, else a partial run as a proxy); a free run is NCCL's
+	// default and measures no pick, even where the fit attributes its point to the pick's cell.
+	var pr, fr, dr []float64
+	for _, sr := range GroupRuns(all) {
+		best := sr.Best()
+		bt := best.TimeUS
+		out := SizeReport{Coll: sr.Coll.String(), Bytes: sr.Bytes, Best: pinLabel(Point{Algo: best.Algo, Proto: best.Proto}),
+			BestRun: best.Run, MeasuredUS: bt}
+		cls := planner.Class{Coll: sr.Coll, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1}
+		measure := func(c Cell, pred float64) Pick {
+			pk := Pick{Cell: c.String(), PredUS: pred, Regret: -1}
+			if r, proxy, ok := sr.Measure(c); ok {
+				pk.MeasuredUS, pk.Run, pk.Regret = r.TimeUS, r.Run, r.TimeUS/bt-1
+				if proxy {
+					pk.Via = r.Label()
+				}
 			}
+			return pk
 		}
-		for _, p := range ps {
-			if a, ok := attained[at{p.File, p.Line}]; ok && !p.Pinned() && a == c {
-				return p.TimeUS
-			}
-		}
-		return 0
-	}
-	var pr, fr []float64
-	for _, k := range keys {
-		ps := by[k]
-		best := ps[0]
-		for _, p := range ps[1:] {
-			if p.TimeUS < best.TimeUS {
-				best = p
-			}
-		}
-		sr := SizeReport{Coll: k.c.String(), Bytes: k.n, Best: pinLabel(best), MeasuredUS: best.TimeUS}
-		cls := planner.Class{Coll: k.c, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1}
 		pick := func(pl *planner.Planner) (Pick, error) {
-			plan, err := pl.Explain(ctx, cls, k.n)
+			plan, err := pl.Explain(ctx, cls, sr.Bytes)
 			if err != nil {
 				return Pick{}, err
 			}
-			c := Cell{k.c, plan.Algo, plan.Proto}
-			pk := Pick{Cell: c.String(), PredUS: float64(plan.TimeUS), MeasuredUS: measuredFor(ps, c), Regret: -1}
-			if pk.MeasuredUS > 0 {
-				pk.Regret = pk.MeasuredUS/best.TimeUS - 1
-			}
-			return pk, nil
+			return measure(Cell{sr.Coll, plan.Algo, plan.Proto}, float64(plan.TimeUS)), nil
 		}
 		var err error
-		if sr.Prior, err = pick(prior); err != nil {
+		if out.Prior, err = pick(prior); err != nil {
 			return nil, err
 		}
-		if sr.Fitted, err = pick(fitted); err != nil {
+		if out.Fitted, err = pick(fitted); err != nil {
 			return nil, err
 		}
-		rs := Cell{k.c, costmodel.Ring, costmodel.Simple}
-		sr.Baseline = Pick{Cell: rs.String(), MeasuredUS: measuredFor(ps, rs), Regret: -1}
+		rs := Cell{sr.Coll, costmodel.Ring, costmodel.Simple}
+		var rsPred float64
 		if m, err := fitted.Prepare(ctx, cls); err == nil {
-			sr.Baseline.PredUS = float64(m.Menu().Time(costmodel.Ring, costmodel.Simple, k.n))
+			rsPred = float64(m.Menu().Time(costmodel.Ring, costmodel.Simple, sr.Bytes))
 		}
-		if sr.Baseline.MeasuredUS > 0 {
-			sr.Baseline.Regret = sr.Baseline.MeasuredUS/best.TimeUS - 1
+		out.Baseline = measure(rs, rsPred)
+		if d, ok := sr.Default(); ok {
+			out.Default = &Pick{Cell: "NCCL default", MeasuredUS: d.TimeUS, Run: d.Run, Regret: d.TimeUS/bt - 1}
+			dr = append(dr, out.Default.Regret)
 		}
-		if sr.Prior.Regret >= 0 {
-			pr = append(pr, sr.Prior.Regret)
+		if out.Prior.Regret >= 0 {
+			pr = append(pr, out.Prior.Regret)
+			if out.Prior.Via != "" {
+				rep.PriorRegretProxySizes++
+			}
 		}
-		if sr.Fitted.Regret >= 0 {
-			fr = append(fr, sr.Fitted.Regret)
+		if out.Fitted.Regret >= 0 {
+			fr = append(fr, out.Fitted.Regret)
+			if out.Fitted.Via != "" {
+				rep.FittedRegretProxySizes++
+			}
 		}
-		rep.Sizes = append(rep.Sizes, sr)
+		rep.Sizes = append(rep.Sizes, out)
 	}
 	for c := costmodel.Coll(0); c < costmodel.NumColls; c++ {
 		var lo, hi int64
@@ -305,25 +306,48 @@ func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner,
 	rep.PriorRegretMedian, rep.PriorRegretMax = median(pr), maxOf(pr)
 	rep.FittedRegretMedian, rep.FittedRegretMax = median(fr), maxOf(fr)
 	rep.PriorRegretSizes, rep.FittedRegretSizes = len(pr), len(fr)
+	rep.DefaultRegretMedian, rep.DefaultRegretMax, rep.DefaultRegretSizes = median(dr), maxOf(dr), len(dr)
 	if len(holdout) > 0 {
-		fm := priced
+		fm, pm := priced, pricedPrior
+		var err error
 		if fm == nil {
-			var err error
 			if fm, err = Menus(ctx, fitted); err != nil {
 				return nil, err
 			}
 		}
-		var rel []float64
+		if pm == nil {
+			if pm, err = Menus(ctx, prior); err != nil {
+				return nil, err
+			}
+		}
+		var fAll, pAll, fPin, pPin, fEnv, pEnv []float64
 		for _, p := range holdout {
-			best := math.Inf(1)
-			for _, c := range p.Cells {
-				if t := fm[c.Coll].Time(c.Algo, c.Proto, p.Bytes); t >= 0 {
-					best = math.Min(best, float64(t))
+			ft, fok := envelopeOf(fm, p)
+			pt, pok := envelopeOf(pm, p)
+			pinned := RunKindOf(p) == RunExact
+			if fok {
+				e := math.Abs(ft/p.TimeUS - 1)
+				fAll = append(fAll, e)
+				if pinned {
+					fPin = append(fPin, e)
+				} else {
+					fEnv = append(fEnv, e)
 				}
 			}
-			rel = append(rel, math.Abs(best/p.TimeUS-1))
+			if pok {
+				e := math.Abs(pt/p.TimeUS - 1)
+				pAll = append(pAll, e)
+				if pinned {
+					pPin = append(pPin, e)
+				} else {
+					pEnv = append(pEnv, e)
+				}
+			}
 		}
-		rep.HoldoutPoints, rep.HoldoutMedian, rep.HoldoutMax = len(rel), median(rel), maxOf(rel)
+		rep.HoldoutPoints, rep.HoldoutMedian, rep.HoldoutMax = len(fAll), median(fAll), maxOf(fAll)
+		rep.HoldoutPriorMedian, rep.HoldoutPriorMax = median(pAll), maxOf(pAll)
+		rep.HoldoutPinned = HoldoutErr{len(fPin), median(fPin), maxOf(fPin), median(pPin), maxOf(pPin)}
+		rep.HoldoutEnvelope = HoldoutErr{len(fEnv), median(fEnv), maxOf(fEnv), median(pEnv), maxOf(pEnv)}
 	}
 	return rep, nil
 }
@@ -364,22 +388,54 @@ func (rep *Report) WriteText(w io.Writer) error {
 		}
 		return fmt.Sprintf("%.3f", x)
 	}
-	fmt.Fprintf(tw, "\nper size\ncoll\tbytes\tbest (measured us)\tprior pick (pred/meas us, regret)\tfitted pick\tring/simple\n")
+	hasDefault := rep.DefaultRegretSizes > 0
+	fmt.Fprintf(tw, "\nper size\ncoll\tbytes\tbest (measured us)\tprior pick (pred/meas us, regret)\tfitted pick\tring/simple")
+	if hasDefault {
+		fmt.Fprintf(tw, "\tnccl default (meas us, regret)")
+	}
+	fmt.Fprintln(tw)
 	for _, s := range rep.Sizes {
 		pk := func(p Pick) string {
-			return fmt.Sprintf("%s (%.4g/%s, %s)", p.Cell, p.PredUS, measured(p.MeasuredUS), reg(p.Regret))
+			via := ""
+			if p.Via != "" {
+				via = " via " + p.Via
+			}
+			return fmt.Sprintf("%s (%.4g/%s, %s)%s", p.Cell, p.PredUS, measured(p.MeasuredUS), reg(p.Regret), via)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s (%.4g)\t%s\t%s\t%s\n", s.Coll, s.Bytes, s.Best, s.MeasuredUS, pk(s.Prior), pk(s.Fitted), pk(s.Baseline))
+		fmt.Fprintf(tw, "%s\t%d\t%s (%.4g)\t%s\t%s\t%s", s.Coll, s.Bytes, s.Best, s.MeasuredUS, pk(s.Prior), pk(s.Fitted), pk(s.Baseline))
+		if hasDefault {
+			d := "-"
+			if s.Default != nil {
+				d = fmt.Sprintf("%.4g, %s", s.Default.MeasuredUS, reg(s.Default.Regret))
+			}
+			fmt.Fprintf(tw, "\t%s", d)
+		}
+		fmt.Fprintln(tw)
 	}
 	fmt.Fprintf(tw, "\ncrossovers\ncoll\tsource\tbetween bytes\tfrom\tto\n")
 	for _, c := range rep.Crossovers {
 		fmt.Fprintf(tw, "%s\t%s\t%d..%d\t%s\t%s\n", c.Coll, c.Source, c.Lo, c.Hi, c.From, c.To)
 	}
 	fmt.Fprintf(tw, "\nfit |pred/meas-1|: median %.3f max %.3f over %d points\n", rep.MedianRel, rep.MaxRel, len(rep.Points))
-	fmt.Fprintf(tw, "regret (over the %d/%d sizes where the pick was measured): prior median %.3f max %.3f; fitted median %.3f max %.3f\n",
-		rep.PriorRegretSizes, rep.FittedRegretSizes, rep.PriorRegretMedian, rep.PriorRegretMax, rep.FittedRegretMedian, rep.FittedRegretMax)
+	fmt.Fprintf(tw, "regret (over the %d/%d sizes where a run measured the pick, %d/%d of them by proxy: \"via\" a partial run, NCCL choosing within it): prior median %.3f max %.3f; fitted median %.3f max %.3f\n",
+		rep.PriorRegretSizes, rep.FittedRegretSizes, rep.PriorRegretProxySizes, rep.FittedRegretProxySizes,
+		rep.PriorRegretMedian, rep.PriorRegretMax, rep.FittedRegretMedian, rep.FittedRegretMax)
+	if hasDefault {
+		fmt.Fprintf(tw, "nccl default (the free runs) regret over the %d sizes a free run measured: median %.3f max %.3f\n",
+			rep.DefaultRegretSizes, rep.DefaultRegretMedian, rep.DefaultRegretMax)
+	}
 	if rep.HoldoutPoints > 0 {
-		fmt.Fprintf(tw, "holdout |pred/meas-1|: median %.3f max %.3f over %d points\n", rep.HoldoutMedian, rep.HoldoutMax, rep.HoldoutPoints)
+		fmt.Fprintf(tw, "holdout |pred/meas-1|: median %.3f max %.3f over %d points (prior: median %.3f max %.3f)\n",
+			rep.HoldoutMedian, rep.HoldoutMax, rep.HoldoutPoints, rep.HoldoutPriorMedian, rep.HoldoutPriorMax)
+		for _, h := range []struct {
+			name string
+			e    HoldoutErr
+		}{{"pinned", rep.HoldoutPinned}, {"envelope", rep.HoldoutEnvelope}} {
+			if h.e.Points > 0 {
+				fmt.Fprintf(tw, "  on %d %s points: fitted median %.3f max %.3f, prior median %.3f max %.3f\n",
+					h.e.Points, h.name, h.e.FittedMedian, h.e.FittedMax, h.e.PriorMedian, h.e.PriorMax)
+			}
+		}
 	}
 	return tw.Flush()
 }

@@ -48,8 +48,8 @@ func checkOverlay(ctx context.Context, n *tables.Node, overlayPath string, nodes
 		return usageError{err}
 	}
 	ev.Prior = priorName
-	fmt.Fprintf(stderr, "calibrate: evaluated %s (%d fitted cells at %d nodes) on %d pinned points, not refitted\n",
-		overlayPath, len(ncfg.Cells), nodes, ev.Points)
+	fmt.Fprintf(stderr, "calibrate: evaluated %s (%d fitted cells at %d nodes) on %d pinned and %d envelope points, not refitted\n",
+		overlayPath, len(ncfg.Cells), nodes, ev.Points, ev.EnvelopePoints)
 	if svg != "" {
 		if err := writeSVG(ctx, svg, fitted, prior, pts, fmt.Sprintf("calibrate --check %s, %d nodes: fresh sweep vs %s", n.Name, nodes, overlayPath)); err != nil {
 			return err

@@ -85,6 +85,13 @@ planner, collbench and the tuner plugins apply over the node table, with a repor
 --check DIR evaluates the overlay at --out against the sweeps in DIR without refitting. Output
 paths (--out, --svg, --sweeps-out) are checked before any work.
 
+Scoring (the report, --check): every sweep is one run, pinned or not; a size's best is its fastest
+run. A pick is priced by the run pinned on its cell, else by an algorithm-only or protocol-only
+run whose pin allows it ("via NCCL_ALGO=Ring", a proxy: NCCL chose within it); a free run is NCCL's
+default, scored as the policy "nccl default", and never prices a pick. --check shows the prior's
+and the fit's prediction error on pinned points (the cell) and on envelope points (the least time
+over the cells a pin allows). The fit and --check read the same --half of every row.
+
 The prior is the node table alone, without the fitted overlay beside it (so --no-overlay is not
 needed here), unless --prior names an overlay to apply over it; --fabric NAME|FILE composes a
 fabric table into the prior (its inter-node inputs above 1 node, the node table's intra-node
@@ -396,7 +403,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rep, err := calibrate.BuildReport(ctx, *nodes, priorPl, fitted, pricedFit, res, fitPts, held)
+	rep, err := calibrate.BuildReport(ctx, *nodes, priorPl, fitted, pricedFit, menus, res, fitPts, held)
 	if err != nil {
 		return err
 	}

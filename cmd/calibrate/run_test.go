@@ -106,8 +106,11 @@ func TestRunQuickEndToEnd(t *testing.T) {
 	require.NoError(t, run(ctx, []string{"--node", "cpu", "--check", sweeps, "--out", overlay, "--json"}, &out, &errb), errb.String())
 	var ev calibrate.Eval
 	require.NoError(t, json.Unmarshal(out.Bytes(), &ev))
-	require.Len(t, ev.Policies, 3)
-	assert.Equal(t, []string{"prior", "fitted", "ring/simple"}, []string{ev.Policies[0].Name, ev.Policies[1].Name, ev.Policies[2].Name})
+	// --quick sweeps free runs too: NCCL's default is the fourth policy.
+	require.Len(t, ev.Policies, 4)
+	assert.Equal(t, []string{"prior", "fitted", "ring/simple", "nccl default"},
+		[]string{ev.Policies[0].Name, ev.Policies[1].Name, ev.Policies[2].Name, ev.Policies[3].Name})
+	assert.Positive(t, ev.EnvelopePoints)
 	assert.Positive(t, ev.Policies[1].RegretSizes)
 	after, err := os.ReadFile(overlay)
 	require.NoError(t, err)

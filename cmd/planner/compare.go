@@ -4,20 +4,16 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math"
 	"slices"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/collplan/collplan/calibrate"
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/internal/bytesize"
+	"github.com/collplan/collplan/node"
 	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/plugin"
 )
-
-// measured holds, per (collective, size), the measured time of each pinned cell.
-type measured map[measureKey]map[planner.Cell]float64
 
 type measureKey struct {
 	coll  capabilities.Coll
@@ -32,10 +28,15 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	aCfg := c.fs.String("a-config", "", "configuration file for tuner A")
 	b := c.fs.String("b", "none", "tuner B: none, NAME or PATH")
 	bCfg := c.fs.String("b-config", "", "configuration file for tuner B")
-	sweeps := c.fs.String("sweeps", "", "directory of sweeps, or a sweeps.toml manifest (pinned runs are the ground truth)")
+	sweeps := c.fs.String("sweeps", "", "directory of sweeps, or a sweeps.toml manifest (pinned, algorithm-only, protocol-only and free runs)")
+	halfFlag := c.fs.String("half", "ip", "the half of every row to score: ip (in place, as PyTorch runs; calibrate's default) or oop (out of place)")
 	s, cls, _, help, err := c.parse(args)
 	if help || err != nil {
 		return err
+	}
+	half, err := calibrate.ParseHalf(*halfFlag)
+	if err != nil {
+		return usagef("--half %q: want oop or ip", *halfFlag)
 	}
 	if !c.tf.tuner.None() {
 		return usagef("compare takes its tuners as --a and --b, not --tuner")
@@ -50,12 +51,15 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	for _, p := range problems {
 		fmt.Fprintln(stderr, "planner: compare:", p)
 	}
-	meas, skipped := groundTruth(all, &s.topo)
+	meas, skipped, err := groundTruth(ctx, all, s, half)
+	if err != nil {
+		return err
+	}
 	for _, why := range skipped {
 		fmt.Fprintln(stderr, "planner: compare: skipped", why)
 	}
 	if len(meas) == 0 {
-		return usagef("%s: no pinned (algorithm and protocol) sweep for this topology", *sweeps)
+		return usagef("%s: no measured size for this topology (%s half)", *sweeps, half)
 	}
 	var sides [2]*side
 	for i, t := range [][2]string{{*a, *aCfg}, {*b, *bCfg}} {
@@ -69,16 +73,14 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		sides[i] = &side{name: t[0], label: 'A' + rune(i), pl: pl, prepared: map[capabilities.Coll]*planner.Prepared{}}
 	}
-	keys := make([]measureKey, 0, len(meas))
-	for k := range meas {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(x, y measureKey) int {
-		if x.coll != y.coll {
-			return int(x.coll) - int(y.coll)
+	keys := make([]measureKey, len(meas))
+	hasDefault := false
+	for i, sr := range meas {
+		keys[i] = measureKey{sr.Coll, sr.Bytes}
+		if _, ok := sr.Default(); ok {
+			hasDefault = true
 		}
-		return int(min(1, max(-1, x.bytes-y.bytes)))
-	})
+	}
 	// Every tuner answers every collective before anything is printed: a tuner that fails is an
 	// error, not a table half scored on the built-in policy.
 	for _, k := range keys {
@@ -88,18 +90,29 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			}
 		}
 	}
-	fmt.Fprintf(stdout, "%s, %s %s, pipe ops %d: tuner A = %s, tuner B = %s; ground truth: %d pinned sizes from %s\n",
-		s.source, cls.Dtype, cls.Op, cls.PipeOps, sides[0].name, sides[1].name, len(keys), *sweeps)
+	exact := 0
+	for _, sr := range meas {
+		if best := sr.Best(); best.Kind == calibrate.RunExact {
+			exact++
+		}
+	}
+	fmt.Fprintf(stdout, "%s, %s %s, pipe ops %d: tuner A = %s, tuner B = %s; ground truth: %d measured sizes (%s half) from %s\n",
+		s.source, cls.Dtype, cls.Op, cls.PipeOps, sides[0].name, sides[1].name, len(keys), half, *sweeps)
 	if line := s.overlayLine(sides[0].pl); line != "" {
 		fmt.Fprintf(stdout, "overlay: %s\n", line)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "coll\tbytes\tmeasured best\tus\tA pick\tus\tA regret\tB pick\tus\tB regret\t")
+	head := "coll\tbytes\tmeasured best\tus\tA pick\tus\tA regret\tB pick\tus\tB regret\t"
+	if hasDefault {
+		head += "nccl default us\tregret\t"
+	}
+	fmt.Fprintln(tw, head)
 	differ := 0
-	for _, k := range keys {
-		cells := meas[k]
-		best, bestT := bestCell(cells)
-		row := fmt.Sprintf("%s\t%s\t%s\t%.2f", k.coll, bytesize.Format(k.bytes), best, bestT)
+	var defRegrets []float64
+	for i, k := range keys {
+		sr := meas[i]
+		best := sr.Best()
+		row := fmt.Sprintf("%s\t%s\t%s\t%.2f", k.coll, bytesize.Format(k.bytes), runLabel(best), best.TimeUS)
 		var picks [2]planner.Cell
 		for i, sd := range sides {
 			pick, err := sd.pick(ctx, cls, k)
@@ -107,16 +120,30 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 				return err
 			}
 			picks[i] = pick
-			t, ok := cells[pick]
+			r, proxy, ok := sr.Measure(calibrate.Cell{Coll: k.coll, Algo: pick.Algo, Proto: pick.Proto})
 			if !ok {
 				sd.unmeasured++
 				row += fmt.Sprintf("\t%s\t-\tnot measured", pick)
 				continue
 			}
-			r := t/bestT - 1
-			sd.regrets = append(sd.regrets, r)
-			sd.total += t
-			row += fmt.Sprintf("\t%s\t%.2f\t%.1f%%", pick, t, 100*r)
+			label := pick.String()
+			if proxy {
+				label += " via " + r.Label()
+				sd.proxied++
+			}
+			reg := r.TimeUS/best.TimeUS - 1
+			sd.regrets = append(sd.regrets, reg)
+			sd.total += r.TimeUS
+			row += fmt.Sprintf("\t%s\t%.2f\t%.1f%%", label, r.TimeUS, 100*reg)
+		}
+		if hasDefault {
+			if d, ok := sr.Default(); ok {
+				reg := d.TimeUS/best.TimeUS - 1
+				defRegrets = append(defRegrets, reg)
+				row += fmt.Sprintf("\t%.2f\t%.1f%%", d.TimeUS, 100*reg)
+			} else {
+				row += "\t-\t-"
+			}
 		}
 		if picks[0] != picks[1] {
 			differ++
@@ -129,8 +156,16 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintf(stdout, "\npicks differ at %d of %d sizes\n", differ, len(keys))
 	for i, sd := range sides {
 		med, mx := summary(sd.regrets)
-		fmt.Fprintf(stdout, "tuner %c (%s): median regret %.1f%%, max %.1f%% over %d measured picks (%d picks not measured)\n",
-			'A'+i, sd.name, 100*med, 100*mx, len(sd.regrets), sd.unmeasured)
+		fmt.Fprintf(stdout, "tuner %c (%s): median regret %.1f%%, max %.1f%% over %d measured picks (%d exact, %d by proxy; %d picks not measured)\n",
+			'A'+i, sd.name, 100*med, 100*mx, len(sd.regrets), len(sd.regrets)-sd.proxied, sd.proxied, sd.unmeasured)
+	}
+	if hasDefault {
+		med, mx := summary(defRegrets)
+		fmt.Fprintf(stdout, "nccl default (the free runs, the baseline to beat): median regret %.1f%%, max %.1f%% over %d sizes\n",
+			100*med, 100*mx, len(defRegrets))
+	}
+	if exact < len(keys) || hasDefault {
+		fmt.Fprintln(stdout, "(a pick \"via\" a pin is measured by a run with that algorithm-only or protocol-only pin, NCCL choosing within it; a free run is NCCL's default and measures no pick)")
 	}
 	fmt.Fprintln(stdout, verdict(sides[0], sides[1]))
 	return nil
@@ -146,6 +181,7 @@ type side struct {
 	regrets    []float64
 	total      float64
 	unmeasured int
+	proxied    int // measured picks whose run is a partial one (calibrate.SizeRuns.Measure)
 }
 
 // pick is the tuner's plan for a measured size (one tuner call per collective).
@@ -166,70 +202,50 @@ func (sd *side) pick(ctx context.Context, cls planner.Class, k measureKey) (plan
 	return planner.Cell{Algo: p.Algo, Proto: p.Proto}, nil
 }
 
-// groundTruth collects the measured times of sweeps pinned to one algorithm and one protocol, for
-// the topology's node and rank counts (sweeps that do not say are taken as matching). It uses the
-// in-place half when valid, else the out-of-place one, and the fastest of repeated measurements.
-func groundTruth(sweeps []*calibrate.Sweep, t *capabilities.Topology) (measured, []string) {
-	meas := measured{}
+// groundTruth groups the sweeps' points per (collective, size) into runs (calibrate.GroupRuns)
+// for the topology's node and rank counts (sweeps that do not say are taken as matching): the
+// chosen half of every row, each sweep's legal cells decided by its pin (calibrate.Points), so
+// pinned, algorithm-only, protocol-only and free runs are all scored.
+func groundTruth(ctx context.Context, sweeps []*calibrate.Sweep, s *setup, half string) ([]calibrate.SizeRuns, []string, error) {
+	t := &s.topo
 	var skipped []string
+	var keep []*calibrate.Sweep
 	for _, sw := range sweeps {
 		name := fmt.Sprintf("%s:%d", sw.File, sw.Line)
-		cell, ok := pinnedCell(sw.Pin)
 		switch {
 		case !sw.CollKnown:
 			skipped = append(skipped, name+": collective unknown")
-			continue
-		case !ok:
-			skipped = append(skipped, fmt.Sprintf("%s: not pinned to one algorithm and one protocol (NCCL_ALGO=%q NCCL_PROTO=%q)", name, sw.Pin.Algo, sw.Pin.Proto))
 			continue
 		case sw.Nodes > 0 && sw.Nodes != t.NNodes, sw.Ranks > 0 && sw.Ranks != t.NRanks:
 			skipped = append(skipped, fmt.Sprintf("%s: %d nodes, %d ranks, not this topology's %d and %d", name, sw.Nodes, sw.Ranks, t.NNodes, t.NRanks))
 			continue
 		}
-		for _, r := range sw.Rows {
-			h := r.IP
-			if !h.Valid {
-				h = r.OOP
-			}
-			if !h.Valid || r.Bytes <= 0 {
-				continue
-			}
-			k := measureKey{sw.Coll, r.Bytes}
-			if meas[k] == nil {
-				meas[k] = map[planner.Cell]float64{}
-			}
-			if old, ok := meas[k][cell]; !ok || h.TimeUS < old {
-				meas[k][cell] = h.TimeUS
-			}
+		keep = append(keep, sw)
+	}
+	var cfg planner.Config
+	if s.node != nil {
+		var err error
+		if cfg, err = node.PlannerConfig(s.node, t); err != nil {
+			return nil, nil, usageError{err}
 		}
 	}
-	return meas, skipped
+	pts, probs, err := calibrate.Points(ctx, keep, t, cfg, calibrate.PointOptions{Half: half})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, p := range probs {
+		skipped = append(skipped, p.Error())
+	}
+	return calibrate.GroupRuns(pts), skipped, nil
 }
 
-// pinnedCell is the single cell a pin names, if it names exactly one algorithm and one protocol.
-func pinnedCell(p calibrate.Pin) (planner.Cell, bool) {
-	single := func(s string) bool { return s != "" && !strings.ContainsAny(s, "^,;:") }
-	if !single(p.Algo) || !single(p.Proto) {
-		return planner.Cell{}, false
+// runLabel names a run as compare prints cells: "RING/LL" for an exact run, else its
+// calibrate.RunTime.Label ("NCCL_ALGO=Ring", "NCCL default").
+func runLabel(r calibrate.RunTime) string {
+	if r.Kind == calibrate.RunExact {
+		return planner.Cell{Algo: r.Cells[0].Algo, Proto: r.Cells[0].Proto}.String()
 	}
-	a, errA := capabilities.ParseAlgo(p.Algo)
-	pr, errP := capabilities.ParseProto(p.Proto)
-	if errA != nil || errP != nil {
-		return planner.Cell{}, false
-	}
-	return planner.Cell{Algo: a, Proto: pr}, true
-}
-
-// bestCell is the fastest measured cell (ties to the lower (algo, proto)).
-func bestCell(cells map[planner.Cell]float64) (planner.Cell, float64) {
-	var best planner.Cell
-	bestT := math.Inf(1)
-	for c, t := range cells {
-		if t < bestT || (t == bestT && (c.Algo < best.Algo || (c.Algo == best.Algo && c.Proto < best.Proto))) {
-			best, bestT = c, t
-		}
-	}
-	return best, bestT
+	return r.Label()
 }
 
 // summary is the median and maximum of regrets (0, 0 when empty).

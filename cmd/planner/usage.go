@@ -51,11 +51,15 @@ dotted key and source tag) added.
 Writes the decision table the NCCL tuner shim (libnccl-tuner-collplan.so) reads: every shape of a
 node table's grid (or the one topology) priced ahead of time (docs/tuner-table.md).
 `,
-	"compare": `usage: planner compare (--node NAME | --table FILE | --topology FILE) --sweeps DIR [--a T] [--b T]
+	"compare": `usage: planner compare (--node NAME | --table FILE | --topology FILE) --sweeps DIR [--a T] [--b T] [--half ip|oop]
 
-Scores two tuners against pinned sweeps (nccl-tests or collbench tables, sweeps.toml manifests):
-each one's pick per measured size, the measured time of that pick and its regret against the
-fastest measured cell.
+Scores two tuners against sweeps (nccl-tests or collbench tables, sweeps.toml manifests): each
+one's pick per measured size, the measured time of that pick and its regret against the fastest
+run at that size. Every sweep is one run, pinned or not. A pick is measured by the run pinned on
+both its algorithm and protocol, else (marked "via NCCL_ALGO=...") by an algorithm-only or
+protocol-only run whose pin allows it, the one with the fewest legal cells; a run without a pin
+is NCCL's default, shown in a column of its own as the baseline to beat, and measures no pick.
+Every time comes from the --half of each row (in place by default, as calibrate fits).
 `,
 }
 

@@ -265,10 +265,24 @@ func (ev *Eval) WriteText(w io.Writer) error {
 		fmt.Fprintln(tw)
 	}
 	fmt.Fprintf(tw, "\npolicy\tmedian regret\tmax regret\tsizes\texact\tproxied\tmedian pick pred err\tmedian pred err\tmax pred err\tpoints\tmedian envelope err\tmax envelope err\tenvelope points\n")
+	// A statistic over no point, or a prediction error of a policy that predicts nothing (NCCL's
+	// default run), prints "-", not 0.
+	stat := func(v float64, n int) string {
+		if n == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.3f", v)
+	}
 	for _, p := range ev.Policies {
-		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%d\t%d\t%d\t%.3f\t%.3f\t%.3f\t%d\t%.3f\t%.3f\t%d\n", p.Name, p.RegretMedian, p.RegretMax, p.RegretSizes,
-			p.RegretExactSizes, p.RegretProxySizes, p.PickErrMedian, p.CellErrMedian, p.CellErrMax, p.CellPoints,
-			p.EnvErrMedian, p.EnvErrMax, p.EnvPoints)
+		picks := p.RegretExactSizes
+		if p.Name == PolicyNCCLDefault {
+			picks = 0
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%d\t%s\t%s\t%d\n", p.Name,
+			stat(p.RegretMedian, p.RegretSizes), stat(p.RegretMax, p.RegretSizes), p.RegretSizes,
+			p.RegretExactSizes, p.RegretProxySizes, stat(p.PickErrMedian, picks),
+			stat(p.CellErrMedian, p.CellPoints), stat(p.CellErrMax, p.CellPoints), p.CellPoints,
+			stat(p.EnvErrMedian, p.EnvPoints), stat(p.EnvErrMax, p.EnvPoints), p.EnvPoints)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

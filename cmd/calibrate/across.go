@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/collplan/collplan/calibrate"
+	"github.com/collplan/collplan/internal/cmdline"
 	"github.com/collplan/collplan/internal/configfile"
 	"github.com/collplan/collplan/tables"
 )
@@ -75,18 +76,11 @@ func sweepNodeCounts(sw []*calibrate.Sweep) []int {
 
 // parseNodeList reads --predict-nodes: comma-separated node counts, each at least 1.
 func parseNodeList(s string) ([]int, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, nil
+	v, err := cmdline.PositiveInts(s)
+	if err != nil {
+		return nil, usagef("--predict-nodes %q: %v (want node counts, comma-separated)", s, err)
 	}
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		v, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || v < 1 {
-			return nil, usagef("--predict-nodes %q: %q is not a node count (want integers >= 1, comma-separated)", s, f)
-		}
-		out = append(out, v)
-	}
-	return out, nil
+	return v, nil
 }
 
 // runAcross fits sweeps measured at several node counts together (calibrate.FitAcross), reports the

@@ -5,10 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
-	"strings"
 
 	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/internal/cmdline"
 	"github.com/collplan/collplan/internal/outpath"
 	"github.com/collplan/collplan/plugin/shimtable"
 )
@@ -98,17 +97,12 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return nil
 }
 
+
+// intList reads flag name's comma-separated positive integers.
 func intList(name, s string) ([]int, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, nil
+	v, err := cmdline.PositiveInts(s)
+	if err != nil {
+		return nil, usagef("%s: %v", name, err)
 	}
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		v, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || v < 1 {
-			return nil, usagef("%s: %q is not a positive integer", name, f)
-		}
-		out = append(out, v)
-	}
-	return out, nil
+	return v, nil
 }

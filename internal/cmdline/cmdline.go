@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 )
 
@@ -52,4 +53,21 @@ func ErrorLine(prog string, err error) string {
 		return msg
 	}
 	return prog + ": " + msg
+}
+
+// PositiveInts reads a comma-separated list of integers >= 1 ("1,2,4"; "" is none); an error names
+// the entry that is not one.
+func PositiveInts(s string) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }

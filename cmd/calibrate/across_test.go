@@ -124,8 +124,8 @@ func TestAcrossBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"--holdout-nodes", "8"}, "--holdout-nodes 8: no sweep ran on 8 nodes (they ran on 2, 4)"},
-		{[]string{"--predict-nodes", "8,x"}, `--predict-nodes "8,x": "x" is not a node count`},
-		{[]string{"--predict-nodes", "0"}, `"0" is not a node count`},
+		{[]string{"--predict-nodes", "8,x"}, `--predict-nodes "8,x": "x" is not a positive integer (want node counts`},
+		{[]string{"--predict-nodes", "0"}, `"0" is not a positive integer`},
 		{[]string{"--holdout", "2"}, "a fit across node counts holds out a node count (--holdout-nodes N), not sizes"},
 		{[]string{"--nodes", "2", "--holdout-nodes", "4"}, "--holdout-nodes and --predict-nodes are for sweeps at several node counts"},
 		{[]string{"--svg", filepath.Join(t.TempDir(), "x.svg")}, "--svg: the sweeps ran on 2, 4 nodes; plot one node count with --nodes N"},

@@ -97,7 +97,6 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return nil
 }
 
-
 // intList reads flag name's comma-separated positive integers.
 func intList(name, s string) ([]int, error) {
 	v, err := cmdline.PositiveInts(s)

@@ -6,10 +6,12 @@ import (
 	"io"
 	"math"
 	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/internal/bytesize"
 	"github.com/collplan/collplan/planner"
 )
 
@@ -81,6 +83,37 @@ type Report struct {
 	HoldoutPoints int     `json:"holdout_points"`
 	HoldoutMedian float64 `json:"holdout_median_rel"`
 	HoldoutMax    float64 `json:"holdout_max_rel"`
+	// Starts are the starting points of the fit's envelope stage with their losses, BestStart the
+	// one kept (none: no envelope points).
+	Starts    []StartJSON `json:"starts,omitempty"`
+	BestStart int         `json:"best_start"`
+	// NotFitted are the envelope points the fit left out (calibrate.FitResult.Problems).
+	NotFitted []string `json:"not_fitted,omitempty"`
+	// UnmeasuredPicks are the fitted planner's picks, at the measured sizes, of a cell no pinned
+	// sweep measured.
+	UnmeasuredPicks []UnmeasuredPick `json:"unmeasured_picks,omitempty"`
+}
+
+// StartJSON is one starting point of a fit's envelope stage: the factor on the envelope-only
+// cells' prior bandwidths and the loss it converged to.
+type StartJSON struct {
+	BWFactor float64 `json:"bw_factor"`
+	Loss     float64 `json:"loss"`
+}
+
+// UnmeasuredPick is a fitted pick at a measured size of a cell that no pinned sweep measured, and
+// where its value comes from ("inferred from the free sweep", "the prior: ...").
+type UnmeasuredPick struct {
+	Coll   string `json:"coll"`
+	Bytes  int64  `json:"bytes"`
+	Cell   string `json:"cell"`
+	Source string `json:"source"`
+}
+
+// String is the report's line: "unmeasured pick: AllReduce/NVLS/SIMPLE at 1 GiB, inferred from the
+// free sweep".
+func (u UnmeasuredPick) String() string {
+	return fmt.Sprintf("unmeasured pick: %s at %s, %s", u.Cell, bytesize.Format(u.Bytes), u.Source)
 }
 
 // Crossover is one change of pick of a collective.
@@ -102,6 +135,8 @@ type ParamJSON struct {
 	Value      float64 `json:"value"`
 	Sigma      float64 `json:"sigma"`
 	Identified bool    `json:"identified"`
+	Inferred   bool    `json:"inferred"`
+	Measured   bool    `json:"measured"` // a pinned sweep measured the cell
 }
 
 // CorrectionJSON is one fitted bucket correction: the factor written to the node table at Bucket
@@ -157,7 +192,14 @@ func pinLabel(p Point) string {
 func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner, priced map[costmodel.Coll]*planner.Menu, res *FitResult, pts, holdout []Point) (*Report, error) {
 	rep := &Report{Nodes: nodes, MedianRel: res.MedianRel, MaxRel: res.MaxRel}
 	for _, p := range res.Params {
-		rep.Params = append(rep.Params, ParamJSON{p.Cell.String(), p.Kind, p.Prior, p.Value, p.Sigma, p.Identified})
+		rep.Params = append(rep.Params, ParamJSON{p.Cell.String(), p.Kind, p.Prior, p.Value, p.Sigma, p.Identified, p.Inferred, p.Measured})
+	}
+	for _, st := range res.Starts {
+		rep.Starts = append(rep.Starts, StartJSON{st.BWFactor, st.Loss})
+	}
+	rep.BestStart = res.BestStart
+	for _, p := range res.Problems {
+		rep.NotFitted = append(rep.NotFitted, p.Error())
 	}
 	for _, r := range res.Residuals {
 		rep.Points = append(rep.Points, PointJSON{r.File, r.Line, pinLabel(r.Point), r.Bytes, r.TimeUS, r.PredUS, r.Cell.String(), r.LogErr})
@@ -218,12 +260,14 @@ func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner,
 		}
 		sr := SizeReport{Coll: k.c.String(), Bytes: k.n, Best: pinLabel(best), MeasuredUS: best.TimeUS}
 		cls := planner.Class{Coll: k.c, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1}
+		var picked Cell // the cell of the last pick
 		pick := func(pl *planner.Planner) (Pick, error) {
 			plan, err := pl.Explain(ctx, cls, k.n)
 			if err != nil {
 				return Pick{}, err
 			}
 			c := Cell{k.c, plan.Algo, plan.Proto}
+			picked = c
 			pk := Pick{Cell: c.String(), PredUS: float64(plan.TimeUS), MeasuredUS: measuredFor(ps, c), Regret: -1}
 			if pk.MeasuredUS > 0 {
 				pk.Regret = pk.MeasuredUS/best.TimeUS - 1
@@ -236,6 +280,9 @@ func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner,
 		}
 		if sr.Fitted, err = pick(fitted); err != nil {
 			return nil, err
+		}
+		if !res.MeasuredCell(picked) {
+			rep.UnmeasuredPicks = append(rep.UnmeasuredPicks, UnmeasuredPick{Coll: k.c.String(), Bytes: k.n, Cell: sr.Fitted.Cell, Source: res.unmeasuredSource(picked)})
 		}
 		rs := Cell{k.c, costmodel.Ring, costmodel.Simple}
 		sr.Baseline = Pick{Cell: rs.String(), MeasuredUS: measuredFor(ps, rs), Regret: -1}
@@ -337,7 +384,10 @@ func (rep *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "parameters (%d nodes)\ncell\tkind\tprior\tfitted\tsigma\tstatus\n", rep.Nodes)
 	for _, p := range rep.Params {
 		st := "fitted"
-		if !p.Identified {
+		switch {
+		case p.Inferred:
+			st = "inferred (envelope sweeps only; no pinned sweep measured it)"
+		case !p.Identified:
 			st = "held at prior (data do not identify it)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%.4g\t%.4g\t%.2g\t%s\n", p.Cell, p.Kind, p.Prior, p.Value, p.Sigma, st)
@@ -369,6 +419,25 @@ func (rep *Report) WriteText(w io.Writer) error {
 	for _, c := range rep.Crossovers {
 		fmt.Fprintf(tw, "%s\t%s\t%d..%d\t%s\t%s\n", c.Coll, c.Source, c.Lo, c.Hi, c.From, c.To)
 	}
+	if len(rep.Starts) > 0 {
+		fmt.Fprintf(tw, "\nenvelope fit: %d starts (bandwidth factor on the envelope-only cells' prior: loss)", len(rep.Starts))
+		for i, st := range rep.Starts {
+			fmt.Fprintf(tw, "; x%g: %.6g", st.BWFactor, st.Loss)
+			if i == rep.BestStart {
+				fmt.Fprint(tw, " (kept)")
+			}
+		}
+		fmt.Fprintln(tw)
+	}
+	for _, p := range rep.NotFitted {
+		fmt.Fprintf(tw, "not fitted: %s\n", p)
+	}
+	if len(rep.UnmeasuredPicks) > 0 {
+		fmt.Fprintln(tw)
+	}
+	for _, u := range rep.UnmeasuredPicks {
+		fmt.Fprintln(tw, u.String())
+	}
 	fmt.Fprintf(tw, "\nfit |pred/meas-1|: median %.3f max %.3f over %d points\n", rep.MedianRel, rep.MaxRel, len(rep.Points))
 	fmt.Fprintf(tw, "regret (over the %d/%d sizes where the pick was measured): prior median %.3f max %.3f; fitted median %.3f max %.3f\n",
 		rep.PriorRegretSizes, rep.FittedRegretSizes, rep.PriorRegretMedian, rep.PriorRegretMax, rep.FittedRegretMedian, rep.FittedRegretMax)
@@ -384,4 +453,41 @@ func measured(us float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.4g", us)
+}
+
+// unmeasuredSource says where the value of c, a cell no pinned point measured, comes from:
+// "inferred from the free sweep" (or from the envelope sweeps of the pins that attained it),
+// or the prior.
+func (r *FitResult) unmeasuredSource(c Cell) string {
+	if r.InferredCell(c) {
+		pins := map[string]bool{}
+		for _, res := range r.Residuals {
+			if res.Cell == c && !res.Pinned() {
+				pins[pinLabel(res.Point)] = true
+			}
+		}
+		ps := sortedStrings(pins)
+		switch {
+		case len(ps) == 1 && ps[0] == "*/*":
+			return "inferred from the free sweep"
+		case len(ps) == 0:
+			return "inferred from the envelope sweeps"
+		}
+		return "inferred from the envelope sweeps pinned " + strings.Join(ps, ", ")
+	}
+	for _, p := range r.Params {
+		if p.Cell == c {
+			return "at the prior (the envelope sweeps do not identify it)"
+		}
+	}
+	return "at the prior (no sweep measured it)"
+}
+
+func sortedStrings(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

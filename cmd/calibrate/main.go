@@ -348,6 +348,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			fcfg.Factors = cf.Factors
 		}
 	}
+	for _, p := range res.Problems { // envelope points every allowed cell of which was measured slower
+		fmt.Fprintln(stderr, "calibrate: warning:", p.Error())
+	}
 	fcfg.Cells = res.Overrides()
 	pricedFit, err := calibrate.PricedMenus(ctx, &topo, fcfg)
 	if err != nil {

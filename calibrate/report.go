@@ -101,6 +101,27 @@ type StartJSON struct {
 	Loss     float64 `json:"loss"`
 }
 
+// unmeasuredLines prints the unmeasured picks one line per run of consecutive entries of the same
+// collective, cell and source: "unmeasured pick: AllReduce/RING/LL at 8 B .. 1 MiB (18 sizes),
+// inferred from the free sweep" (as UnmeasuredPick.String for a run of one).
+func unmeasuredLines(us []UnmeasuredPick) []string {
+	var out []string
+	for i := 0; i < len(us); {
+		j := i + 1
+		for j < len(us) && us[j].Coll == us[i].Coll && us[j].Cell == us[i].Cell && us[j].Source == us[i].Source {
+			j++
+		}
+		if j == i+1 {
+			out = append(out, us[i].String())
+		} else {
+			out = append(out, fmt.Sprintf("unmeasured pick: %s at %s .. %s (%d sizes), %s", us[i].Cell,
+				bytesize.Format(us[i].Bytes), bytesize.Format(us[j-1].Bytes), j-i, us[i].Source))
+		}
+		i = j
+	}
+	return out
+}
+
 // UnmeasuredPick is a fitted pick at a measured size of a cell that no pinned sweep measured, and
 // where its value comes from ("inferred from the free sweep", "the prior: ...").
 type UnmeasuredPick struct {
@@ -435,8 +456,8 @@ func (rep *Report) WriteText(w io.Writer) error {
 	if len(rep.UnmeasuredPicks) > 0 {
 		fmt.Fprintln(tw)
 	}
-	for _, u := range rep.UnmeasuredPicks {
-		fmt.Fprintln(tw, u.String())
+	for _, line := range unmeasuredLines(rep.UnmeasuredPicks) {
+		fmt.Fprintln(tw, line)
 	}
 	fmt.Fprintf(tw, "\nfit |pred/meas-1|: median %.3f max %.3f over %d points\n", rep.MedianRel, rep.MaxRel, len(rep.Points))
 	fmt.Fprintf(tw, "regret (over the %d/%d sizes where the pick was measured): prior median %.3f max %.3f; fitted median %.3f max %.3f\n",

@@ -341,6 +341,11 @@ const envelopeMargin = 0.03
 // stage-2 fit starts from (Fit): the prior itself first, then half and twice its bandwidths.
 var startFactors = []float64{1, 0.5, 2}
 
+// startTieRel is how much lower (relatively) a later start's loss must be to replace an earlier
+// one: starts that converge to the same minimum differ in the last digits, and the earlier start
+// (the prior first) is kept for them.
+const startTieRel = 1e-6
+
 // Start is one starting point of the envelope stage of a fit and the loss it converged to.
 type Start struct {
 	// BWFactor multiplies the prior bandwidth of every envelope-only cell at the start (1: the
@@ -604,7 +609,7 @@ func (st *stageFit) nIdent() int {
 
 // fitStage minimises md's loss with the cells of fixed held at their given log offsets and the
 // others free, from each bandwidth factor of starts (on the free cells' prior bandwidths), keeping
-// the lowest loss (the earliest on a tie). The free parameters the data do not identify (data
+// the lowest loss (the earliest within startTieRel). The free parameters the data do not identify (data
 // curvature below the prior's) are then held at the prior and the rest refitted.
 func (md *model) fitStage(fixed map[Cell][2]float64, starts []float64) (*stageFit, error) {
 	n := 2 * len(md.cells)
@@ -635,7 +640,7 @@ func (md *model) fitStage(fixed map[Cell][2]float64, starts []float64) (*stageFi
 		st.iter += it
 		l := md.loss(xk)
 		st.starts = append(st.starts, Start{BWFactor: f, Loss: l})
-		if l < bestLoss {
+		if l < bestLoss*(1-startTieRel) {
 			bestLoss, x, st.best = l, xk, k
 		}
 	}

@@ -90,6 +90,12 @@ needed here), unless --prior names an overlay to apply over it; the report names
 overlay goes to NAME.fit.toml in the working directory unless --out names a path: nothing is
 written into tables/ (or beside any table file, where it would overlay that table) unless --out
 says so. --run measures collplan's CPU engine, so it refuses a GPU node table unless --force.
+
+Pinned sweeps (one cell) are fitted first; partial and free sweeps then fit only the cells no
+pinned sweep measured, among those their own pinned sweeps do not show slower than the point (by
+over 3 %; a point left with none is a warning, not fitted), from 3 starts. Those cells are
+"inferred": applied in the overlay and tagged so, never "measured", and the report lists the
+fitted picks that land on them ("unmeasured pick: ...").
 `
 
 // run fits one node table at one node count and writes the overlay and the report; with --run it

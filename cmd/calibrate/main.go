@@ -421,7 +421,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := os.WriteFile(*out, buf.Bytes(), 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "calibrate: wrote %s (%d cells fitted at %d nodes from %d points, %d bucket corrections)\n", *out, len(res.Fitted)-len(heldBack), *nodes, len(fitPts), len(corr))
+	written := withoutCells(res, heldBack)
+	inferred := 0
+	for c := range written.Fitted {
+		if written.InferredCell(c) {
+			inferred++
+		}
+	}
+	fmt.Fprintf(stderr, "calibrate: wrote %s (%d cells fitted at %d nodes from %d points, %d of them inferred from envelope sweeps only; %d bucket corrections)\n",
+		*out, len(written.Fitted), *nodes, len(fitPts), inferred, len(corr))
 	if svgData != nil {
 		if err := os.WriteFile(*svg, svgData, 0o644); err != nil {
 			return err

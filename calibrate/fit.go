@@ -379,11 +379,12 @@ func Fit(menus map[costmodel.Coll]*planner.Menu, pts []Point, opt FitOptions) (*
 	}
 	opt = opt.withDefaults()
 	var pinned, env []Point
-	for _, p := range pts {
+	var pinnedAt, envAt []int // their indexes in pts
+	for i, p := range pts {
 		if p.Pinned() {
-			pinned = append(pinned, p)
+			pinned, pinnedAt = append(pinned, p), append(pinnedAt, i)
 		} else {
-			env = append(env, p)
+			env, envAt = append(env, p), append(envAt, i)
 		}
 	}
 	res := &FitResult{Fitted: map[Cell][2]float64{}}
@@ -391,7 +392,9 @@ func Fit(menus map[costmodel.Coll]*planner.Menu, pts []Point, opt FitOptions) (*
 	var ss float64
 	nFree := 0
 	fixed := map[Cell][2]float64{} // measured cells: their stage-1 log offsets
-	addResiduals := func(md *model, x []float64) {
+	var order []int                // per residual, its point's index in pts
+	addResiduals := func(md *model, x []float64, at []int) {
+		order = append(order, at...)
 		for i := range md.pts {
 			pred, k := md.predict(x, i, math.Inf(1))
 			p := md.pts[i]
@@ -411,14 +414,17 @@ func Fit(menus map[costmodel.Coll]*planner.Menu, pts []Point, opt FitOptions) (*
 			return nil, err
 		}
 		res.Iter += st.iter
-		addResiduals(md, st.x)
+		addResiduals(md, st.x, pinnedAt)
 		nFree += st.nIdent()
 		for ci, c := range md.cells {
 			fixed[c] = [2]float64{st.x[2*ci], st.x[2*ci+1]}
 			res.addParams(md, ci, st, false)
 		}
 	}
-	env, probs := screenEnvelope(env, pinned)
+	env, kept, probs := screenEnvelope(env, pinned)
+	for k, i := range kept {
+		kept[k] = envAt[i]
+	}
 	res.Problems = probs
 	if len(env) > 0 {
 		md, err := newModel(menus, env, opt)
@@ -431,7 +437,7 @@ func Fit(menus map[costmodel.Coll]*planner.Menu, pts []Point, opt FitOptions) (*
 		}
 		res.Iter += st.iter
 		res.Starts, res.BestStart = st.starts, st.best
-		addResiduals(md, st.x)
+		addResiduals(md, st.x, kept)
 		nFree += st.nIdent()
 		for ci, c := range md.cells {
 			if _, ok := fixed[c]; !ok {
@@ -443,6 +449,17 @@ func Fit(menus map[costmodel.Coll]*planner.Menu, pts []Point, opt FitOptions) (*
 		return nil, fmt.Errorf("calibrate: no point left to fit: %w", Problems(probs))
 	}
 	sort.SliceStable(res.Params, func(i, j int) bool { return cellLess(res.Params[i].Cell, res.Params[j].Cell) })
+	rs := make([]Residual, len(pts))
+	has := make([]bool, len(pts))
+	for k, i := range order {
+		rs[i], has[i] = res.Residuals[k], true
+	}
+	res.Residuals = res.Residuals[:0]
+	for i := range rs {
+		if has[i] {
+			res.Residuals = append(res.Residuals, rs[i])
+		}
+	}
 	res.Sigma2 = ss / float64(max(1, len(res.Residuals)-nFree))
 	res.MedianRel, res.MaxRel = median(rel), maxOf(rel)
 	return res, nil
@@ -487,8 +504,8 @@ func (r *FitResult) addParams(md *model, ci int, st *stageFit, envelope bool) {
 // measured slower than the point's time by more than envelopeMargin, at the point's size or
 // log-log interpolated between the two measured sizes around it (outside a cell's measured range
 // nothing is dropped: there is no measurement to go by). Points left with no candidate are returned
-// as problems instead.
-func screenEnvelope(env, pinned []Point) ([]Point, []Problem) {
+// as problems instead; kept indexes env for each point returned.
+func screenEnvelope(env, pinned []Point) (out []Point, kept []int, probs []Problem) {
 	// Per measured cell, the fastest pinned time at each measured size, by size.
 	type meas struct {
 		n int64
@@ -527,9 +544,7 @@ func screenEnvelope(env, pinned []Point) ([]Point, []Problem) {
 		f := math.Log(float64(n)/float64(a.n)) / math.Log(float64(b.n)/float64(a.n))
 		return math.Exp(math.Log(a.t) + f*math.Log(b.t/a.t)), true
 	}
-	var out []Point
-	var probs []Problem
-	for _, p := range env {
+	for i, p := range env {
 		var keep []Cell
 		var why []string
 		for _, c := range p.Cells {
@@ -546,9 +561,9 @@ func screenEnvelope(env, pinned []Point) ([]Point, []Problem) {
 			continue
 		}
 		p.Cells = keep
-		out = append(out, p)
+		out, kept = append(out, p), append(kept, i)
 	}
-	return out, probs
+	return out, kept, probs
 }
 
 // newModel builds the loss of pts over the prior menus: one (lat, bw) pair per cell the points

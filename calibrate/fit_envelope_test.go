@@ -257,7 +257,7 @@ func TestScreenEnvelope(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := []Point{{File: "free", Line: 7, Bytes: tc.bytes, TimeUS: tc.timeUS, Cells: tc.cells}}
-			out, probs := screenEnvelope(env, pinned)
+			out, _, probs := screenEnvelope(env, pinned)
 			if tc.want == nil {
 				assert.Empty(t, out)
 				require.Len(t, probs, 1)
@@ -328,4 +328,23 @@ func TestReportUnmeasuredPicks(t *testing.T) {
 	assert.Contains(t, txt, "envelope fit: 3 starts")
 	assert.Contains(t, txt, "(kept)")
 	assert.Contains(t, txt, "inferred (envelope sweeps only; no pinned sweep measured it)")
+}
+
+// TestFitResidualsInPointOrder: the residuals follow the points' order (pinned and envelope
+// interleaved as given), whatever stage fitted each.
+func TestFitResidualsInPointOrder(t *testing.T) {
+	k := newNVSwitchCase(t)
+	pts, _ := pointsOf(t, k.sweeps(), &k.topo)
+	var mixed []Point // ring, free, ring, free, ...
+	half := len(pts) / 2
+	for i := 0; i < half; i++ {
+		mixed = append(mixed, pts[i], pts[half+i])
+	}
+	res, err := Fit(k.menus, mixed, FitOptions{})
+	require.NoError(t, err)
+	require.Len(t, res.Residuals, len(mixed))
+	for i, r := range res.Residuals {
+		assert.Equal(t, mixed[i].File, r.File, "residual %d", i)
+		assert.Equal(t, mixed[i].Line, r.Line, "residual %d", i)
+	}
 }

@@ -108,14 +108,14 @@ func unmeasuredLines(us []UnmeasuredPick) []string {
 	var out []string
 	for i := 0; i < len(us); {
 		j := i + 1
-		for j < len(us) && us[j].Coll == us[i].Coll && us[j].Cell == us[i].Cell && us[j].Source == us[i].Source {
+		for j < len(us) && us[j].Coll == us[i].Coll && us[j].Cell == us[i].Cell && us[j].Source == us[i].Source && us[j].PriorPick == us[i].PriorPick {
 			j++
 		}
 		if j == i+1 {
 			out = append(out, us[i].String())
 		} else {
-			out = append(out, fmt.Sprintf("unmeasured pick: %s at %s .. %s (%d sizes), %s", us[i].Cell,
-				bytesize.Format(us[i].Bytes), bytesize.Format(us[j-1].Bytes), j-i, us[i].Source))
+			out = append(out, fmt.Sprintf("unmeasured pick: %s at %s .. %s (%d sizes), %s%s", us[i].Cell,
+				bytesize.Format(us[i].Bytes), bytesize.Format(us[j-1].Bytes), j-i, us[i].Source, us[i].priorNote()))
 		}
 		i = j
 	}
@@ -129,12 +129,24 @@ type UnmeasuredPick struct {
 	Bytes  int64  `json:"bytes"`
 	Cell   string `json:"cell"`
 	Source string `json:"source"`
+	// PriorPick is the prior's pick there when it is another cell ("" when the same): with the
+	// base table as the prior, the cell NCCL's own model runs in a free sweep, which an envelope
+	// cannot tell from the cell the fit credited.
+	PriorPick string `json:"prior_pick,omitempty"`
 }
 
 // String is the report's line: "unmeasured pick: AllReduce/NVLS/SIMPLE at 1 GiB, inferred from the
 // free sweep".
 func (u UnmeasuredPick) String() string {
-	return fmt.Sprintf("unmeasured pick: %s at %s, %s", u.Cell, bytesize.Format(u.Bytes), u.Source)
+	return fmt.Sprintf("unmeasured pick: %s at %s, %s%s", u.Cell, bytesize.Format(u.Bytes), u.Source, u.priorNote())
+}
+
+// priorNote is "; the prior picks CELL there" when the prior picks another cell, else "".
+func (u UnmeasuredPick) priorNote() string {
+	if u.PriorPick == "" {
+		return ""
+	}
+	return "; the prior picks " + u.PriorPick + " there"
 }
 
 // Crossover is one change of pick of a collective.
@@ -303,7 +315,11 @@ func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner,
 			return nil, err
 		}
 		if !res.MeasuredCell(picked) {
-			rep.UnmeasuredPicks = append(rep.UnmeasuredPicks, UnmeasuredPick{Coll: k.c.String(), Bytes: k.n, Cell: sr.Fitted.Cell, Source: res.unmeasuredSource(picked)})
+			u := UnmeasuredPick{Coll: k.c.String(), Bytes: k.n, Cell: sr.Fitted.Cell, Source: res.unmeasuredSource(picked)}
+			if sr.Prior.Cell != sr.Fitted.Cell {
+				u.PriorPick = sr.Prior.Cell
+			}
+			rep.UnmeasuredPicks = append(rep.UnmeasuredPicks, u)
 		}
 		rs := Cell{k.c, costmodel.Ring, costmodel.Simple}
 		sr.Baseline = Pick{Cell: rs.String(), MeasuredUS: measuredFor(ps, rs), Regret: -1}

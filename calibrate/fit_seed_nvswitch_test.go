@@ -101,6 +101,9 @@ func TestFitSeedNVSwitchFreeSweep(t *testing.T) {
 	require.Empty(t, probs)
 	res, err := Fit(menus, pts, FitOptions{})
 	require.NoError(t, err)
+	for _, p := range res.Params {
+		t.Logf("%s %s: prior %.4g fitted %.4g ± %.2g identified %v inferred %v", p.Cell, p.Kind, p.Prior, p.Value, p.Sigma, p.Identified, p.Inferred)
+	}
 	fitted, err := planner.New(&topo, planner.Config{Cells: res.Overrides()})
 	require.NoError(t, err)
 	fm, err := Menus(ctx, fitted)
@@ -117,6 +120,7 @@ func TestFitSeedNVSwitchFreeSweep(t *testing.T) {
 		assert.InDelta(t, 1, ringBest/ringUS[n], 0.03, "%d B: fitted Ring %.4g us, its own sweep %.4g us", n, ringBest, ringUS[n])
 		plan, err := fitted.Explain(ctx, cls, n)
 		require.NoError(t, err)
+		t.Logf("%d B: free %.4g us, best ring %.4g us (fitted %.4g); fitted pick %s/%s", n, freeUS[n], ringUS[n], ringBest, plan.Algo, plan.Proto)
 		require.Less(t, freeUS[n], ringUS[n]/1.03, "%d B: the free run beat the best ring by over 3 %%", n)
 		assert.NotEqual(t, costmodel.Ring, plan.Algo, "%d B: fitted pick %s/%s; the free run (%.4g us) beat the best ring (%.4g us)", n, plan.Algo, plan.Proto, freeUS[n], ringUS[n])
 	}

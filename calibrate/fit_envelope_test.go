@@ -348,3 +348,24 @@ func TestFitResidualsInPointOrder(t *testing.T) {
 		assert.Equal(t, mixed[i].Line, r.Line, "residual %d", i)
 	}
 }
+
+// TestUnmeasuredLines: runs of consecutive measured sizes with the same cell, source and prior pick
+// share a line; a measured size between two breaks the run.
+func TestUnmeasuredLines(t *testing.T) {
+	u := func(at int, n int64, cell, prior string) UnmeasuredPick {
+		return UnmeasuredPick{Coll: "AllReduce", Bytes: n, Cell: cell, Source: "inferred from the free sweep", PriorPick: prior, at: at}
+	}
+	ll, nv := "AllReduce/RING/LL", "AllReduce/NVLS/SIMPLE"
+	got := unmeasuredLines([]UnmeasuredPick{
+		u(0, 8, ll, ""), u(1, 16, ll, ""), u(2, 32, ll, ""), // a run
+		u(4, 128, ll, ""),                    // size 64 (index 3) was a measured pick
+		u(5, 256, ll, nv), u(6, 512, ll, nv), // another prior pick
+		u(7, 1024, nv, ""),
+	})
+	assert.Equal(t, []string{
+		"unmeasured pick: AllReduce/RING/LL at 8 B .. 32 B (3 sizes), inferred from the free sweep",
+		"unmeasured pick: AllReduce/RING/LL at 128 B, inferred from the free sweep",
+		"unmeasured pick: AllReduce/RING/LL at 256 B .. 512 B (2 sizes), inferred from the free sweep; the prior picks AllReduce/NVLS/SIMPLE there",
+		"unmeasured pick: AllReduce/NVLS/SIMPLE at 1 KiB, inferred from the free sweep",
+	}, got)
+}

@@ -101,14 +101,14 @@ type StartJSON struct {
 	Loss     float64 `json:"loss"`
 }
 
-// unmeasuredLines prints the unmeasured picks one line per run of consecutive entries of the same
-// collective, cell and source: "unmeasured pick: AllReduce/RING/LL at 8 B .. 1 MiB (18 sizes),
+// unmeasuredLines prints the unmeasured picks one line per run of consecutive measured sizes with
+// the same collective, cell, source and prior pick: "unmeasured pick: AllReduce/RING/LL at 8 B .. 1 MiB (18 sizes),
 // inferred from the free sweep" (as UnmeasuredPick.String for a run of one).
 func unmeasuredLines(us []UnmeasuredPick) []string {
 	var out []string
 	for i := 0; i < len(us); {
 		j := i + 1
-		for j < len(us) && us[j].Coll == us[i].Coll && us[j].Cell == us[i].Cell && us[j].Source == us[i].Source && us[j].PriorPick == us[i].PriorPick {
+		for j < len(us) && us[j].at == us[j-1].at+1 && us[j].Coll == us[i].Coll && us[j].Cell == us[i].Cell && us[j].Source == us[i].Source && us[j].PriorPick == us[i].PriorPick {
 			j++
 		}
 		if j == i+1 {
@@ -133,6 +133,7 @@ type UnmeasuredPick struct {
 	// base table as the prior, the cell NCCL's own model runs in a free sweep, which an envelope
 	// cannot tell from the cell the fit credited.
 	PriorPick string `json:"prior_pick,omitempty"`
+	at        int    // index in Report.Sizes
 }
 
 // String is the report's line: "unmeasured pick: AllReduce/NVLS/SIMPLE at 1 GiB, inferred from the
@@ -315,7 +316,7 @@ func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner,
 			return nil, err
 		}
 		if !res.MeasuredCell(picked) {
-			u := UnmeasuredPick{Coll: k.c.String(), Bytes: k.n, Cell: sr.Fitted.Cell, Source: res.unmeasuredSource(picked)}
+			u := UnmeasuredPick{Coll: k.c.String(), Bytes: k.n, Cell: sr.Fitted.Cell, Source: res.unmeasuredSource(picked), at: len(rep.Sizes)}
 			if sr.Prior.Cell != sr.Fitted.Cell {
 				u.PriorPick = sr.Prior.Cell
 			}

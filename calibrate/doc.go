@@ -2,8 +2,11 @@
 //
 // Fit (fit.go) adjusts the effective latency and bandwidth of each pinned cell to the measured
 // points with gonum/optimize (a robust loss on log(predicted/measured), regularised toward the
-// prior table; protocol-free sweeps constrain the minimum over the cells they allow), with an
-// uncertainty per parameter; points whose -I per-iteration CV is high weigh less.
+// prior table), with an uncertainty per parameter; points whose -I per-iteration CV is high weigh
+// less. It fits the pinned points first; partial and free sweeps then constrain the minimum over
+// the cells they allow, less the measured cells their own pinned sweeps show slower there, without
+// moving a measured cell: the cells they alone constrain are Inferred, never Identified, from
+// several starts.
 // FitCorrected (corrections.go) then fits per-bucket bandwidth factors (NCCL's
 // treeCorrectionFactor idea) where a cell's pinned points in a log2 size bucket keep a significant,
 // consistent residual, and refits the cells over them. WriteOverlay writes the result as a node

@@ -259,9 +259,14 @@ type Param struct {
 	Prior float64 // the prior table's value
 	Value float64 // fitted (the prior when not identified)
 	Sigma float64 // 1-sigma uncertainty, same unit; 0 when not identified
-	// Identified is true when the data constrain the parameter more than the prior does; the
-	// others are held at the prior.
-	Identified bool
+	// Identified is true when pinned points (a sweep that measured this cell alone) constrain the
+	// parameter more than the prior does. Inferred is true when envelope points alone (partial or
+	// free sweeps, where NCCL chose among several cells) constrain it: a value the envelope implies,
+	// never a measurement of the cell, with a sigma of at least the prior's spread. A parameter
+	// neither identified nor inferred is held at the prior.
+	Identified, Inferred bool
+	// Measured is true when a pinned point measured the cell.
+	Measured bool
 }
 
 // Residual is one point's fit: prediction and log error.
@@ -283,6 +288,33 @@ type FitResult struct {
 	// Sigma2 is the residual variance of log(pred/meas) (degrees of freedom corrected).
 	Sigma2 float64
 	Iter   int
+	// Starts are the starting points of the envelope stage (none without envelope points), in the
+	// order tried; BestStart indexes the one kept (the lowest loss).
+	Starts    []Start
+	BestStart int
+	// Problems are envelope points not fitted: every cell they allow was measured slower by its
+	// own pinned sweep than the point's time (Fit).
+	Problems []Problem
+}
+
+// MeasuredCell reports whether a pinned point of the fit measured c.
+func (r *FitResult) MeasuredCell(c Cell) bool {
+	for _, p := range r.Params {
+		if p.Cell == c && p.Measured {
+			return true
+		}
+	}
+	return false
+}
+
+// InferredCell reports whether c's fitted value was inferred from envelope points alone.
+func (r *FitResult) InferredCell(c Cell) bool {
+	for _, p := range r.Params {
+		if p.Cell == c && p.Inferred {
+			return true
+		}
+	}
+	return false
 }
 
 // model holds what the loss needs: points, the free parameters and the prior.
@@ -304,15 +336,244 @@ type model struct {
 // much, so that log(lat) exists.
 const minLat = 0.1
 
+// envelopeMargin is the noise margin of the stage-2 screen (Fit): a measured cell is dropped from
+// an envelope point's candidates when its own pinned sweep measured it slower than the point's time
+// by more than this fraction (NCCL cannot have run it there).
+const envelopeMargin = 0.03
+
+// startFactors are the bandwidth factors, on the prior of every envelope-only cell, that the
+// stage-2 fit starts from (Fit): the prior itself first, then half and twice its bandwidths.
+var startFactors = []float64{1, 0.5, 2}
+
+// startTieRel is how much lower (relatively) a later start's loss must be to replace an earlier
+// one: starts that converge to the same minimum differ in the last digits, and the earlier start
+// (the prior first) is kept for them.
+const startTieRel = 1e-6
+
+// Start is one starting point of the envelope stage of a fit and the loss it converged to.
+type Start struct {
+	// BWFactor multiplies the prior bandwidth of every envelope-only cell at the start (1: the
+	// prior itself).
+	BWFactor float64
+	Loss     float64
+}
+
 // Fit fits the latency and bandwidth of the cells the points measure, for the topology of menus
-// (the prior: one menu per collective from a planner without overrides). Cells no point measures
-// keep the prior and are not listed; measured parameters the data cannot identify (their data
-// curvature is below the prior's) are held at the prior and marked so.
+// (the prior: one menu per collective from a planner without overrides), in two stages:
+//
+//  1. The pinned points (Point.Pinned) alone. The cells they measure are the measured cells; a
+//     parameter the data identify (its data curvature above the prior's) is Identified, the others
+//     are held at the prior.
+//  2. The envelope points (partial and free sweeps). From each point's candidate cells every
+//     measured cell is dropped that its own pinned sweep measured, at that size (log-log
+//     interpolated between its neighbouring measured sizes), slower than the point's time by more
+//     than envelopeMargin: NCCL cannot have run it there. A point left with no candidate is a
+//     Problem, not fitted. Measured cells are fixed at their stage-1 values: a pinned sweep
+//     measures its cell directly, and an envelope point that a measured cell still explains can
+//     only confirm it (the cell's measurement there is no slower than the point); moving it would
+//     let a free run rewrite a measurement. The other cells (envelope-only) are fitted from each
+//     of startFactors and the lowest loss kept; one the data constrain is Inferred, never
+//     Identified, with a sigma of at least the prior's spread (PriorSigma on the log scale).
+//
+// Cells no point measures keep the prior and are not listed; Fitted holds the identified and the
+// inferred cells.
 func Fit(menus map[costmodel.Coll]*planner.Menu, pts []Point, opt FitOptions) (*FitResult, error) {
 	if len(pts) == 0 {
 		return nil, errors.New("calibrate: no points to fit")
 	}
-	md := &model{menus: menus, pts: pts, opt: opt.withDefaults(), idx: map[Cell]int{}}
+	opt = opt.withDefaults()
+	var pinned, env []Point
+	var pinnedAt, envAt []int // their indexes in pts
+	for i, p := range pts {
+		if p.Pinned() {
+			pinned, pinnedAt = append(pinned, p), append(pinnedAt, i)
+		} else {
+			env, envAt = append(env, p), append(envAt, i)
+		}
+	}
+	res := &FitResult{Fitted: map[Cell][2]float64{}}
+	var rel []float64
+	var ss float64
+	nFree := 0
+	fixed := map[Cell][2]float64{} // measured cells: their stage-1 log offsets
+	var order []int                // per residual, its point's index in pts
+	addResiduals := func(md *model, x []float64, at []int) {
+		order = append(order, at...)
+		for i := range md.pts {
+			pred, k := md.predict(x, i, math.Inf(1))
+			p := md.pts[i]
+			r := Residual{Point: p, PredUS: pred, Cell: p.Cells[k], LogErr: math.Log(pred / p.TimeUS)}
+			res.Residuals = append(res.Residuals, r)
+			rel = append(rel, math.Abs(pred/p.TimeUS-1))
+			ss += r.LogErr * r.LogErr
+		}
+	}
+	if len(pinned) > 0 {
+		md, err := newModel(menus, pinned, opt)
+		if err != nil {
+			return nil, err
+		}
+		st, err := md.fitStage(nil, []float64{1})
+		if err != nil {
+			return nil, err
+		}
+		res.Iter += st.iter
+		addResiduals(md, st.x, pinnedAt)
+		nFree += st.nIdent()
+		for ci, c := range md.cells {
+			fixed[c] = [2]float64{st.x[2*ci], st.x[2*ci+1]}
+			res.addParams(md, ci, st, false)
+		}
+	}
+	env, kept, probs := screenEnvelope(env, pinned)
+	for k, i := range kept {
+		kept[k] = envAt[i]
+	}
+	res.Problems = probs
+	if len(env) > 0 {
+		md, err := newModel(menus, env, opt)
+		if err != nil {
+			return nil, err
+		}
+		st, err := md.fitStage(fixed, startFactors)
+		if err != nil {
+			return nil, err
+		}
+		res.Iter += st.iter
+		res.Starts, res.BestStart = st.starts, st.best
+		addResiduals(md, st.x, kept)
+		nFree += st.nIdent()
+		for ci, c := range md.cells {
+			if _, ok := fixed[c]; !ok {
+				res.addParams(md, ci, st, true)
+			}
+		}
+	}
+	if len(res.Residuals) == 0 {
+		return nil, fmt.Errorf("calibrate: no point left to fit: %w", Problems(probs))
+	}
+	sort.SliceStable(res.Params, func(i, j int) bool { return cellLess(res.Params[i].Cell, res.Params[j].Cell) })
+	rs := make([]Residual, len(pts))
+	has := make([]bool, len(pts))
+	for k, i := range order {
+		rs[i], has[i] = res.Residuals[k], true
+	}
+	res.Residuals = res.Residuals[:0]
+	for i := range rs {
+		if has[i] {
+			res.Residuals = append(res.Residuals, rs[i])
+		}
+	}
+	res.Sigma2 = ss / float64(max(1, len(res.Residuals)-nFree))
+	res.MedianRel, res.MaxRel = median(rel), maxOf(rel)
+	return res, nil
+}
+
+// addParams appends the two parameters of md's cell ci as stage st fitted them, and the cell to
+// Fitted when either is identified (stage 1) or inferred (envelope, stage 2).
+func (r *FitResult) addParams(md *model, ci int, st *stageFit, envelope bool) {
+	c := md.cells[ci]
+	mc := md.menus[c.Coll].Cells[c.Algo][c.Proto]
+	x := st.x
+	lat, bw := md.prior[ci][0]*math.Exp(x[2*ci]), md.prior[ci][1]*math.Exp(x[2*ci+1])
+	for k, kind := range []string{"lat_us", "bw_gbps"} {
+		j := 2*ci + k
+		v, pv := lat, float64(mc.LatUS)
+		if k == 1 {
+			v, pv = bw, float64(mc.BWGBps)
+		}
+		p := Param{Cell: c, Kind: kind, Prior: pv, Value: v, Measured: !envelope}
+		switch {
+		case !st.ident[j]:
+			p.Value = pv
+		case envelope:
+			p.Inferred = true
+			p.Sigma = v * math.Max(math.Sqrt(math.Max(0, st.cov[j])), md.opt.PriorSigma)
+		default:
+			p.Identified = true
+			p.Sigma = v * math.Sqrt(math.Max(0, st.cov[j]))
+		}
+		r.Params = append(r.Params, p)
+	}
+	if st.ident[2*ci] || st.ident[2*ci+1] {
+		l := lat
+		if !st.ident[2*ci] {
+			l = float64(mc.LatUS)
+		}
+		r.Fitted[c] = [2]float64{l, bw}
+	}
+}
+
+// screenEnvelope drops from each envelope point's candidates the cells that a pinned point
+// measured slower than the point's time by more than envelopeMargin, at the point's size or
+// log-log interpolated between the two measured sizes around it (outside a cell's measured range
+// nothing is dropped: there is no measurement to go by). Points left with no candidate are returned
+// as problems instead; kept indexes env for each point returned.
+func screenEnvelope(env, pinned []Point) (out []Point, kept []int, probs []Problem) {
+	// Per measured cell, the fastest pinned time at each measured size, by size.
+	type meas struct {
+		n int64
+		t float64
+	}
+	by := map[Cell][]meas{}
+	for _, p := range pinned {
+		c := p.Cells[0]
+		ms := by[c]
+		found := false
+		for i := range ms {
+			if ms[i].n == p.Bytes {
+				ms[i].t, found = math.Min(ms[i].t, p.TimeUS), true
+			}
+		}
+		if !found {
+			ms = append(ms, meas{p.Bytes, p.TimeUS})
+		}
+		by[c] = ms
+	}
+	for _, ms := range by {
+		sort.Slice(ms, func(i, j int) bool { return ms[i].n < ms[j].n })
+	}
+	timeAt := func(c Cell, n int64) (float64, bool) {
+		ms := by[c]
+		k := sort.Search(len(ms), func(i int) bool { return ms[i].n >= n })
+		switch {
+		case k == len(ms):
+			return 0, false
+		case ms[k].n == n:
+			return ms[k].t, true
+		case k == 0:
+			return 0, false
+		}
+		a, b := ms[k-1], ms[k]
+		f := math.Log(float64(n)/float64(a.n)) / math.Log(float64(b.n)/float64(a.n))
+		return math.Exp(math.Log(a.t) + f*math.Log(b.t/a.t)), true
+	}
+	for i, p := range env {
+		var keep []Cell
+		var why []string
+		for _, c := range p.Cells {
+			if t, ok := timeAt(c, p.Bytes); ok && t > p.TimeUS*(1+envelopeMargin) {
+				why = append(why, fmt.Sprintf("%s %.4g us", c, t))
+				continue
+			}
+			keep = append(keep, c)
+		}
+		if len(keep) == 0 {
+			probs = append(probs, Problem{File: p.File, Line: p.Line, Msg: fmt.Sprintf(
+				"point not fitted: %d B in %.4g us (NCCL_ALGO=%q NCCL_PROTO=%q), but every cell it allows was measured slower by its own pinned sweep (%s; margin %.0f%%)",
+				p.Bytes, p.TimeUS, p.Algo, p.Proto, strings.Join(why, ", "), 100*envelopeMargin)})
+			continue
+		}
+		p.Cells = keep
+		out, kept = append(out, p), append(kept, i)
+	}
+	return out, kept, probs
+}
+
+// newModel builds the loss of pts over the prior menus: one (lat, bw) pair per cell the points
+// name.
+func newModel(menus map[costmodel.Coll]*planner.Menu, pts []Point, opt FitOptions) (*model, error) {
+	md := &model{menus: menus, pts: pts, opt: opt, idx: map[Cell]int{}}
 	for _, p := range pts {
 		for _, c := range p.Cells {
 			if _, ok := md.idx[c]; !ok {
@@ -341,88 +602,106 @@ func Fit(menus map[costmodel.Coll]*planner.Menu, pts []Point, opt FitOptions) (*
 		}
 		md.mult, md.bytesF, md.ci = append(md.mult, mu), append(md.bytesF, bf), append(md.ci, ci)
 	}
+	return md, nil
+}
+
+// stageFit is one stage of Fit: the parameters (log offsets from the prior), which of them the
+// data identify (fixed ones are false), their variances and the starts tried.
+type stageFit struct {
+	x      []float64
+	ident  []bool
+	cov    []float64
+	iter   int
+	starts []Start
+	best   int
+}
+
+func (st *stageFit) nIdent() int {
+	n := 0
+	for _, f := range st.ident {
+		if f {
+			n++
+		}
+	}
+	return n
+}
+
+// fitStage minimises md's loss with the cells of fixed held at their given log offsets and the
+// others free, from each bandwidth factor of starts (on the free cells' prior bandwidths), keeping
+// the lowest loss (the earliest within startTieRel). The free parameters the data do not identify (data
+// curvature below the prior's) are then held at the prior and the rest refitted.
+func (md *model) fitStage(fixed map[Cell][2]float64, starts []float64) (*stageFit, error) {
 	n := 2 * len(md.cells)
-	md.free = make([]bool, n)
-	for i := range md.free {
-		md.free[i] = true
+	base := make([]float64, n)
+	free := make([]bool, n)
+	for ci, c := range md.cells {
+		if v, ok := fixed[c]; ok {
+			base[2*ci], base[2*ci+1] = v[0], v[1]
+			continue
+		}
+		free[2*ci], free[2*ci+1] = true, true
 	}
-	x, iter, err := md.optimize(make([]float64, n))
-	if err != nil {
-		return nil, err
+	st := &stageFit{ident: make([]bool, n), cov: make([]float64, n)}
+	var x []float64
+	bestLoss := math.Inf(1)
+	for k, f := range starts {
+		x0 := append([]float64(nil), base...)
+		for j := 1; j < n; j += 2 {
+			if free[j] {
+				x0[j] = math.Log(f)
+			}
+		}
+		md.free = free
+		xk, it, err := md.optimize(x0)
+		if err != nil {
+			return nil, err
+		}
+		st.iter += it
+		l := md.loss(xk)
+		st.starts = append(st.starts, Start{BWFactor: f, Loss: l})
+		if l < bestLoss*(1-startTieRel) {
+			bestLoss, x, st.best = l, xk, k
+		}
 	}
-	// Identification: the data's curvature against the prior's, per parameter.
+	// Identification: the data's curvature against the prior's, per free parameter.
 	dataH := md.dataCurvature(x)
 	priorH := 2 / (md.opt.PriorSigma * md.opt.PriorSigma)
-	ident := make([]bool, n)
 	anyHeld := false
-	for i := range ident {
-		ident[i] = dataH[i] > priorH
-		if !ident[i] {
+	for j := range st.ident {
+		st.ident[j] = free[j] && dataH[j] > priorH
+		if free[j] && !st.ident[j] {
 			anyHeld = true
 		}
 	}
 	if anyHeld {
-		md.free = ident
-		x0 := make([]float64, n)
-		for i := range x0 {
-			if ident[i] {
-				x0[i] = x[i]
+		md.free = st.ident
+		x0 := append([]float64(nil), base...)
+		for j := range x0 {
+			if st.ident[j] {
+				x0[j] = x[j]
 			}
 		}
-		var it2 int
-		if x, it2, err = md.optimize(x0); err != nil {
+		var it int
+		var err error
+		if x, it, err = md.optimize(x0); err != nil {
 			return nil, err
 		}
-		iter += it2
+		st.iter += it
 	}
-	res := &FitResult{Iter: iter, Fitted: map[Cell][2]float64{}}
-	var rel []float64
+	st.x = x
 	var ss float64
-	for i := range pts {
-		pred, k := md.predict(x, i, math.Inf(1))
-		r := Residual{Point: pts[i], PredUS: pred, Cell: pts[i].Cells[k], LogErr: math.Log(pred / pts[i].TimeUS)}
-		res.Residuals = append(res.Residuals, r)
-		rel = append(rel, math.Abs(pred/pts[i].TimeUS-1))
-		ss += r.LogErr * r.LogErr
+	for i := range md.pts {
+		pred, _ := md.predict(x, i, math.Inf(1))
+		r := math.Log(pred / md.pts[i].TimeUS)
+		ss += r * r
 	}
-	nFree := 0
-	for _, f := range ident {
-		if f {
-			nFree++
-		}
-	}
-	res.Sigma2 = ss / float64(max(1, len(pts)-nFree))
-	res.MedianRel, res.MaxRel = median(rel), maxOf(rel)
-	cov, err := md.covariance(x, ident, res.Sigma2)
+	sigma2 := ss / float64(max(1, len(md.pts)-st.nIdent()))
+	cov, err := md.covariance(x, st.ident, sigma2)
 	if err != nil {
 		return nil, err
 	}
-	for ci, c := range md.cells {
-		lat, bw := md.prior[ci][0]*math.Exp(x[2*ci]), md.prior[ci][1]*math.Exp(x[2*ci+1])
-		mc := menus[c.Coll].Cells[c.Algo][c.Proto]
-		for k, kind := range []string{"lat_us", "bw_gbps"} {
-			j := 2*ci + k
-			v, pv := lat, float64(mc.LatUS)
-			if k == 1 {
-				v, pv = bw, float64(mc.BWGBps)
-			}
-			p := Param{Cell: c, Kind: kind, Prior: pv, Value: v, Identified: ident[j]}
-			if !ident[j] {
-				p.Value = pv
-			} else {
-				p.Sigma = v * math.Sqrt(math.Max(0, cov[j]))
-			}
-			res.Params = append(res.Params, p)
-		}
-		if ident[2*ci] || ident[2*ci+1] {
-			l, b := lat, bw
-			if !ident[2*ci] {
-				l = float64(mc.LatUS)
-			}
-			res.Fitted[c] = [2]float64{l, b}
-		}
-	}
-	return res, nil
+	st.cov = cov
+	return st, nil
 }
 
 func cellLess(a, b Cell) bool {

@@ -99,15 +99,16 @@ func (r *FitResult) FitCells(nodes int) []tables.FitCell {
 
 // WriteOverlay writes NAME.fit.toml: its schema_version (tables.OverlaySchema), the fitted cells as
 // [[fit.cell]] (every number tagged "measured", but a latency or bandwidth the data did not
-// identify, which keeps the prior's value and is tagged heldTag, as is its sigma) and the fit's
-// [provenance].
+// identify, which keeps the prior's value and is tagged heldTag, and one that only envelope points
+// constrain, which is applied and tagged inferredTag, as are their sigmas and, for an inferred
+// cell, its point count) and the fit's [provenance].
 func WriteOverlay(w io.Writer, r *FitResult, in OverlayInput) error {
-	held := r.heldAtPrior(in.Nodes)
+	held := r.valueSources(in.Nodes)
 	cells := append(append([]tables.FitCell(nil), in.Keep...), r.FitCells(in.Nodes)...)
 	for _, n := range sortedNodes(in.Others) {
 		o := in.Others[n]
 		cells = append(cells, o.FitCells(n)...)
-		for k, v := range o.heldAtPrior(n) {
+		for k, v := range o.valueSources(n) {
 			held[k] = v
 		}
 	}
@@ -129,7 +130,11 @@ func WriteOverlay(w io.Writer, r *FitResult, in OverlayInput) error {
 		fmt.Fprintf(&b, "bw_gbps = %s  # %s\n", num(c.BWGBps), valueTag(h[1]))
 		fmt.Fprintf(&b, "lat_sigma = %s  # %s\n", num(c.LatSigma), valueTag(h[0]))
 		fmt.Fprintf(&b, "bw_sigma = %s  # %s\n", num(c.BWSigma), valueTag(h[1]))
-		fmt.Fprintf(&b, "points = %d  # measured\n", c.Points)
+		pt := srcMeasured
+		if h[0] == srcInferred || h[1] == srcInferred {
+			pt = srcInferred
+		}
+		fmt.Fprintf(&b, "points = %d  # %s\n", c.Points, valueTag(pt))
 	}
 	if len(in.Corrections) > 0 {
 		b.WriteString("\n# Bandwidth correction factors per log2 size bucket (bucket i: [64*2^i, 64*2^(i+1)) bytes),\n")

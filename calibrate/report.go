@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/internal/bytesize"
 	"github.com/collplan/collplan/planner"
 )
 
@@ -110,6 +113,71 @@ type Report struct {
 	// The same split: pinned points (one legal cell) and envelope points.
 	HoldoutPinned   HoldoutErr `json:"holdout_pinned"`
 	HoldoutEnvelope HoldoutErr `json:"holdout_envelope"`
+	// Starts are the starting points of the fit's envelope stage with their losses, BestStart the
+	// one kept (none: no envelope points).
+	Starts    []StartJSON `json:"starts,omitempty"`
+	BestStart int         `json:"best_start"`
+	// NotFitted are the envelope points the fit left out (calibrate.FitResult.Problems).
+	NotFitted []string `json:"not_fitted,omitempty"`
+	// UnmeasuredPicks are the fitted planner's picks, at the measured sizes, of a cell no pinned
+	// sweep measured.
+	UnmeasuredPicks []UnmeasuredPick `json:"unmeasured_picks,omitempty"`
+}
+
+// StartJSON is one starting point of a fit's envelope stage: the factor on the envelope-only
+// cells' prior bandwidths and the loss it converged to.
+type StartJSON struct {
+	BWFactor float64 `json:"bw_factor"`
+	Loss     float64 `json:"loss"`
+}
+
+// unmeasuredLines prints the unmeasured picks one line per run of consecutive measured sizes with
+// the same collective, cell, source and prior pick: "unmeasured pick: AllReduce/RING/LL at 8 B .. 1 MiB (18 sizes),
+// inferred from the free sweep" (as UnmeasuredPick.String for a run of one).
+func unmeasuredLines(us []UnmeasuredPick) []string {
+	var out []string
+	for i := 0; i < len(us); {
+		j := i + 1
+		for j < len(us) && us[j].at == us[j-1].at+1 && us[j].Coll == us[i].Coll && us[j].Cell == us[i].Cell && us[j].Source == us[i].Source && us[j].PriorPick == us[i].PriorPick {
+			j++
+		}
+		if j == i+1 {
+			out = append(out, us[i].String())
+		} else {
+			out = append(out, fmt.Sprintf("unmeasured pick: %s at %s .. %s (%d sizes), %s%s", us[i].Cell,
+				bytesize.Format(us[i].Bytes), bytesize.Format(us[j-1].Bytes), j-i, us[i].Source, us[i].priorNote()))
+		}
+		i = j
+	}
+	return out
+}
+
+// UnmeasuredPick is a fitted pick at a measured size of a cell that no pinned sweep measured, and
+// where its value comes from ("inferred from the free sweep", "the prior: ...").
+type UnmeasuredPick struct {
+	Coll   string `json:"coll"`
+	Bytes  int64  `json:"bytes"`
+	Cell   string `json:"cell"`
+	Source string `json:"source"`
+	// PriorPick is the prior's pick there when it is another cell ("" when the same): with the
+	// base table as the prior, the cell NCCL's own model runs in a free sweep, which an envelope
+	// cannot tell from the cell the fit credited.
+	PriorPick string `json:"prior_pick,omitempty"`
+	at        int    // index in Report.Sizes
+}
+
+// String is the report's line: "unmeasured pick: AllReduce/NVLS/SIMPLE at 1 GiB, inferred from the
+// free sweep".
+func (u UnmeasuredPick) String() string {
+	return fmt.Sprintf("unmeasured pick: %s at %s, %s%s", u.Cell, bytesize.Format(u.Bytes), u.Source, u.priorNote())
+}
+
+// priorNote is "; the prior picks CELL there" when the prior picks another cell, else "".
+func (u UnmeasuredPick) priorNote() string {
+	if u.PriorPick == "" {
+		return ""
+	}
+	return "; the prior picks " + u.PriorPick + " there"
 }
 
 // HoldoutErr is the prior's and the fitted model's |pred/meas - 1| over some held-out points.
@@ -140,6 +208,8 @@ type ParamJSON struct {
 	Value      float64 `json:"value"`
 	Sigma      float64 `json:"sigma"`
 	Identified bool    `json:"identified"`
+	Inferred   bool    `json:"inferred"`
+	Measured   bool    `json:"measured"` // a pinned sweep measured the cell
 }
 
 // CorrectionJSON is one fitted bucket correction: the factor written to the node table at Bucket
@@ -196,7 +266,14 @@ func pinLabel(p Point) string {
 func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner, priced, pricedPrior map[costmodel.Coll]*planner.Menu, res *FitResult, pts, holdout []Point) (*Report, error) {
 	rep := &Report{Nodes: nodes, MedianRel: res.MedianRel, MaxRel: res.MaxRel}
 	for _, p := range res.Params {
-		rep.Params = append(rep.Params, ParamJSON{p.Cell.String(), p.Kind, p.Prior, p.Value, p.Sigma, p.Identified})
+		rep.Params = append(rep.Params, ParamJSON{p.Cell.String(), p.Kind, p.Prior, p.Value, p.Sigma, p.Identified, p.Inferred, p.Measured})
+	}
+	for _, st := range res.Starts {
+		rep.Starts = append(rep.Starts, StartJSON{st.BWFactor, st.Loss})
+	}
+	rep.BestStart = res.BestStart
+	for _, p := range res.Problems {
+		rep.NotFitted = append(rep.NotFitted, p.Error())
 	}
 	for _, r := range res.Residuals {
 		rep.Points = append(rep.Points, PointJSON{r.File, r.Line, pinLabel(r.Point), r.Bytes, r.TimeUS, r.PredUS, r.Cell.String(), r.LogErr})
@@ -222,12 +299,14 @@ func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner,
 			}
 			return pk
 		}
+		var picked Cell // the cell of the last pick
 		pick := func(pl *planner.Planner) (Pick, error) {
 			plan, err := pl.Explain(ctx, cls, sr.Bytes)
 			if err != nil {
 				return Pick{}, err
 			}
-			return measure(Cell{sr.Coll, plan.Algo, plan.Proto}, float64(plan.TimeUS)), nil
+			picked = Cell{sr.Coll, plan.Algo, plan.Proto}
+			return measure(picked, float64(plan.TimeUS)), nil
 		}
 		var err error
 		if out.Prior, err = pick(prior); err != nil {
@@ -235,6 +314,13 @@ func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner,
 		}
 		if out.Fitted, err = pick(fitted); err != nil {
 			return nil, err
+		}
+		if !res.MeasuredCell(picked) {
+			u := UnmeasuredPick{Coll: sr.Coll.String(), Bytes: sr.Bytes, Cell: out.Fitted.Cell, Source: res.unmeasuredSource(picked), at: len(rep.Sizes)}
+			if out.Prior.Cell != out.Fitted.Cell {
+				u.PriorPick = out.Prior.Cell
+			}
+			rep.UnmeasuredPicks = append(rep.UnmeasuredPicks, u)
 		}
 		rs := Cell{sr.Coll, costmodel.Ring, costmodel.Simple}
 		var rsPred float64
@@ -367,7 +453,10 @@ func (rep *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "parameters (%d nodes)\ncell\tkind\tprior\tfitted\tsigma\tstatus\n", rep.Nodes)
 	for _, p := range rep.Params {
 		st := "fitted"
-		if !p.Identified {
+		switch {
+		case p.Inferred:
+			st = "inferred (envelope sweeps only; no pinned sweep measured it)"
+		case !p.Identified:
 			st = "held at prior (data do not identify it)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%.4g\t%.4g\t%.2g\t%s\n", p.Cell, p.Kind, p.Prior, p.Value, p.Sigma, st)
@@ -416,6 +505,25 @@ func (rep *Report) WriteText(w io.Writer) error {
 	for _, c := range rep.Crossovers {
 		fmt.Fprintf(tw, "%s\t%s\t%d..%d\t%s\t%s\n", c.Coll, c.Source, c.Lo, c.Hi, c.From, c.To)
 	}
+	if len(rep.Starts) > 0 {
+		fmt.Fprintf(tw, "\nenvelope fit: %d starts (bandwidth factor on the envelope-only cells' prior: loss)", len(rep.Starts))
+		for i, st := range rep.Starts {
+			fmt.Fprintf(tw, "; x%g: %.6g", st.BWFactor, st.Loss)
+			if i == rep.BestStart {
+				fmt.Fprint(tw, " (kept)")
+			}
+		}
+		fmt.Fprintln(tw)
+	}
+	for _, p := range rep.NotFitted {
+		fmt.Fprintf(tw, "not fitted: %s\n", p)
+	}
+	if len(rep.UnmeasuredPicks) > 0 {
+		fmt.Fprintln(tw)
+	}
+	for _, line := range unmeasuredLines(rep.UnmeasuredPicks) {
+		fmt.Fprintln(tw, line)
+	}
 	fmt.Fprintf(tw, "\nfit |pred/meas-1|: median %.3f max %.3f over %d points\n", rep.MedianRel, rep.MaxRel, len(rep.Points))
 	fmt.Fprintf(tw, "regret (over the %d/%d sizes where a run measured the pick, %d/%d of them by proxy: \"via\" a partial run, NCCL choosing within it): prior median %.3f max %.3f; fitted median %.3f max %.3f\n",
 		rep.PriorRegretSizes, rep.FittedRegretSizes, rep.PriorRegretProxySizes, rep.FittedRegretProxySizes,
@@ -446,4 +554,41 @@ func measured(us float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.4g", us)
+}
+
+// unmeasuredSource says where the value of c, a cell no pinned point measured, comes from:
+// "inferred from the free sweep" (or from the envelope sweeps of the pins that attained it),
+// or the prior.
+func (r *FitResult) unmeasuredSource(c Cell) string {
+	if r.InferredCell(c) {
+		pins := map[string]bool{}
+		for _, res := range r.Residuals {
+			if res.Cell == c && !res.Pinned() {
+				pins[pinLabel(res.Point)] = true
+			}
+		}
+		ps := sortedStrings(pins)
+		switch {
+		case len(ps) == 1 && ps[0] == "*/*":
+			return "inferred from the free sweep"
+		case len(ps) == 0:
+			return "inferred from the envelope sweeps"
+		}
+		return "inferred from the envelope sweeps pinned " + strings.Join(ps, ", ")
+	}
+	for _, p := range r.Params {
+		if p.Cell == c {
+			return "at the prior (the envelope sweeps do not identify it)"
+		}
+	}
+	return "at the prior (no sweep measured it)"
+}
+
+func sortedStrings(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

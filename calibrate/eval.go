@@ -177,13 +177,12 @@ func Evaluate(ctx context.Context, nodes int, prior, fitted *planner.Planner, pt
 				}
 				continue
 			}
-			c := p.Cells[0]
+			c := p.PinCells()[0]
 			if t := m[c.Coll].Time(c.Algo, c.Proto, p.Bytes); t > 0 {
 				cellErr[i] = append(cellErr[i], math.Abs(float64(t)/p.TimeUS-1))
 			}
 		}
-		if RunKindOf(p) == RunExact && p.Cells[0].Algo == costmodel.Ring && p.Cells[0].Proto == costmodel.Simple {
-			c := p.Cells[0]
+		if c := p.PinCells()[0]; RunKindOf(p) == RunExact && c.Algo == costmodel.Ring && c.Proto == costmodel.Simple {
 			if t := fm[c.Coll].Time(c.Algo, c.Proto, p.Bytes); t > 0 {
 				cellErr[2] = append(cellErr[2], math.Abs(float64(t)/p.TimeUS-1))
 			}
@@ -210,7 +209,7 @@ func Evaluate(ctx context.Context, nodes int, prior, fitted *planner.Planner, pt
 // over those cells that the menus price (false when they price none).
 func envelopeOf(m map[costmodel.Coll]*planner.Menu, p Point) (float64, bool) {
 	best := math.Inf(1)
-	for _, c := range p.Cells {
+	for _, c := range p.PinCells() {
 		if t := m[c.Coll].Time(c.Algo, c.Proto, p.Bytes); t > 0 {
 			best = math.Min(best, float64(t))
 		}

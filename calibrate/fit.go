@@ -44,6 +44,18 @@ type Point struct {
 	// IterCVPct is the row's -I per-iteration coefficient of variation (%; 0 when not printed): a
 	// noisy point weighs less in the fit (weight).
 	IterCVPct float64
+	// Allowed, when set, are the cells the sweep's pin allows, and Cells the one the fit credits the
+	// point to (PointOptions.Credit = CreditModel); scoring reads the pin's cells (PinCells).
+	Allowed []Cell
+}
+
+// PinCells are the cells the point's pin allows: Allowed where the fit credits the point to one of
+// them, else Cells.
+func (p Point) PinCells() []Cell {
+	if p.Allowed != nil {
+		return p.Allowed
+	}
+	return p.Cells
 }
 
 // cvRef is the per-iteration CV (%) at which a point's weight in the fit halves.
@@ -84,7 +96,19 @@ type PointOptions struct {
 	// collectives (the output buffer is the input buffer), or HalfOutOfPlace. The other half is not
 	// used, even where the chosen one is invalid: one fit measures one kind of call.
 	Half string
+	// Credit says what a point of a sweep whose pin allows several cells measures: CreditEnvelope
+	// (the default) the fastest of them, whichever that is; CreditModel the cell NCCL's model picks
+	// among them at that size (the fastest by the prior's menus: NCCL ran its own pick, and the base
+	// table reproduces NCCL's model where it describes the machine, which calibrate nccl-log
+	// --check-decisions checks against a TUNING log).
+	Credit string
 }
+
+// Credits of PointOptions.Credit.
+const (
+	CreditEnvelope = "envelope"
+	CreditModel    = "model"
+)
 
 // sourceSweep is the env source of a sweep's pin in the planners that decide its legal cells.
 const sourceSweep capabilities.Source = "sweep"
@@ -109,6 +133,11 @@ func Points(ctx context.Context, sweeps []*Sweep, topo *capabilities.Topology, c
 	}
 	if _, err := ParseHalf(half); err != nil {
 		return nil, nil, fmt.Errorf("calibrate: %w", err)
+	}
+	switch opt.Credit {
+	case "", CreditEnvelope, CreditModel:
+	default:
+		return nil, nil, fmt.Errorf("calibrate: credit %q: want %s or %s", opt.Credit, CreditEnvelope, CreditModel)
 	}
 	cfg.Cells = nil // overrides change no cell's legality
 	type pinKey struct{ algo, proto string }
@@ -178,11 +207,27 @@ func Points(ctx context.Context, sweeps []*Sweep, topo *capabilities.Topology, c
 			if !h.Valid || r.Bytes <= 0 {
 				continue
 			}
-			pts = append(pts, Point{File: s.File, Line: r.Line, Coll: s.Coll, Bytes: r.Bytes, TimeUS: h.TimeUS,
-				Cells: cells, Algo: s.Pin.Algo, Proto: s.Pin.Proto, Run: run, IterCVPct: h.IterCVPct})
+			p := Point{File: s.File, Line: r.Line, Coll: s.Coll, Bytes: r.Bytes, TimeUS: h.TimeUS,
+				Cells: cells, Algo: s.Pin.Algo, Proto: s.Pin.Proto, Run: run, IterCVPct: h.IterCVPct}
+			if opt.Credit == CreditModel && len(cells) > 1 {
+				p.Allowed, p.Cells = cells, []Cell{modelPick(m, cells, r.Bytes)}
+			}
+			pts = append(pts, p)
 		}
 	}
 	return pts, probs, nil
+}
+
+// modelPick is the cell of cells that menu m prices fastest at nBytes (the first of equals, in
+// cells' order): the pick of NCCL's model among the cells a pin allows, without a tuner.
+func modelPick(m *planner.Menu, cells []Cell, nBytes int64) Cell {
+	best, bt := cells[0], float32(math.Inf(1))
+	for _, c := range cells {
+		if t := m.Time(c.Algo, c.Proto, nBytes); t > 0 && t < bt {
+			best, bt = c, t
+		}
+	}
+	return best
 }
 
 // legalCells lists the legal cells of a menu (a legal reason and a positive bandwidth).

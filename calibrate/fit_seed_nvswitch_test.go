@@ -70,34 +70,8 @@ func TestFitSeedNVSwitchFreeSweep(t *testing.T) {
 	menus, err := PricedMenus(ctx, &topo, planner.Config{})
 	require.NoError(t, err)
 
-	sweep := func(file, algo, proto string) *Sweep {
-		return &Sweep{File: file, Line: 1, Coll: costmodel.AllReduce, CollKnown: true, Nodes: 1, Pin: Pin{Algo: algo, Proto: proto, Source: pinSourceManif}}
-	}
-	row := func(s *Sweep, line int, n int64, us float64) {
-		s.Rows = append(s.Rows, Row{Line: line, Bytes: n, Count: n / 4, IP: Half{TimeUS: us, Valid: true}})
-	}
-	ring, ringSimple, free := sweep(seedNVLSRingCSV, "Ring", ""), sweep(seedRingProtoCSV, "Ring", "Simple"), sweep(seedNVLSRingCSV, "", "")
-	ringSmall := sweep(seedRingProtoCSV, "Ring", "")
-	rows, lines := readSeedCSV(t, seedRingProtoCSV, 3)
-	for i, r := range rows {
-		row(ringSmall, lines[i], int64(r[0]), r[1])
-		row(ringSimple, lines[i], int64(r[0]), r[2])
-	}
-	// busbw to time: nccl-tests' AllReduce bus factor 2(n-1)/n = 1.75 at 8 ranks, time = bytes *
-	// 1.75 / busbw (GB/s = 1000 bytes/us).
-	ringUS := map[int64]float64{}
-	freeUS := map[int64]float64{}
-	rows, lines = readSeedCSV(t, seedNVLSRingCSV, 3)
-	for i, r := range rows {
-		n := int64(r[0])
-		freeUS[n], ringUS[n] = float64(n)*1.75/(r[1]*1000), float64(n)*1.75/(r[2]*1000)
-		row(free, lines[i], n, freeUS[n])
-		row(ring, lines[i], n, ringUS[n])
-	}
-	require.InDelta(t, 15808, freeUS[4<<30], 0.01*15808, "the CSV's comment: NVLS all-reduce 15808 us at 4 GiB")
-	require.InDelta(t, 20537, ringUS[4<<30], 0.01*20537, "the CSV's comment: ring all-reduce 20537 us at 4 GiB")
-
-	pts, probs := pointsOf(t, []*Sweep{ringSmall, ringSimple, ring, free}, &topo)
+	sweeps, ringUS, freeUS := seedNVSwitchSweeps(t)
+	pts, probs := pointsOf(t, sweeps, &topo)
 	require.Empty(t, probs)
 	res, err := Fit(menus, pts, FitOptions{})
 	require.NoError(t, err)
@@ -137,4 +111,87 @@ func TestFitSeedNVSwitchFreeSweep(t *testing.T) {
 	}
 	t.Logf("at 4 GiB: %v", at4G)
 	assert.Len(t, at4G, 1, "no pinned sweep measured what the fitted planner picks at 4 GiB")
+}
+
+// seedNVSwitchSweeps reads the two seed CSVs as four sweeps: Ring with the protocol free (small
+// sizes, and the best ring at large ones), Ring/Simple, and the free run (NVLS); with the times of
+// the best ring and of the free run per size of the second CSV.
+func seedNVSwitchSweeps(t *testing.T) (sweeps []*Sweep, ringUS, freeUS map[int64]float64) {
+	t.Helper()
+	sweep := func(file, algo, proto string) *Sweep {
+		return &Sweep{File: file, Line: 1, Coll: costmodel.AllReduce, CollKnown: true, Nodes: 1, Pin: Pin{Algo: algo, Proto: proto, Source: pinSourceManif}}
+	}
+	row := func(s *Sweep, line int, n int64, us float64) {
+		s.Rows = append(s.Rows, Row{Line: line, Bytes: n, Count: n / 4, IP: Half{TimeUS: us, Valid: true}})
+	}
+	ring, ringSimple, free := sweep(seedNVLSRingCSV, "Ring", ""), sweep(seedRingProtoCSV, "Ring", "Simple"), sweep(seedNVLSRingCSV, "", "")
+	ringSmall := sweep(seedRingProtoCSV, "Ring", "")
+	rows, lines := readSeedCSV(t, seedRingProtoCSV, 3)
+	for i, r := range rows {
+		row(ringSmall, lines[i], int64(r[0]), r[1])
+		row(ringSimple, lines[i], int64(r[0]), r[2])
+	}
+	// busbw to time: nccl-tests' AllReduce bus factor 2(n-1)/n = 1.75 at 8 ranks, time = bytes *
+	// 1.75 / busbw (GB/s = 1000 bytes/us).
+	ringUS, freeUS = map[int64]float64{}, map[int64]float64{}
+	rows, lines = readSeedCSV(t, seedNVLSRingCSV, 3)
+	for i, r := range rows {
+		n := int64(r[0])
+		freeUS[n], ringUS[n] = float64(n)*1.75/(r[1]*1000), float64(n)*1.75/(r[2]*1000)
+		row(free, lines[i], n, freeUS[n])
+		row(ring, lines[i], n, ringUS[n])
+	}
+	require.InDelta(t, 15808, freeUS[4<<30], 0.01*15808, "the CSV's comment: NVLS all-reduce 15808 us at 4 GiB")
+	require.InDelta(t, 20537, ringUS[4<<30], 0.01*20537, "the CSV's comment: ring all-reduce 20537 us at 4 GiB")
+
+	return []*Sweep{ringSmall, ringSimple, ring, free}, ringUS, freeUS
+}
+
+// TestCreditModelSeedNVSwitch: with --credit model, the seed's free run (which NCCL ran with its
+// own pick, NVLS/Simple at 32 MiB and up on this table, as planner explain prices it) measures
+// that cell: NVLS/Simple is a measured cell, not inferred; the fitted planner picks it at every
+// size where the free run beat the best ring, and reproduces the free run's time there.
+func TestCreditModelSeedNVSwitch(t *testing.T) {
+	ctx := context.Background()
+	node, err := tables.Load("h100")
+	require.NoError(t, err)
+	topo, err := capabilities.FromNode(node, 1)
+	require.NoError(t, err)
+	sweeps, ringUS, freeUS := seedNVSwitchSweeps(t)
+	pts, probs, err := Points(ctx, sweeps, &topo, planner.Config{}, PointOptions{Credit: CreditModel})
+	require.NoError(t, err)
+	require.Empty(t, probs)
+	prior, err := planner.New(&topo, planner.Config{})
+	require.NoError(t, err)
+	cls := planner.Class{Coll: costmodel.AllReduce, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1}
+	nvls := Cell{costmodel.AllReduce, costmodel.NVLS, costmodel.Simple}
+	for _, p := range pts {
+		if p.Algo != "" || p.Proto != "" {
+			continue
+		}
+		// The credited cell is the prior's pick, as the planner explains it.
+		plan, err := prior.Explain(ctx, cls, p.Bytes)
+		require.NoError(t, err)
+		require.Len(t, p.Cells, 1)
+		assert.Equal(t, Cell{costmodel.AllReduce, plan.Algo, plan.Proto}, p.Cells[0], "%d B", p.Bytes)
+		assert.Greater(t, len(p.Allowed), 1, "the pin's cells are kept for scoring")
+		assert.Equal(t, RunFree, RunKindOf(p), "a credited free run is still NCCL's default in the scoring")
+	}
+	menus, err := PricedMenus(ctx, &topo, planner.Config{})
+	require.NoError(t, err)
+	res, err := Fit(menus, pts, FitOptions{})
+	require.NoError(t, err)
+	assert.True(t, res.MeasuredCell(nvls), "NVLS/Simple is measured through the credit")
+	assert.False(t, res.InferredCell(nvls))
+	fitted, err := planner.New(&topo, planner.Config{Cells: res.Overrides()})
+	require.NoError(t, err)
+	for n, free := range freeUS {
+		if free >= ringUS[n]/1.03 {
+			continue
+		}
+		plan, err := fitted.Explain(ctx, cls, n)
+		require.NoError(t, err)
+		assert.Equal(t, nvls, Cell{costmodel.AllReduce, plan.Algo, plan.Proto}, "%d B", n)
+		assert.InDelta(t, 1, float64(plan.TimeUS)/free, 0.03, "%d B: fitted NVLS %.4g us, the free run %.4g us", n, plan.TimeUS, free)
+	}
 }

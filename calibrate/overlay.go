@@ -30,6 +30,8 @@ type OverlayInput struct {
 	// Others are fits at other node counts than Nodes (a fit across node counts priced at each),
 	// written beside the main one with their own tags.
 	Others map[int]*FitResult
+	// Credit is the fit's PointOptions.Credit; CreditModel is said in the overlay's header.
+	Credit string
 }
 
 func sortedNodes(m map[int]*FitResult) []int {
@@ -117,6 +119,10 @@ func WriteOverlay(w io.Writer, r *FitResult, in OverlayInput) error {
 	fmt.Fprintf(&b, "schema_version = %d\n\n", tables.OverlaySchema)
 	b.WriteString("# Written by calibrate: fitted latency and bandwidth per cell, applied over the node table\n")
 	b.WriteString("# for the node count each was fitted at. Cells not listed keep the model's values.\n")
+	if in.Credit == CreditModel {
+		b.WriteString("# The points of free and partly pinned sweeps were credited to the cell NCCL's model picks\n")
+		b.WriteString("# there (calibrate --credit model): those cells are measured through that credit.\n")
+	}
 	num := func(x float64) string { return strconv.FormatFloat(x, 'g', 6, 64) }
 	for _, c := range cells {
 		fmt.Fprintf(&b, "\n[[fit.cell]]\ncoll = %q\nalgo = %q\nproto = %q\n", c.Coll, c.Algo, c.Proto)

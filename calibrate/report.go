@@ -76,8 +76,10 @@ type Report struct {
 	Nodes int   `json:"nodes"`
 	// Half is the half of the sweeps' rows that was fitted and scored: HalfInPlace or
 	// HalfOutOfPlace (the caller sets it, as it chose Points' half).
-	Half  string       `json:"half"`
-	Sizes []SizeReport `json:"sizes"`
+	Half string `json:"half"`
+	// Credit is what the free and partly pinned sweeps' points measured (PointOptions.Credit).
+	Credit string       `json:"credit"`
+	Sizes  []SizeReport `json:"sizes"`
 	// Crossovers: where the measured best changes (between two measured sizes) and where the
 	// prior's and the fitted model's picks change (on a 1/16-octave grid over the measured range).
 	Crossovers []Crossover `json:"crossovers"`
@@ -446,6 +448,9 @@ func (rep *Report) WriteText(w io.Writer) error {
 	}
 	if rep.Half != "" {
 		fmt.Fprintf(tw, "fitted and scored: the %s half of every row\n", rep.Half)
+	}
+	if rep.Credit == CreditModel {
+		fmt.Fprintf(tw, "free and partly pinned sweeps: each point credited to the cell NCCL's model picks there (--credit model)\n")
 	}
 	if rep.Prior.Table != "" || rep.Half != "" {
 		fmt.Fprintln(tw)

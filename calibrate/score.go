@@ -29,7 +29,7 @@ func RunKindOf(p Point) RunKind {
 	switch {
 	case p.Algo == "" && p.Proto == "":
 		return RunFree
-	case len(p.Cells) == 1:
+	case len(p.PinCells()) == 1:
 		return RunExact
 	}
 	return RunPartial
@@ -101,7 +101,7 @@ func GroupRuns(pts []Point) []SizeRuns {
 		// Repeats: exact runs of one cell (however their pins are spelled), or partial and free
 		// runs of one pin; the fastest of them stays.
 		kind := RunKindOf(p)
-		rk := string(kind) + " " + cellsKey(p.Cells)
+		rk := string(kind) + " " + cellsKey(p.PinCells())
 		if kind != RunExact {
 			rk += " " + p.Algo + "|" + p.Proto
 		}
@@ -110,7 +110,7 @@ func GroupRuns(pts []Point) []SizeRuns {
 			run = fmt.Sprintf("%s:%d", p.File, p.Line)
 		}
 		if old, ok := by[k][rk]; !ok || p.TimeUS < old.TimeUS {
-			by[k][rk] = RunTime{Run: run, Algo: p.Algo, Proto: p.Proto, Kind: kind, Cells: p.Cells, TimeUS: p.TimeUS}
+			by[k][rk] = RunTime{Run: run, Algo: p.Algo, Proto: p.Proto, Kind: kind, Cells: p.PinCells(), TimeUS: p.TimeUS}
 		}
 	}
 	sort.Slice(keys, func(i, j int) bool {

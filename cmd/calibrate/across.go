@@ -23,7 +23,7 @@ type acrossJob struct {
 	n, pn        *tables.Node
 	prior        calibrate.Prior
 	sweeps       []*calibrate.Sweep
-	half         string
+	half, credit string
 	out, date    string
 	holdout      int   // node count left out of the fit (0: none)
 	predict      []int // extra node counts to write cells for
@@ -111,7 +111,7 @@ func runAcross(ctx context.Context, j acrossJob, stdout, stderr io.Writer) error
 		if err != nil {
 			return err
 		}
-		pts, skipped, err := calibrate.Points(ctx, sw, &topo, cfg, calibrate.PointOptions{Half: j.half})
+		pts, skipped, err := calibrate.Points(ctx, sw, &topo, cfg, calibrate.PointOptions{Half: j.half, Credit: j.credit})
 		if err != nil {
 			return err
 		}
@@ -175,7 +175,7 @@ func runAcross(ctx context.Context, j acrossJob, stdout, stderr io.Writer) error
 		rep.Written = append(rep.Written, c)
 	}
 	sort.Ints(rep.Written)
-	in := calibrate.OverlayInput{Date: j.date, NodesTags: tags}
+	in := calibrate.OverlayInput{Date: j.date, NodesTags: tags, Credit: j.credit}
 	files, versions := pointFiles(j.sweeps, pointsOf(fitShapes))
 	for _, f := range files {
 		sum, err := fileSHA256(f)

@@ -145,6 +145,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	noCorr := fs.Bool("no-corrections", false, "fit latency and bandwidth per cell only, no per-bucket bandwidth corrections")
 	holdoutNodes := fs.Int("holdout-nodes", 0, "with sweeps at several node counts: leave node count N out of the fit and report the prediction error there")
 	predictNodes := fs.String("predict-nodes", "", "with sweeps at several node counts: also write the overlay's cells at these node counts (comma-separated), predicted by the fit")
+	credit := fs.String("credit", calibrate.CreditEnvelope, "what a point of a free or partly pinned sweep measures: envelope (the fastest cell its pin allows) or model (the cell NCCL's model picks there, as the base table prices it; check the table against the machine with calibrate nccl-log --check-decisions)")
 	halfFlag := fs.String("half", "ip", "the half of every row to fit and score: ip (in place, as PyTorch runs) or oop (out of place)")
 	if err := cmdline.Parse(fs, args, "calibrate"); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -207,6 +208,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	half, err := calibrate.ParseHalf(*halfFlag)
 	if err != nil {
 		return usagef("--half %q: want oop or ip", *halfFlag)
+	}
+	if *credit != calibrate.CreditEnvelope && *credit != calibrate.CreditModel {
+		return usagef("--credit %q: want %s or %s", *credit, calibrate.CreditEnvelope, calibrate.CreditModel)
 	}
 	n, pn, err := loadTables(*node, *prior)
 	if err != nil {
@@ -330,7 +334,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			pr.Fabric = fab.File
 		}
 		return runAcross(ctx, acrossJob{n: n, pn: pn, prior: pr, sweeps: sw,
-			half: half, out: *out, date: *date, holdout: *holdoutNodes, predict: predict, asJSON: *asJSON,
+			half: half, credit: *credit, out: *out, date: *date, holdout: *holdoutNodes, predict: predict, asJSON: *asJSON,
 			checkOutputs: checkOut}, stdout, stderr)
 	}
 	if set["holdout-nodes"] || set["predict-nodes"] {
@@ -362,7 +366,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	pts, skipped, err := calibrate.Points(ctx, sw, &topo, cfg, calibrate.PointOptions{Half: half})
+	pts, skipped, err := calibrate.Points(ctx, sw, &topo, cfg, calibrate.PointOptions{Half: half, Credit: *credit})
 	if err != nil {
 		return err
 	}
@@ -419,6 +423,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rep.Prior = priorName
 	rep.AddCorrections(corr)
 	rep.Half = half
+	rep.Credit = *credit
 	var svgData []byte
 	if *svg != "" { // drawn before anything is written
 		if svgData, err = renderSVG(pricedFit, menus, pts, fmt.Sprintf("calibrate %s, %d nodes: measured and fitted", n.Name, *nodes)); err != nil {
@@ -426,7 +431,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
-	in := calibrate.OverlayInput{Nodes: *nodes, Date: *date}
+	in := calibrate.OverlayInput{Nodes: *nodes, Date: *date, Credit: *credit}
 	files, versions := pointFiles(sw, fitPts) // only the files that supplied fitted points
 	for _, f := range files {
 		sum, err := fileSHA256(f)

@@ -14,11 +14,15 @@ import (
 
 // OverlayInput says where a fit came from, for the overlay's [provenance].
 type OverlayInput struct {
-	Nodes        int // node count the cells were fitted at
+	Nodes int // node count the cells were fitted at
+	// RanksPerNode is the ranks per node they were fitted at, written as each cell's
+	// ranks_per_node: the planner applies a cell only at its own shape.
+	RanksPerNode int
 	Files        []tables.InputFile
 	NCCLVersions []string
 	Date         string // YYYY-MM-DD
-	// Keep are cells of an earlier overlay to keep (other node counts); cells at Nodes are replaced.
+	// Keep are cells of an earlier overlay to keep (other shapes); cells at Nodes x RanksPerNode
+	// are replaced.
 	Keep []tables.FitCell
 	// Corrections, when not empty, are written as the overlay's [[corrections.cell]]: the complete
 	// list (an overlay's array replaces the table's), e.g. from TableCorrections. Corrections are
@@ -26,10 +30,12 @@ type OverlayInput struct {
 	Corrections []tables.CorrectionCell
 }
 
-// KeepFromOverlay reads the [[fit.cell]] entries of an existing overlay's text, for OverlayInput.Keep.
+// KeepFromOverlay reads the [[fit.cell]] entries of an existing overlay's text, for OverlayInput.Keep:
+// those of another shape than nodes x rpn (a cell without ranks_per_node was fitted at tableGPN,
+// the table's gpus_per_node, and is kept with that value written out).
 // The overlay must be of the schema version this build writes (tables.OverlayVersion), or have none
 // (written before overlays had versions, with the same keys), which the rewrite migrates.
-func KeepFromOverlay(file string, data []byte, nodes int) ([]tables.FitCell, error) {
+func KeepFromOverlay(file string, data []byte, nodes, rpn, tableGPN int) ([]tables.FitCell, error) {
 	var o struct {
 		Fit *tables.Fit `toml:"fit"`
 	}
@@ -42,7 +48,10 @@ func KeepFromOverlay(file string, data []byte, nodes int) ([]tables.FitCell, err
 	var out []tables.FitCell
 	if o.Fit != nil {
 		for _, c := range o.Fit.Cell {
-			if c.Nodes != nodes {
+			if c.RanksPerNode == 0 {
+				c.RanksPerNode = tableGPN
+			}
+			if c.Nodes != nodes || c.RanksPerNode != rpn {
 				out = append(out, c)
 			}
 		}
@@ -57,8 +66,8 @@ var (
 	tableProto = []string{"ll", "ll128", "simple"}
 )
 
-// FitCells turns a fit into node-table [[fit.cell]] entries at nodes.
-func (r *FitResult) FitCells(nodes int) []tables.FitCell {
+// FitCells turns a fit into node-table [[fit.cell]] entries at nodes x rpn.
+func (r *FitResult) FitCells(nodes, rpn int) []tables.FitCell {
 	points := map[Cell]int{}
 	for _, res := range r.Residuals {
 		points[res.Cell]++
@@ -77,7 +86,7 @@ func (r *FitResult) FitCells(nodes int) []tables.FitCell {
 	for _, c := range r.cellsSorted() {
 		v := r.Fitted[c]
 		out = append(out, tables.FitCell{Coll: tableColl[c.Coll], Algo: tableAlgo[c.Algo], Proto: tableProto[c.Proto],
-			Nodes: nodes, LatUS: v[0], BWGBps: v[1], LatSigma: sig[c][0], BWSigma: sig[c][1], Points: max(1, points[c])})
+			Nodes: nodes, RanksPerNode: rpn, LatUS: v[0], BWGBps: v[1], LatSigma: sig[c][0], BWSigma: sig[c][1], Points: max(1, points[c])})
 	}
 	return out
 }
@@ -87,18 +96,26 @@ func (r *FitResult) FitCells(nodes int) []tables.FitCell {
 // identify, which keeps the prior's value and is tagged heldTag, as is its sigma) and the fit's
 // [provenance].
 func WriteOverlay(w io.Writer, r *FitResult, in OverlayInput) error {
-	held := r.heldAtPrior(in.Nodes)
-	cells := append(append([]tables.FitCell(nil), in.Keep...), r.FitCells(in.Nodes)...)
-	sort.SliceStable(cells, func(i, j int) bool { return cells[i].Nodes < cells[j].Nodes })
+	held := r.heldAtPrior(in.Nodes, in.RanksPerNode)
+	cells := append(append([]tables.FitCell(nil), in.Keep...), r.FitCells(in.Nodes, in.RanksPerNode)...)
+	sort.SliceStable(cells, func(i, j int) bool {
+		if cells[i].Nodes != cells[j].Nodes {
+			return cells[i].Nodes < cells[j].Nodes
+		}
+		return cells[i].RanksPerNode < cells[j].RanksPerNode
+	})
 	var b strings.Builder
 	fmt.Fprintf(&b, "schema_version = %d\n\n", tables.OverlaySchema)
 	b.WriteString("# Written by calibrate: fitted latency and bandwidth per cell, applied over the node table\n")
-	b.WriteString("# for the node count each was fitted at. Cells not listed keep the model's values.\n")
+	b.WriteString("# for the shape each was fitted at (nodes x ranks_per_node). Cells not listed keep the model's values.\n")
 	num := func(x float64) string { return strconv.FormatFloat(x, 'g', 6, 64) }
 	for _, c := range cells {
 		fmt.Fprintf(&b, "\n[[fit.cell]]\ncoll = %q\nalgo = %q\nproto = %q\n", c.Coll, c.Algo, c.Proto)
 		fmt.Fprintf(&b, "nodes = %d  # measured\n", c.Nodes)
-		h := held[heldKey{c.Coll, c.Algo, c.Proto, c.Nodes}]
+		if c.RanksPerNode > 0 {
+			fmt.Fprintf(&b, "ranks_per_node = %d  # measured\n", c.RanksPerNode)
+		}
+		h := held[heldKey{c.Coll, c.Algo, c.Proto, c.Nodes, c.RanksPerNode}]
 		fmt.Fprintf(&b, "lat_us = %s  # %s\n", num(c.LatUS), valueTag(h[0]))
 		fmt.Fprintf(&b, "bw_gbps = %s  # %s\n", num(c.BWGBps), valueTag(h[1]))
 		fmt.Fprintf(&b, "lat_sigma = %s  # %s\n", num(c.LatSigma), valueTag(h[0]))

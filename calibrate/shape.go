@@ -48,8 +48,9 @@ func SweepShape(s *Sweep, flagRPN int) (Shape, string, error) {
 // CheckShape checks that sweep s, at its shape (SweepShape), can be fitted at shape want, whose
 // ranks per node come from wantFrom ("h100.toml's gpus_per_node", "--gpus-per-node 4"). A sweep
 // at another node count is not checked (Points skips it with a warning). A mismatch is an error
-// naming the file, both shapes and the flag that would fit the sweep at its own shape.
-func CheckShape(s *Sweep, flagRPN int, want Shape, wantFrom string) (Shape, error) {
+// naming the file, both shapes and fix(r), what would fit the sweep at its own r ranks per node
+// (nil: "give --gpus-per-node r to fit it at its own shape").
+func CheckShape(s *Sweep, flagRPN int, want Shape, wantFrom string, fix func(rpn int) string) (Shape, error) {
 	sh, from, err := SweepShape(s, flagRPN)
 	if err != nil {
 		return sh, err
@@ -60,7 +61,9 @@ func CheckShape(s *Sweep, flagRPN int, want Shape, wantFrom string) (Shape, erro
 	if sh.Nodes != want.Nodes || sh.RanksPerNode == want.RanksPerNode {
 		return sh, nil
 	}
-	return sh, Problem{File: s.File, Line: s.Line, Msg: fmt.Sprintf(
-		"the sweep ran on %s (from its %s), the fit is for %s (%s); give --gpus-per-node %d to fit it at its own shape",
-		sh, from, want, wantFrom, sh.RanksPerNode)}
+	if fix == nil {
+		fix = func(rpn int) string { return fmt.Sprintf("give --gpus-per-node %d to fit it at its own shape", rpn) }
+	}
+	return sh, Problem{File: s.File, Line: s.Line, Msg: fmt.Sprintf("the sweep ran on %s (from its %s), the fit is for %s (%s); %s",
+		sh, from, want, wantFrom, fix(sh.RanksPerNode))}
 }

@@ -332,9 +332,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// sweep at this node count must have run at it.
 	shape := calibrate.Shape{Nodes: *nodes, RanksPerNode: n.Node.GPUsPerNode}
 	shapeFrom := gpnFrom(n, *gpnFlag)
+	var fix func(int) string // nil: --gpus-per-node N
 	switch {
 	case fileTopo != nil:
 		shape.RanksPerNode, shapeFrom = fileTopo.LocalRanks, "the local_ranks of --topology "+*topoFile
+		fix = func(rpn int) string {
+			return fmt.Sprintf("fit it on a topology file with local_ranks = %d, or on --node's table with --gpus-per-node %d", rpn, rpn)
+		}
 	case *gpnFlag > 0:
 		shape.RanksPerNode = *gpnFlag
 	}
@@ -342,7 +346,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if !s.CollKnown || (s.Nodes != 0 && s.Nodes != *nodes) {
 			continue // not fitted: Points says why
 		}
-		if _, err := calibrate.CheckShape(s, *gpnFlag, shape, shapeFrom); err != nil {
+		if _, err := calibrate.CheckShape(s, *gpnFlag, shape, shapeFrom, fix); err != nil {
 			return usageError{err}
 		}
 	}

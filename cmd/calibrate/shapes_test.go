@@ -74,3 +74,23 @@ func TestShapeSources(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "(--gpus-per-node 8); give --gpus-per-node 4")
 }
+
+// TestFitOnATopologyFile: --topology FILE fits on the file's topology, whose n_nodes and
+// local_ranks are the fit's shape (s1.toml: 1 node, 8 ranks, max_local_ranks 8): the 1 x 8 sweep
+// fits, the 1 x 4 one is refused naming the file's local_ranks; --gpus-per-node with it is an
+// error.
+func TestFitOnATopologyFile(t *testing.T) {
+	const topo = "../../capabilities/testdata/topology/s1.toml"
+	rep, _, stderr, err := fitJSON(t, "h100", "--topology", topo, "--sweeps", "../../calibrate/testdata/sweeps/ar_current_h100_1n8g.txt")
+	require.NoError(t, err, stderr)
+	assert.EqualValues(t, 1, rep["nodes"])
+	assert.EqualValues(t, 8, rep["ranks_per_node"])
+
+	_, _, _, err = fitJSON(t, "h100", "--topology", topo, "--sweeps", filepath.Join(shapeFixtures, "ar-1x4.txt"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "(the local_ranks of --topology "+topo+"); fit it on a topology file with local_ranks = 4")
+
+	_, _, _, err = fitJSON(t, "h100", "--topology", topo, "--gpus-per-node", "8", "--sweeps", filepath.Join(shapeFixtures, "ar-1x4.txt"))
+	var ue usageError
+	assert.True(t, errors.As(err, &ue), "a usage error: %v", err)
+}

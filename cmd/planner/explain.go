@@ -106,9 +106,23 @@ type planJSON struct {
 	Estimated  []string               `json:"estimated_inputs"`
 	// Overlay is the node table's fitted overlay as applied here; null when none applied.
 	Overlay *overlayJSON `json:"overlay"`
+	// Assumed is what the topology took for granted: gpus per node and the scale of its graphs.
+	Assumed assumedJSON `json:"assumed"`
 	forcing planner.Forcing
 	// noOverlay says why a node table applied none ("none", "none (--no-overlay)"); "" otherwise.
 	noOverlay string
+}
+
+// assumedJSON says what a topology took for granted: its ranks per node and their source (table,
+// flag or topology), and the [scale.N] whose graphs it used, standing in for the node count's own
+// when the table has none (scale_stands_in); scale is "" for a topology file.
+type assumedJSON struct {
+	GPUsPerNode       int    `json:"gpus_per_node"`
+	GPUsPerNodeSource string `json:"gpus_per_node_source"`
+	Scale             string `json:"scale"`
+	ScaleStandsIn     bool   `json:"scale_stands_in"`
+	Graphs            string `json:"graphs"`
+	gpnText           string
 }
 
 // overlayJSON says which overlay applied and which of its fitted cells did not, and why.
@@ -148,6 +162,8 @@ func newPlanJSON(s *setup, p *planner.Plan) *planJSON {
 		ChunkBytes: p.ChunkBytes, SliceBytes: p.SliceBytes,
 		Env: map[string]settingJSON{}, Tuner: p.Explain.Tuner, TunerNote: p.Explain.TunerNote,
 		Edits: []string{}, Estimated: s.estimated, Overlay: newOverlayJSON(p.Explain.Overlay, s.embedded),
+		Assumed: assumedJSON{GPUsPerNode: s.assumed.gpn, GPUsPerNodeSource: s.assumed.gpnSource, Scale: s.assumed.scale,
+			ScaleStandsIn: s.assumed.standsIn, Graphs: s.assumed.graphs, gpnText: s.assumed.gpnText},
 	}
 	if out.Tuner == "" {
 		out.Tuner = "none"
@@ -212,6 +228,12 @@ func writeExplain(w io.Writer, p *planJSON) error {
 		fmt.Fprintf(w, "   overlay: %s\n", p.Overlay.text)
 	case p.noOverlay != "":
 		fmt.Fprintf(w, "   overlay: %s\n", p.noOverlay)
+	}
+	if p.Assumed.gpnText != "" {
+		fmt.Fprintf(w, "   gpus per node: %s\n", p.Assumed.gpnText)
+	}
+	if p.Assumed.Graphs != "" {
+		fmt.Fprintf(w, "   graphs: %s\n", p.Assumed.Graphs)
 	}
 	for _, name := range capabilities.EnvVars {
 		if s, ok := p.Env[name]; ok {

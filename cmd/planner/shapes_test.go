@@ -105,3 +105,39 @@ func assumedOf(t *testing.T, m map[string]any) map[string]any {
 	require.True(t, ok, "explain --json has an assumed object: %v", m["assumed"])
 	return a
 }
+
+// TestL40S4IsS3: l40s-4 at one node has reference §13 S3's inputs (4 GPUs, PCIe only, typeIntra
+// PXB, 2 channels of 12 GB/s, x86 Intel; cc 89 shares cc 80's compCapIndex), so explain gives S3's
+// AllReduce cells and picks as the reference lists them (nBytes -> algo/proto time nMaxChannels/nWarps).
+func TestL40S4IsS3(t *testing.T) {
+	clearNCCLEnv(t)
+	for _, tc := range []struct {
+		bytes, algo, proto string
+		timeUS             float64
+		channels, warps    int
+	}{
+		{"8", "RING", "LL", 12.60, 1, 3},
+		{"4096", "RING", "LL", 13.11, 1, 4},
+		{"64K", "RING", "LL", 20.79, 4, 16},
+		{"1M", "RING", "SIMPLE", 108.14, 4, 17},
+	} {
+		m := explainJSON(t, "--node", "l40s-4", "--bytes", tc.bytes)
+		assert.Equal(t, tc.algo, m["algo"], tc.bytes)
+		assert.Equal(t, tc.proto, m["proto"], tc.bytes)
+		assert.InDelta(t, tc.timeUS, m["time_us"], 0.005, tc.bytes)
+		assert.EqualValues(t, tc.channels, m["channels"], tc.bytes)
+		assert.EqualValues(t, tc.warps, m["warps"], tc.bytes)
+	}
+	m := explainJSON(t, "--node", "l40s-4", "--bytes", "1M")
+	for _, c := range []struct {
+		algo, proto string
+		lat, bw     float64
+	}{
+		{"TREE", "LL", 12.80, 2.91}, {"TREE", "SIMPLE", 32.40, 11.04}, {"RING", "LL", 12.60, 8.00}, {"RING", "SIMPLE", 42.60, 16.00},
+	} {
+		cell := menuCell(t, m, c.algo, c.proto)
+		assert.InDelta(t, c.lat, cell["lat_us"], 0.005, "%s/%s lat", c.algo, c.proto)
+		assert.InDelta(t, c.bw, cell["bw_gbps"], 0.005, "%s/%s bw", c.algo, c.proto)
+	}
+	assert.Contains(t, menuCell(t, m, "RING", "LL128")["reason"], "PXB > NVB", "S3: LL128 is gated off")
+}

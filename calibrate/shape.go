@@ -19,9 +19,9 @@ type Shape struct {
 // Ranks is Nodes * RanksPerNode.
 func (s Shape) Ranks() int { return s.Nodes * s.RanksPerNode }
 
-// String is "2 nodes x 4 ranks per node (8 ranks)".
+// String is "2 nodes x 4 ranks per node (8 ranks)", "1 node x 1 rank per node (1 rank)".
 func (s Shape) String() string {
-	return fmt.Sprintf("%s x %d ranks per node (%d ranks)", plural(s.Nodes, "node"), s.RanksPerNode, s.Ranks())
+	return fmt.Sprintf("%s x %s per node (%s)", plural(s.Nodes, "node"), plural(s.RanksPerNode, "rank"), plural(s.Ranks(), "rank"))
 }
 
 // SweepShape is the shape sweep s ran at and what gave it: its rank lines (Ranks counted, Nodes

@@ -1,13 +1,18 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/collplan/collplan/tables"
 )
 
 const shapeFixtures = "testdata/shapes"
@@ -93,4 +98,31 @@ func TestFitOnATopologyFile(t *testing.T) {
 	_, _, _, err = fitJSON(t, "h100", "--topology", topo, "--gpus-per-node", "8", "--sweeps", filepath.Join(shapeFixtures, "ar-1x4.txt"))
 	var ue usageError
 	assert.True(t, errors.As(err, &ue), "a usage error: %v", err)
+}
+
+// TestRefitKeepsOtherShapes: an overlay at --out with a 2-node cell fitted at h100's 8 ranks per
+// node (no ranks_per_node: an overlay written before the key) keeps it, written out as
+// ranks_per_node = 8, when the 2 x 4 sweep is fitted into it; the 2 x 4 cells are added beside it.
+func TestRefitKeepsOtherShapes(t *testing.T) {
+	const old = "schema_version = 1\n[[fit.cell]]\ncoll = \"allreduce\"\nalgo = \"ring\"\nproto = \"ll\"\nnodes = 2\n" +
+		"lat_us = 30.0\nbw_gbps = 40.0\nlat_sigma = 0.0\nbw_sigma = 0.0\npoints = 5\n"
+	out := filepath.Join(t.TempDir(), "h100.fit.toml")
+	require.NoError(t, os.WriteFile(out, []byte(old), 0o644))
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"--node", "h100", "--gpus-per-node", "4", "--sweeps", filepath.Join(shapeFixtures, "ar-2x4.txt"),
+		"--out", out}, &stdout, &stderr)
+	require.NoError(t, err, stderr.String())
+	base, err := tables.LoadBase("h100")
+	require.NoError(t, err)
+	data, err := os.ReadFile(out)
+	require.NoError(t, err)
+	n, err := tables.ApplyOverlay(base, out, data)
+	require.NoError(t, err)
+	shapes := map[[2]int]int{}
+	for _, c := range n.Fit.Cell {
+		shapes[[2]int{c.Nodes, c.RanksPerNode}]++
+	}
+	assert.Equal(t, 1, shapes[[2]int{2, 8}], "the old 2-node cell, fitted at the table's 8 per node, is kept: %v", shapes)
+	assert.Positive(t, shapes[[2]int{2, 4}], "the 2 x 4 cells are written: %v", shapes)
+	assert.Len(t, shapes, 2, "%v", shapes)
 }

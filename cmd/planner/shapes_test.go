@@ -68,6 +68,7 @@ func TestGPUsPerNodeFlag(t *testing.T) {
 	out, err = runCLI(t, "", "map", "--node", "h100", "--nodes", "2", "--gpus-per-node", "4", "--min", "1K", "--max", "1M")
 	assert.NoError(t, err)
 	assert.Contains(t, out, "8 ranks")
+	assert.Contains(t, out, "\nassumed: gpus per node 4 (--gpus-per-node; the table says 8); graphs: scale 2 (2 nodes)\n")
 
 	for _, args := range [][]string{
 		{"explain", "--topology", topoDir + "s1.toml", "--gpus-per-node", "4", "--bytes", "1M"},

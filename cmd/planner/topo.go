@@ -64,6 +64,12 @@ type assumed struct {
 	graphs    string // "scale 4 stands in for 4096 nodes (no [scale.4096])"
 }
 
+// assumedLine is what map and compare print after "assumed: ": "gpus per node 8 (h100.toml's
+// gpus_per_node); graphs: scale 4 stands in for 4096 nodes (no [scale.4096])".
+func (s *setup) assumedLine() string {
+	return fmt.Sprintf("gpus per node %s; graphs: %s", s.assumed.gpnText, s.assumed.graphs)
+}
+
 // assume describes the shape of s's topology: for a node table, its ranks per node (gpnFlag, else
 // the table's) and the scale whose graphs stood in (capabilities.NodeScaleKey).
 func assume(s *setup, gpnFlag int) assumed {

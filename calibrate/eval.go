@@ -51,11 +51,14 @@ type EvalSize struct {
 // sweeps that the fit did not see.
 type Eval struct {
 	// Prior is what the "prior" policy prices with (set by the caller; Evaluate leaves it empty).
-	Prior    Prior        `json:"prior"`
-	Nodes    int          `json:"nodes"`
-	Points   int          `json:"pinned_points"`
-	Sizes    []EvalSize   `json:"sizes"`
-	Policies []PolicyEval `json:"policies"` // prior, fitted, ring/simple
+	Prior Prior `json:"prior"`
+	Nodes int   `json:"nodes"`
+	// RanksPerNode is the ranks per node evaluated at (Nodes x RanksPerNode; set by the caller, 0:
+	// not said).
+	RanksPerNode int          `json:"ranks_per_node"`
+	Points       int          `json:"pinned_points"`
+	Sizes        []EvalSize   `json:"sizes"`
+	Policies     []PolicyEval `json:"policies"` // prior, fitted, ring/simple
 	// GoalMet: the fitted policy's median regret <= GoalRegret and median prediction error <=
 	// GoalPredErr.
 	GoalMet bool `json:"goal_met"`
@@ -185,7 +188,11 @@ func (ev *Eval) WriteText(w io.Writer) error {
 	if ev.Prior.Table != "" {
 		fmt.Fprintf(tw, "prior: %s\n\n", ev.Prior)
 	}
-	fmt.Fprintf(tw, "evaluation on %d pinned points (%d nodes)\ncoll\tbytes\tbest (us)", ev.Points, ev.Nodes)
+	shape := plural(ev.Nodes, "node")
+	if ev.RanksPerNode > 0 {
+		shape = Shape{ev.Nodes, ev.RanksPerNode}.String()
+	}
+	fmt.Fprintf(tw, "evaluation on %d pinned points (%s)\ncoll\tbytes\tbest (us)", ev.Points, shape)
 	for _, p := range ev.Policies {
 		fmt.Fprintf(tw, "\t%s pick (pred/meas us, regret)", p.Name)
 	}

@@ -126,3 +126,22 @@ func TestRefitKeepsOtherShapes(t *testing.T) {
 	assert.Positive(t, shapes[[2]int{2, 4}], "the 2 x 4 cells are written: %v", shapes)
 	assert.Len(t, shapes, 2, "%v", shapes)
 }
+
+// TestCheckAtAnotherShape: --check evaluates an overlay at the sweeps' shape; an overlay whose only
+// 2-node cell was fitted at h100's 8 ranks per node has no cell at 2 x 4, which is a usage error
+// naming the shape, not an evaluation of the 8-per-node cell.
+func TestCheckAtAnotherShape(t *testing.T) {
+	dir := t.TempDir()
+	data, err := os.ReadFile(filepath.Join(shapeFixtures, "ar-2x4.txt"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ar-2x4.txt"), data, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "sweeps.toml"), []byte("[[sweep]]\nfile = \"ar-2x4.txt\"\nalgo = \"Ring\"\nproto = \"Simple\"\n"), 0o644))
+	out := filepath.Join(t.TempDir(), "h100.fit.toml")
+	require.NoError(t, os.WriteFile(out, []byte("schema_version = 1\n[[fit.cell]]\ncoll = \"allreduce\"\nalgo = \"ring\"\nproto = \"simple\"\nnodes = 2\n"+
+		"lat_us = 30.0\nbw_gbps = 40.0\nlat_sigma = 0.0\nbw_sigma = 0.0\npoints = 5\n"), 0o644))
+	var stdout, stderr bytes.Buffer
+	err = run(context.Background(), []string{"--node", "h100", "--gpus-per-node", "4", "--check", dir, "--out", out}, &stdout, &stderr)
+	var ue usageError
+	require.ErrorAs(t, err, &ue)
+	assert.Contains(t, err.Error(), out+": no fitted cell at 2 nodes x 4 ranks per node (8 ranks)")
+}

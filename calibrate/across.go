@@ -15,9 +15,9 @@ import (
 	"github.com/collplan/collplan/planner"
 )
 
-// Shape is one node count's share of a fit across node counts: the topology at that count, the
+// AtNodes is one node count's share of a fit across node counts: the topology at that count, the
 // prior configuration that prices it, and the points measured there.
-type Shape struct {
+type AtNodes struct {
 	Nodes  int
 	Topo   *capabilities.Topology
 	Cfg    planner.Config // the prior; its Cells are ignored
@@ -165,7 +165,7 @@ type acrossModel struct {
 
 // prepareAcross splits every shape's cells and turns its points into acrossPoints; cells are
 // indexed in idx (added as met, sorted by the caller).
-func prepareAcross(ctx context.Context, shapes []Shape, idx map[Cell]int) ([]acrossPoint, error) {
+func prepareAcross(ctx context.Context, shapes []AtNodes, idx map[Cell]int) ([]acrossPoint, error) {
 	var out []acrossPoint
 	for _, sh := range shapes {
 		menus, splits, err := splitCells(ctx, sh.Topo, sh.Cfg)
@@ -243,7 +243,7 @@ func (md *acrossModel) loss(x []float64) float64 {
 //
 // Loss, prior and envelopes are Fit's: the soft-L1 of log(pred/meas), a Gaussian prior of spread
 // opt.PriorSigma on each log multiplier, the smooth minimum over an envelope's cells.
-func FitAcross(ctx context.Context, shapes []Shape, opt FitOptions) (*AcrossFit, error) {
+func FitAcross(ctx context.Context, shapes []AtNodes, opt FitOptions) (*AcrossFit, error) {
 	opt = opt.withDefaults()
 	idx := map[Cell]int{}
 	pts, err := prepareAcross(ctx, shapes, idx)
@@ -449,13 +449,13 @@ func (f *AcrossFit) touches(ci, g int) bool {
 
 // PredictionError scores the fit and the prior on one shape's points (not necessarily fitted):
 // medians of |pred/meas - 1|.
-func (f *AcrossFit) PredictionError(ctx context.Context, sh Shape) (fitted, prior float64, n int, err error) {
+func (f *AcrossFit) PredictionError(ctx context.Context, sh AtNodes) (fitted, prior float64, n int, err error) {
 	idx := map[Cell]int{}
 	for i, c := range f.cells {
 		idx[c] = i
 	}
 	// Cells the fit has no parameter for are priced at the prior (appended, zero multipliers).
-	pts, err := prepareAcross(ctx, []Shape{sh}, idx)
+	pts, err := prepareAcross(ctx, []AtNodes{sh}, idx)
 	if err != nil {
 		return 0, 0, 0, err
 	}

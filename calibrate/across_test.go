@@ -18,7 +18,7 @@ import (
 // express: NCCL's NET hop latencies 1.8x, base latencies 1.3x, and every graph's bwInter 0.6x (so
 // bandwidth falls at three nodes and more, where NCCL prices bwInter). The true times come from the
 // planner over that machine, an oracle independent of the fit.
-func truthShapes(t *testing.T, nodes []int, cells []Cell) []Shape {
+func truthShapes(t *testing.T, nodes []int, cells []Cell) []AtNodes {
 	t.Helper()
 	ctx := context.Background()
 	n, err := tables.Load("h100")
@@ -30,7 +30,7 @@ func truthShapes(t *testing.T, nodes []int, cells []Cell) []Shape {
 			k.HWLat[costmodel.HWNet][a][p] *= 1.8
 		}
 	}
-	var out []Shape
+	var out []AtNodes
 	for _, nn := range nodes {
 		topo, err := capabilities.FromNode(n, nn)
 		require.NoError(t, err)
@@ -42,7 +42,7 @@ func truthShapes(t *testing.T, nodes []int, cells []Cell) []Shape {
 		require.NoError(t, err)
 		tm, err := Menus(ctx, tp)
 		require.NoError(t, err)
-		sh := Shape{Nodes: nn, Topo: &topo}
+		sh := AtNodes{Nodes: nn, Topo: &topo}
 		for _, c := range cells {
 			for b := int64(1 << 10); b <= 1<<30; b *= 4 {
 				tt := tm[c.Coll].Time(c.Algo, c.Proto, b)

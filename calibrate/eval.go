@@ -71,6 +71,9 @@ type Eval struct {
 	// Prior is what the "prior" policy prices with (set by the caller; Evaluate leaves it empty).
 	Prior Prior `json:"prior"`
 	Nodes int   `json:"nodes"`
+	// RanksPerNode is the ranks per node evaluated at (Nodes x RanksPerNode; set by the caller, 0:
+	// not said).
+	RanksPerNode int `json:"ranks_per_node"`
 	// Points: exact points (one legal cell); EnvelopePoints: partial and free ones.
 	Points         int          `json:"pinned_points"`
 	EnvelopePoints int          `json:"envelope_points"`
@@ -234,8 +237,12 @@ func (ev *Eval) WriteText(w io.Writer) error {
 	if ev.Prior.Table != "" {
 		fmt.Fprintf(tw, "prior: %s\n\n", ev.Prior)
 	}
-	fmt.Fprintf(tw, "evaluation on %d pinned points and %d envelope points (algorithm-only, protocol-only or free runs) (%d nodes)\ncoll\tbytes\tbest (us)",
-		ev.Points, ev.EnvelopePoints, ev.Nodes)
+	shape := plural(ev.Nodes, "node")
+	if ev.RanksPerNode > 0 {
+		shape = Shape{ev.Nodes, ev.RanksPerNode}.String()
+	}
+	fmt.Fprintf(tw, "evaluation on %d pinned points and %d envelope points (algorithm-only, protocol-only or free runs) (%s)\ncoll\tbytes\tbest (us)",
+		ev.Points, ev.EnvelopePoints, shape)
 	for _, p := range ev.Policies {
 		if p.Name == PolicyNCCLDefault {
 			fmt.Fprintf(tw, "\t%s (meas us, regret)", p.Name)

@@ -18,16 +18,16 @@ const (
 	srcInferred
 )
 
-// heldKey names one [[fit.cell]] entry by the tables' spellings and its node count.
+// heldKey names one [[fit.cell]] entry by the tables' spellings and its shape.
 type heldKey struct {
 	coll, algo, proto string
-	nodes             int
+	nodes, rpn        int
 }
 
-// valueSources says, per fitted cell of r as FitCells(nodes) writes it, where its latency ([0])
-// and bandwidth ([1]) come from: measured (identified by pinned points), held at the prior, or
-// inferred from envelope points. Cells of an earlier overlay (OverlayInput.Keep) are not in it.
-func (r *FitResult) valueSources(nodes int) map[heldKey][2]valueSource {
+// valueSources says, per fitted cell of r as FitCells(nodes, rpn) writes it, where its latency
+// ([0]) and bandwidth ([1]) come from: measured (identified by pinned points), held at the prior,
+// or inferred from envelope points. Cells of an earlier overlay (OverlayInput.Keep) are not in it.
+func (r *FitResult) valueSources(nodes, rpn int) map[heldKey][2]valueSource {
 	byCell := map[Cell][2]valueSource{}
 	for _, p := range r.Params {
 		if _, ok := r.Fitted[p.Cell]; !ok {
@@ -50,7 +50,7 @@ func (r *FitResult) valueSources(nodes int) map[heldKey][2]valueSource {
 	}
 	out := map[heldKey][2]valueSource{}
 	for c, h := range byCell {
-		out[heldKey{tableColl[c.Coll], tableAlgo[c.Algo], tableProto[c.Proto], nodes}] = h
+		out[heldKey{tableColl[c.Coll], tableAlgo[c.Algo], tableProto[c.Proto], nodes, rpn}] = h
 	}
 	return out
 }

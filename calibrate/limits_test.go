@@ -63,7 +63,7 @@ func TestOverlayReadersNestingLimit(t *testing.T) {
 	in := "# an overlay\n[[fit.cell]]\nx = " + nestedInline(2000) + "\n"
 	// fit(1), its element (2), x(3), then a(4) a(5) a(6) on line 3.
 	const want = "calibrate: o.fit.toml: line 3: nesting depth 6 exceeds the maximum of 5"
-	_, err := KeepFromOverlay("o.fit.toml", []byte(in), 1)
+	_, err := KeepFromOverlay("o.fit.toml", []byte(in), 1, 8, 8)
 	require.Error(t, err)
 	assert.Equal(t, want, err.Error())
 	_, err = OverlayCorrections("o.fit.toml", []byte(in))

@@ -27,7 +27,7 @@ const ManifestName = "sweeps.toml"
 //	proto = "LL128"              # NCCL_PROTO, likewise
 //	coll = "allreduce"           # when the file does not name its collective
 //	nodes = 2
-//	gpus_per_node = 8
+//	gpus_per_node = 8            # ranks per node (ranks_per_node is the same key); absent: the rank lines
 //	nccl_version = "2.30.7"
 //	note = "EFA, NCCL_NET_GDR_LEVEL=PHB"
 //
@@ -46,12 +46,12 @@ type ManifestEntry struct {
 	Algo, Proto string // NCCL_ALGO/NCCL_PROTO syntax; "" when absent
 	Coll        string // as written; "" when absent
 	Nodes       int    // 0 when absent
-	GPUsPerNode int    // 0 when absent
+	GPUsPerNode int    // gpus_per_node, or ranks_per_node, its synonym; 0 when absent
 	NCCLVersion string
 	Note        string
 }
 
-var manifestKeys = []string{"file", "algo", "proto", "coll", "nodes", "gpus_per_node", "nccl_version", "note"}
+var manifestKeys = []string{"file", "algo", "proto", "coll", "nodes", "gpus_per_node", "ranks_per_node", "nccl_version", "note"}
 
 // manifestMaxDepth is how deeply a manifest may nest (as configfile.CheckTOML counts): the schema's
 // paths are sweep[i].key, 3 levels, and one level of slack because the text is decoded into a
@@ -171,6 +171,13 @@ func DecodeManifest(file string, data []byte) (*Manifest, error) {
 		str("note", &e.Note)
 		count("nodes", &e.Nodes)
 		count("gpus_per_node", &e.GPUsPerNode)
+		var rpn int
+		count("ranks_per_node", &rpn)
+		if rpn != 0 && e.GPUsPerNode != 0 && rpn != e.GPUsPerNode {
+			add(line("ranks_per_node"), "ranks_per_node = %d, but gpus_per_node = %d (the same key: give one)", rpn, e.GPUsPerNode)
+		} else if rpn != 0 {
+			e.GPUsPerNode = rpn
+		}
 		if _, ok := t["file"]; !ok {
 			add(e.Line, "[[sweep]] without file")
 		} else if strings.TrimSpace(e.File) == "" {
@@ -490,6 +497,9 @@ func applyEntry(s *Sweep, manFile string, e *ManifestEntry) {
 	}
 	fill("nodes", &s.Nodes, e.Nodes)
 	fill("gpus_per_node", &s.GPUsPerNode, e.GPUsPerNode)
+	if s.ShapeSource == "" && s.GPUsPerNode != 0 {
+		s.ShapeSource = ShapeFromManifest
+	}
 	if e.NCCLVersion != "" {
 		switch {
 		case s.NCCLVersion == "":

@@ -28,7 +28,7 @@ func TestLoadManifest(t *testing.T) {
 }
 
 func TestDecodeManifestRejects(t *testing.T) {
-	keys := "file, algo, proto, coll, nodes, gpus_per_node, nccl_version, note"
+	keys := "file, algo, proto, coll, nodes, gpus_per_node, ranks_per_node, nccl_version, note"
 	tests := []struct {
 		file string
 		want []string

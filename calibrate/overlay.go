@@ -14,11 +14,15 @@ import (
 
 // OverlayInput says where a fit came from, for the overlay's [provenance].
 type OverlayInput struct {
-	Nodes        int // node count the cells were fitted at
+	Nodes int // node count the cells were fitted at
+	// RanksPerNode is the ranks per node they were fitted at, written as each cell's
+	// ranks_per_node: the planner applies a cell only at its own shape.
+	RanksPerNode int
 	Files        []tables.InputFile
 	NCCLVersions []string
 	Date         string // YYYY-MM-DD
-	// Keep are cells of an earlier overlay to keep (other node counts); cells at Nodes are replaced.
+	// Keep are cells of an earlier overlay to keep (other shapes); cells at Nodes x RanksPerNode
+	// are replaced.
 	Keep []tables.FitCell
 	// Corrections, when not empty, are written as the overlay's [[corrections.cell]]: the complete
 	// list (an overlay's array replaces the table's), e.g. from TableCorrections. Corrections are
@@ -43,10 +47,12 @@ func sortedNodes(m map[int]*FitResult) []int {
 	return out
 }
 
-// KeepFromOverlay reads the [[fit.cell]] entries of an existing overlay's text, for OverlayInput.Keep.
+// KeepFromOverlay reads the [[fit.cell]] entries of an existing overlay's text, for OverlayInput.Keep:
+// those of another shape than nodes x rpn (a cell without ranks_per_node was fitted at tableGPN,
+// the table's gpus_per_node, and is kept with that value written out).
 // The overlay must be of the schema version this build writes (tables.OverlayVersion), or have none
 // (written before overlays had versions, with the same keys), which the rewrite migrates.
-func KeepFromOverlay(file string, data []byte, nodes int) ([]tables.FitCell, error) {
+func KeepFromOverlay(file string, data []byte, nodes, rpn, tableGPN int) ([]tables.FitCell, error) {
 	var o struct {
 		Fit *tables.Fit `toml:"fit"`
 	}
@@ -59,7 +65,10 @@ func KeepFromOverlay(file string, data []byte, nodes int) ([]tables.FitCell, err
 	var out []tables.FitCell
 	if o.Fit != nil {
 		for _, c := range o.Fit.Cell {
-			if c.Nodes != nodes {
+			if c.RanksPerNode == 0 {
+				c.RanksPerNode = tableGPN
+			}
+			if c.Nodes != nodes || c.RanksPerNode != rpn {
 				out = append(out, c)
 			}
 		}
@@ -74,8 +83,8 @@ var (
 	tableProto = []string{"ll", "ll128", "simple"}
 )
 
-// FitCells turns a fit into node-table [[fit.cell]] entries at nodes.
-func (r *FitResult) FitCells(nodes int) []tables.FitCell {
+// FitCells turns a fit into node-table [[fit.cell]] entries at nodes x rpn.
+func (r *FitResult) FitCells(nodes, rpn int) []tables.FitCell {
 	points := map[Cell]int{}
 	for _, res := range r.Residuals {
 		points[res.Cell]++
@@ -94,7 +103,7 @@ func (r *FitResult) FitCells(nodes int) []tables.FitCell {
 	for _, c := range r.cellsSorted() {
 		v := r.Fitted[c]
 		out = append(out, tables.FitCell{Coll: tableColl[c.Coll], Algo: tableAlgo[c.Algo], Proto: tableProto[c.Proto],
-			Nodes: nodes, LatUS: v[0], BWGBps: v[1], LatSigma: sig[c][0], BWSigma: sig[c][1], Points: max(1, points[c])})
+			Nodes: nodes, RanksPerNode: rpn, LatUS: v[0], BWGBps: v[1], LatSigma: sig[c][0], BWSigma: sig[c][1], Points: max(1, points[c])})
 	}
 	return out
 }
@@ -105,20 +114,25 @@ func (r *FitResult) FitCells(nodes int) []tables.FitCell {
 // constrain, which is applied and tagged inferredTag, as are their sigmas and, for an inferred
 // cell, its point count) and the fit's [provenance].
 func WriteOverlay(w io.Writer, r *FitResult, in OverlayInput) error {
-	held := r.valueSources(in.Nodes)
-	cells := append(append([]tables.FitCell(nil), in.Keep...), r.FitCells(in.Nodes)...)
+	held := r.valueSources(in.Nodes, in.RanksPerNode)
+	cells := append(append([]tables.FitCell(nil), in.Keep...), r.FitCells(in.Nodes, in.RanksPerNode)...)
 	for _, n := range sortedNodes(in.Others) {
 		o := in.Others[n]
-		cells = append(cells, o.FitCells(n)...)
-		for k, v := range o.valueSources(n) {
+		cells = append(cells, o.FitCells(n, in.RanksPerNode)...)
+		for k, v := range o.valueSources(n, in.RanksPerNode) {
 			held[k] = v
 		}
 	}
-	sort.SliceStable(cells, func(i, j int) bool { return cells[i].Nodes < cells[j].Nodes })
+	sort.SliceStable(cells, func(i, j int) bool {
+		if cells[i].Nodes != cells[j].Nodes {
+			return cells[i].Nodes < cells[j].Nodes
+		}
+		return cells[i].RanksPerNode < cells[j].RanksPerNode
+	})
 	var b strings.Builder
 	fmt.Fprintf(&b, "schema_version = %d\n\n", tables.OverlaySchema)
 	b.WriteString("# Written by calibrate: fitted latency and bandwidth per cell, applied over the node table\n")
-	b.WriteString("# for the node count each was fitted at. Cells not listed keep the model's values.\n")
+	b.WriteString("# for the shape each was fitted at (nodes x ranks_per_node). Cells not listed keep the model's values.\n")
 	if in.Credit == CreditModel {
 		b.WriteString("# The points of free and partly pinned sweeps were credited to the cell NCCL's model picks\n")
 		b.WriteString("# there (calibrate --credit model): those cells are measured through that credit.\n")
@@ -131,7 +145,10 @@ func WriteOverlay(w io.Writer, r *FitResult, in OverlayInput) error {
 			tag = "measured"
 		}
 		fmt.Fprintf(&b, "nodes = %d  # %s\n", c.Nodes, tag)
-		h := held[heldKey{c.Coll, c.Algo, c.Proto, c.Nodes}]
+		if c.RanksPerNode > 0 {
+			fmt.Fprintf(&b, "ranks_per_node = %d  # measured\n", c.RanksPerNode)
+		}
+		h := held[heldKey{c.Coll, c.Algo, c.Proto, c.Nodes, c.RanksPerNode}]
 		fmt.Fprintf(&b, "lat_us = %s  # %s\n", num(c.LatUS), valueTag(h[0]))
 		fmt.Fprintf(&b, "bw_gbps = %s  # %s\n", num(c.BWGBps), valueTag(h[1]))
 		fmt.Fprintf(&b, "lat_sigma = %s  # %s\n", num(c.LatSigma), valueTag(h[0]))

@@ -74,6 +74,9 @@ type Report struct {
 	// caller; BuildReport leaves it empty).
 	Prior Prior `json:"prior"`
 	Nodes int   `json:"nodes"`
+	// RanksPerNode is the ranks per node of the shape the values were fitted at (Nodes x
+	// RanksPerNode; set by the caller, 0: not said).
+	RanksPerNode int `json:"ranks_per_node"`
 	// Half is the half of the sweeps' rows that was fitted and scored: HalfInPlace or
 	// HalfOutOfPlace (the caller sets it, as it chose Points' half).
 	Half string `json:"half"`
@@ -455,7 +458,11 @@ func (rep *Report) WriteText(w io.Writer) error {
 	if rep.Prior.Table != "" || rep.Half != "" {
 		fmt.Fprintln(tw)
 	}
-	fmt.Fprintf(tw, "parameters (%d nodes)\ncell\tkind\tprior\tfitted\tsigma\tstatus\n", rep.Nodes)
+	shape := plural(rep.Nodes, "node")
+	if rep.RanksPerNode > 0 {
+		shape = Shape{rep.Nodes, rep.RanksPerNode}.String()
+	}
+	fmt.Fprintf(tw, "parameters (%s)\ncell\tkind\tprior\tfitted\tsigma\tstatus\n", shape)
 	for _, p := range rep.Params {
 		st := "fitted"
 		switch {

@@ -105,7 +105,10 @@ type Sweep struct {
 	Hosts       []string // distinct host names of the rank lines, in order of first appearance
 	Nodes       int      // len(Hosts)
 	GPUsPerNode int      // ranks per host when every host has the same number; 0 otherwise
-	GPUName     string   // rank 0's device name ("NVIDIA H100 80GB HBM3")
+	// ShapeSource says where Nodes and GPUsPerNode come from: ShapeFromRankLines, ShapeFromManifest
+	// (the file's rank lines did not give them), or "" when nothing gave the ranks per node.
+	ShapeSource string
+	GPUName     string // rank 0's device name ("NVIDIA H100 80GB HBM3")
 
 	// From the "# nThread ..." line; 0 when absent. Exactly one of StepFactor (-f) and StepBytes
 	// (-i, additive) is set.
@@ -825,6 +828,7 @@ func (p *sweepParser) finish() {
 			}
 			if uniform {
 				s.GPUsPerNode = per
+				s.ShapeSource = ShapeFromRankLines
 			}
 		}
 		s.GPUName = st.rank0Name

@@ -45,6 +45,31 @@ func FromNode(n *tables.Node, nNodes int) (Topology, error) {
 	return t, nil
 }
 
+// FromNodeShape is FromNode with rpn ranks per node instead of the table's gpus_per_node (rpn 0:
+// the table's): n_ranks = nNodes * rpn, max_local_ranks = local_ranks = rpn, the other fields as
+// FromNode gives them. The graphs stay the table's (measured or estimated at gpus_per_node GPUs),
+// but with one rank per node there is no intra-node peer and no NVLS, as in plugin/shimtable's
+// grid: type_intra is LOC, nvls_support false, nvls_channels 0 and the nvls graph zero.
+func FromNodeShape(n *tables.Node, nNodes, rpn int) (Topology, error) {
+	if n == nil || rpn == 0 || rpn == n.Node.GPUsPerNode {
+		return FromNode(n, nNodes)
+	}
+	if rpn < 0 {
+		return Topology{}, fmt.Errorf("capabilities: %s: %d ranks per node: must be at least 1", n.File, rpn)
+	}
+	c := *n
+	c.Node.GPUsPerNode = rpn
+	t, err := FromNode(&c, nNodes)
+	if err != nil || rpn > 1 {
+		return t, err
+	}
+	for _, g := range []*Graph{&t.Graphs.Tree, &t.Graphs.Ring, &t.Graphs.CollNetDirect, &t.Graphs.CollNetChain} {
+		g.TypeIntra = PathLOC
+	}
+	t.NVLSSupport, t.NVLSChannels, t.Graphs.NVLS = false, 0, Graph{}
+	return t, t.Validate()
+}
+
 func fromNode(n *tables.Node, nNodes int) (Topology, error) {
 	ni := &n.Node
 	if nNodes < 1 {
@@ -173,18 +198,22 @@ func NodeScaleKey(nNodes int) string {
 }
 
 // FitCell is one [[fit.cell]] of a node table, parsed: the fitted latency (us) and algorithm
-// bandwidth (GB/s) of a cell.
+// bandwidth (GB/s) of a cell, and the ranks per node it was fitted at.
 type FitCell struct {
 	Coll   Coll
 	Algo   Algo
 	Proto  Proto
 	LatUS  float64
 	BWGBps float64
+	// RanksPerNode is the cell's ranks_per_node, or the table's gpus_per_node where the cell has
+	// none (an overlay written before the key was fitted at the table's shape).
+	RanksPerNode int
 }
 
 // NodeFitCells returns the node table's fitted cells whose node count is nNodes (a cell fitted at
-// 2 nodes says nothing about 4), in table order. Names that do not parse are errors naming the
-// table file and the key.
+// 2 nodes says nothing about 4), at every ranks per node, in table order: the caller compares
+// RanksPerNode with its own shape. Names that do not parse are errors naming the table file and
+// the key.
 func NodeFitCells(n *tables.Node, nNodes int) ([]FitCell, error) {
 	if n == nil || n.Fit == nil {
 		return nil, nil
@@ -194,7 +223,10 @@ func NodeFitCells(n *tables.Node, nNodes int) ([]FitCell, error) {
 		if c.Nodes != nNodes {
 			continue
 		}
-		fc := FitCell{LatUS: c.LatUS, BWGBps: c.BWGBps}
+		fc := FitCell{LatUS: c.LatUS, BWGBps: c.BWGBps, RanksPerNode: c.RanksPerNode}
+		if fc.RanksPerNode == 0 {
+			fc.RanksPerNode = n.Node.GPUsPerNode
+		}
 		var err error
 		if fc.Coll, err = ParseColl(c.Coll); err == nil {
 			if fc.Algo, err = ParseAlgo(c.Algo); err == nil {

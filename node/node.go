@@ -22,7 +22,8 @@ import (
 //     [corrections];
 //   - Cells: the fitted overlay's [[fit.cell]] entries fitted at tp.NNodes nodes (a cell fitted
 //     at 2 nodes says nothing about 4); a cell that tp's shape or env makes illegal is skipped by
-//     planner.New with a note (Planner.Overlay), never an error;
+//     planner.New with a note (Planner.Overlay), never an error, and so is a cell fitted at other
+//     ranks per node than tp's local_ranks (its CellOverride.Skip says "fitted at 2 x 4 ...");
 //   - Overlay: the file the fitted cells and the overlay's numbers come from: the overlay
 //     (tables.Node.Overlay), else the table's own file when it carries [fit] cells itself, else "".
 //
@@ -51,8 +52,12 @@ func PlannerConfig(n *tables.Node, tp *capabilities.Topology) (planner.Config, e
 		return cfg, err
 	}
 	for _, c := range cells {
-		cfg.Cells = append(cfg.Cells, planner.CellOverride{Coll: c.Coll, Algo: c.Algo, Proto: c.Proto,
-			LatUS: float32(c.LatUS), BWGBps: float32(c.BWGBps)})
+		o := planner.CellOverride{Coll: c.Coll, Algo: c.Algo, Proto: c.Proto,
+			LatUS: float32(c.LatUS), BWGBps: float32(c.BWGBps)}
+		if c.RanksPerNode != tp.LocalRanks {
+			o.Skip = fmt.Sprintf("fitted at %d x %d (nodes x ranks per node), this is %d x %d", tp.NNodes, c.RanksPerNode, tp.NNodes, tp.LocalRanks)
+		}
+		cfg.Cells = append(cfg.Cells, o)
 	}
 	if cfg.Overlay == "" && n.Fit != nil && len(n.Fit.Cell) > 0 {
 		cfg.Overlay = n.File

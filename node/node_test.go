@@ -98,3 +98,41 @@ func TestPlannerConfigNamesTheOverlay(t *testing.T) {
 		})
 	}
 }
+
+// TestFitCellShape: a fitted cell applies at the shape it was fitted at only. The table has
+// gpus_per_node 8; one cell says ranks_per_node = 4, one says nothing (fitted at the table's 8). At
+// 1 x 8 the first is skipped with a note naming both shapes; at 1 x 4 (FromNodeShape) the second.
+func TestFitCellShape(t *testing.T) {
+	n, err := tables.LoadBase("h100")
+	require.NoError(t, err)
+	require.Equal(t, 8, n.Node.GPUsPerNode)
+	n.Fit = &tables.Fit{Cell: []tables.FitCell{
+		{Coll: "allreduce", Algo: "ring", Proto: "simple", Nodes: 1, RanksPerNode: 4, LatUS: 9, BWGBps: 40, Points: 3},
+		{Coll: "allreduce", Algo: "ring", Proto: "ll", Nodes: 1, LatUS: 5, BWGBps: 10, Points: 3},
+	}}
+	for _, tc := range []struct {
+		rpn     int
+		applied string // the cell that applies
+		skipped string
+		reason  string
+	}{
+		{8, "AllReduce/RING/LL", "AllReduce/RING/SIMPLE", "fitted at 1 x 4 (nodes x ranks per node), this is 1 x 8"},
+		{4, "AllReduce/RING/SIMPLE", "AllReduce/RING/LL", "fitted at 1 x 8 (nodes x ranks per node), this is 1 x 4"},
+	} {
+		tp, err := capabilities.FromNodeShape(n, 1, tc.rpn)
+		require.NoError(t, err)
+		require.Equal(t, tc.rpn, tp.LocalRanks)
+		require.Equal(t, tc.rpn, tp.NRanks)
+		cfg, err := PlannerConfig(n, &tp)
+		require.NoError(t, err)
+		pl, err := planner.New(&tp, cfg)
+		require.NoError(t, err)
+		ov := pl.Overlay()
+		require.NotNil(t, ov)
+		assert.Equal(t, 1, ov.Applied, "%d ranks per node", tc.rpn)
+		require.Len(t, ov.Skipped, 1, "%d ranks per node", tc.rpn)
+		assert.Equal(t, tc.skipped, ov.Skipped[0].Name())
+		assert.Equal(t, tc.reason, ov.Skipped[0].Reason)
+		assert.Contains(t, ov.Note(), "1 cell not applied: "+tc.skipped+" ("+tc.reason+")")
+	}
+}

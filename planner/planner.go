@@ -123,6 +123,10 @@ type CellOverride struct {
 	Proto  costmodel.Proto
 	LatUS  float32 // us
 	BWGBps float32 // algorithm bandwidth, GB/s
+	// Skip, when not "", says why the cell does not belong here (it was fitted at another shape):
+	// it is not applied, and Planner.Overlay lists it with this reason where the model could use
+	// the cell, with the model's reason where it could not.
+	Skip string
 }
 
 // Planner prices and picks plans for one topology. It is safe for concurrent use.
@@ -176,7 +180,11 @@ func applyCells(table *costmodel.Table, cfg Config) (*Overlay, [costmodel.NumCol
 		if o.Coll < 0 || o.Coll >= costmodel.NumColls || o.Algo < 0 || o.Algo >= costmodel.NumAlgos || o.Proto < 0 || o.Proto >= costmodel.NumProtos {
 			return nil, fitted, fmt.Errorf("planner: fitted cell (%d, %d, %d): out of range", int(o.Coll), int(o.Algo), int(o.Proto))
 		}
-		if why := table.Unusable(o.Coll, o.Algo, o.Proto); why != "" {
+		why := table.Unusable(o.Coll, o.Algo, o.Proto) // the model's reason first: no shape revives a cell
+		if why == "" {
+			why = o.Skip
+		}
+		if why != "" {
 			ov.Skipped = append(ov.Skipped, SkippedCell{Coll: o.Coll, Algo: o.Algo, Proto: o.Proto, Reason: why})
 			continue
 		}

@@ -79,3 +79,22 @@ points = 1
 	_, err = ApplyOverlay(base, "unknown.fit.toml", []byte("schema_version = 1\n[[fit.cell]]\nlatency = 3  # measured\n"))
 	assert.ErrorContains(t, err, "tables: unknown.fit.toml: line 3: fit.cell.latency: unknown key")
 }
+
+// TestOverlayFitCellShape: ranks_per_node names the shape of a cell: a cell at 2 nodes x 4 and the
+// same cell at 2 nodes x 8 are two cells, not duplicates; ranks_per_node = 0 is out of range.
+func TestOverlayFitCellShape(t *testing.T) {
+	base, err := LoadBase("h100")
+	require.NoError(t, err)
+	cell := func(rpn string) string {
+		return "\n[[fit.cell]]\ncoll = \"allreduce\"\nalgo = \"ring\"\nproto = \"ll\"\nnodes = 2  # measured\n" + rpn +
+			"lat_us = 1  # measured\nbw_gbps = 1  # measured\nlat_sigma = 0  # measured\nbw_sigma = 0  # measured\npoints = 1  # measured\n"
+	}
+	on, err := ApplyOverlay(base, "two.fit.toml", []byte("schema_version = 1\n"+cell("ranks_per_node = 4  # measured\n")+cell("")))
+	require.NoError(t, err)
+	require.Len(t, on.Fit.Cell, 2)
+	assert.Equal(t, 4, on.Fit.Cell[0].RanksPerNode)
+	assert.Equal(t, 0, on.Fit.Cell[1].RanksPerNode, "absent: the table's gpus_per_node, resolved by the planner")
+
+	_, err = ApplyOverlay(base, "zero.fit.toml", []byte("schema_version = 1\n"+cell("ranks_per_node = 0  # measured\n")))
+	assert.ErrorContains(t, err, "fit.cell[0].ranks_per_node: 0 out of range 1..65536")
+}

@@ -105,19 +105,22 @@ type Fit struct {
 	Cell []FitCell `toml:"cell"`
 }
 
-// FitCell is one fitted (coll, algo, proto) cell at one node count. Algo and proto use the tables'
-// names (e.g. "tree", "ll128"); lat_us >= 0, bw_gbps > 0, sigmas >= 0 (1-sigma uncertainties in the
-// same units; 0 when not estimated), points >= 1 is the number of measured points behind the cell.
+// FitCell is one fitted (coll, algo, proto) cell at one shape: nodes x ranks_per_node. Algo and
+// proto use the tables' names (e.g. "tree", "ll128"); ranks_per_node >= 1 when present (absent, 0:
+// the table's gpus_per_node, the shape every overlay written before the key existed was fitted
+// at); lat_us >= 0, bw_gbps > 0, sigmas >= 0 (1-sigma uncertainties in the same units; 0 when not
+// estimated), points >= 1 is the number of measured points behind the cell.
 type FitCell struct {
-	Coll     string  `toml:"coll"`
-	Algo     string  `toml:"algo"`
-	Proto    string  `toml:"proto"`
-	Nodes    int     `toml:"nodes"`
-	LatUS    float64 `toml:"lat_us"`
-	BWGBps   float64 `toml:"bw_gbps"`
-	LatSigma float64 `toml:"lat_sigma"`
-	BWSigma  float64 `toml:"bw_sigma"`
-	Points   int     `toml:"points"`
+	Coll         string  `toml:"coll"`
+	Algo         string  `toml:"algo"`
+	Proto        string  `toml:"proto"`
+	Nodes        int     `toml:"nodes"`
+	RanksPerNode int     `toml:"ranks_per_node"`
+	LatUS        float64 `toml:"lat_us"`
+	BWGBps       float64 `toml:"bw_gbps"`
+	LatSigma     float64 `toml:"lat_sigma"`
+	BWSigma      float64 `toml:"bw_sigma"`
+	Points       int     `toml:"points"`
 }
 
 // Provenance records where a table's numbers come from.

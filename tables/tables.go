@@ -147,12 +147,12 @@ func Decode(file string, data []byte) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := problemsError(file, sc, validate(n)); err != nil {
-		return nil, err
-	}
 	n.Name = tableName(file)
 	n.File = file
 	n.Sources = sc.sources
+	if err := problemsError(file, sc, validate(n)); err != nil { // after Sources: validateFit reads them
+		return nil, err
+	}
 	return n, nil
 }
 
@@ -198,9 +198,6 @@ func ApplyOverlay(base *Node, file string, data []byte) (*Node, error) {
 	if ks := md.Undecoded(); len(ks) > 0 { // cannot happen: both halves were checked
 		return nil, fmt.Errorf("tables: %s (merged onto %s): unknown key %q", file, base.File, ks[0].String())
 	}
-	if err := problemsError(file, osc, validate(&n)); err != nil {
-		return nil, err
-	}
 	n.Name = base.Name
 	n.File = base.File
 	n.Overlay = file
@@ -217,6 +214,9 @@ func ApplyOverlay(base *Node, file string, data []byte) (*Node, error) {
 	}
 	for k, v := range osc.sources {
 		n.Sources[k] = v
+	}
+	if err := problemsError(file, osc, validate(&n)); err != nil { // after Sources: validateFit reads them
+		return nil, err
 	}
 	return &n, nil
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var wantNames = []string{"a100", "b200", "cpu", "gh200", "h100", "h200", "l40s-pcie", "v100"}
+var wantNames = []string{"a100", "b200", "cpu", "gh200", "gh200-4", "h100", "h200", "l40s-4", "l40s-pcie", "v100"}
 
 func TestNamesListsBaseTables(t *testing.T) {
 	assert.Equal(t, wantNames, Names())
@@ -212,6 +212,9 @@ func TestTableFacts(t *testing.T) {
 		{name: "v100", cc: 70, arch: "x86", vend: "intel", nvs: 0, nvlsCh: map[string]int{"1": 0, "2": 0, "4": 0}, typeIntra1: "NVL", gpusPerNode: 8},
 		{name: "l40s-pcie", cc: 89, arch: "x86", vend: "intel", nvs: 0, nvlsCh: map[string]int{"1": 0, "2": 0, "4": 0}, typeIntra1: "SYS", gpusPerNode: 8},
 		{name: "gh200", cc: 90, arch: "arm", vend: "undefined", nvs: 0, nvlsCh: map[string]int{"1": 0, "2": 0, "4": 0}, typeIntra1: "LOC", gpusPerNode: 1},
+		// 4 superchips all-to-all over NVLink 4, no NVSwitch; 4 L40S under one socket's PCIe switches (§13 S3's PXB).
+		{name: "gh200-4", cc: 90, arch: "arm", vend: "undefined", nvs: 0, nvlsCh: map[string]int{"1": 0, "2": 0, "4": 0}, typeIntra1: "NVL", gpusPerNode: 4},
+		{name: "l40s-4", cc: 89, arch: "x86", vend: "intel", nvs: 0, nvlsCh: map[string]int{"1": 0, "2": 0, "4": 0}, typeIntra1: "PXB", gpusPerNode: 4},
 		// §0.1 / addendum 3: SM100 nvlsChannels 24 on one node, 32 multi-node (24 for > 2 nodes when nicBw >= 48).
 		{name: "b200", cc: 100, arch: "x86", vend: "intel", nvs: 2, nvls: true, nvlsCh: map[string]int{"1": 24, "2": 32, "4": 24}, typeIntra1: "NVL", gpusPerNode: 8},
 		{name: "cpu", cc: 60, arch: "x86", vend: "intel", nvs: 0, nvlsCh: map[string]int{"1": 0, "2": 0, "4": 0}, typeIntra1: "PHB", gpusPerNode: 2, overlay: "cpu.fit.toml"},

@@ -155,7 +155,7 @@ func validate(n *Node) []problem {
 		validateCorrections(v, c)
 	}
 	if f := n.Fit; f != nil {
-		validateFit(v, f)
+		validateFit(v, f, n.Sources)
 	}
 	validateProvenance(v, &n.Provenance)
 	return v.ps
@@ -250,7 +250,9 @@ func validateCorrections(v *validator, c *Corrections) {
 // maxFitNodes bounds [[fit.cell]].nodes (NCCL's node counts fit comfortably below it).
 const maxFitNodes = 1 << 16
 
-func validateFit(v *validator, f *Fit) {
+// validateFit checks [[fit.cell]]; sources (the table's source tags) tell a ranks_per_node written
+// as 0, an error, from one left out.
+func validateFit(v *validator, f *Fit, sources map[string]string) {
 	seen := map[string]int{}
 	for i, cell := range f.Cell {
 		k := fmt.Sprintf("fit.cell[%d]", i)
@@ -259,6 +261,10 @@ func validateFit(v *validator, f *Fit) {
 		v.word(k+".proto", protoNames, cell.Proto)
 		v.intRange(k+".nodes", cell.Nodes, 1, maxFitNodes)
 		id := fmt.Sprintf("%s/%s/%s at %d nodes", cell.Coll, cell.Algo, cell.Proto, cell.Nodes)
+		if _, given := sources[k+".ranks_per_node"]; given || cell.RanksPerNode != 0 {
+			v.intRange(k+".ranks_per_node", cell.RanksPerNode, 1, maxFitNodes)
+			id += fmt.Sprintf(" x %d ranks per node", cell.RanksPerNode)
+		}
 		if j, dup := seen[id]; dup {
 			v.add(k, "duplicate cell %s (also fit.cell[%d])", id, j)
 		} else {

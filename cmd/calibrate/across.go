@@ -23,6 +23,9 @@ type acrossJob struct {
 	n, pn        *tables.Node
 	prior        calibrate.Prior
 	sweeps       []*calibrate.Sweep
+	rpn          int    // ranks per node of every node count
+	gpnFlag      int    // --gpus-per-node (0: none)
+	rpnFrom      string // where rpn comes from, for shape errors
 	half, credit string
 	out, date    string
 	holdout      int   // node count left out of the fit (0: none)
@@ -33,7 +36,7 @@ type acrossJob struct {
 
 // acrossShape is one node count of the job: its topology, prior configuration and points.
 type acrossShape struct {
-	calibrate.Shape
+	calibrate.AtNodes
 	held bool
 }
 
@@ -107,7 +110,15 @@ func runAcross(ctx context.Context, j acrossJob, stdout, stderr io.Writer) error
 				sw = append(sw, s)
 			}
 		}
-		topo, cfg, _, err := priorPlanner(j.pn, c)
+		for _, s := range sw {
+			if !s.CollKnown {
+				continue // not fitted: Points says why
+			}
+			if _, err := calibrate.CheckShape(s, j.gpnFlag, calibrate.Shape{Nodes: c, RanksPerNode: j.rpn}, j.rpnFrom, nil); err != nil {
+				return usageError{err}
+			}
+		}
+		topo, cfg, _, err := priorPlanner(j.pn, c, j.rpn, nil)
 		if err != nil {
 			return err
 		}
@@ -122,12 +133,12 @@ func runAcross(ctx context.Context, j acrossJob, stdout, stderr io.Writer) error
 			fmt.Fprintf(stderr, "calibrate: warning: no valid measured point at %d nodes\n", c)
 			continue
 		}
-		shapes = append(shapes, acrossShape{Shape: calibrate.Shape{Nodes: c, Topo: &topo, Cfg: cfg, Points: pts}, held: c == j.holdout})
+		shapes = append(shapes, acrossShape{AtNodes: calibrate.AtNodes{Nodes: c, Topo: &topo, Cfg: cfg, Points: pts}, held: c == j.holdout})
 	}
-	var fitShapes []calibrate.Shape
+	var fitShapes []calibrate.AtNodes
 	for _, s := range shapes {
 		if !s.held {
-			fitShapes = append(fitShapes, s.Shape)
+			fitShapes = append(fitShapes, s.AtNodes)
 		}
 	}
 	if len(fitShapes) == 0 {
@@ -143,7 +154,7 @@ func runAcross(ctx context.Context, j acrossJob, stdout, stderr io.Writer) error
 	rep := &AcrossReport{Prior: j.prior, Half: j.half, Fitted: fit.Nodes, HeldOut: j.holdout, Points: fit.Points,
 		Params: fit.Params, Overlay: j.out, MedianRel: fit.MedianRel}
 	for _, s := range shapes {
-		fe, pe, np, err := fit.PredictionError(ctx, s.Shape)
+		fe, pe, np, err := fit.PredictionError(ctx, s.AtNodes)
 		if err != nil {
 			return err
 		}
@@ -175,7 +186,7 @@ func runAcross(ctx context.Context, j acrossJob, stdout, stderr io.Writer) error
 		rep.Written = append(rep.Written, c)
 	}
 	sort.Ints(rep.Written)
-	in := calibrate.OverlayInput{Date: j.date, NodesTags: tags, Credit: j.credit}
+	in := calibrate.OverlayInput{RanksPerNode: j.rpn, Date: j.date, NodesTags: tags, Credit: j.credit}
 	files, versions := pointFiles(j.sweeps, pointsOf(fitShapes))
 	for _, f := range files {
 		sum, err := fileSHA256(f)
@@ -193,7 +204,7 @@ func runAcross(ctx context.Context, j acrossJob, stdout, stderr io.Writer) error
 	}
 	var last *calibrate.FitResult
 	for i, c := range rep.Written {
-		topo, cfg, prior, err := priorPlanner(j.pn, c)
+		topo, cfg, prior, err := priorPlanner(j.pn, c, j.rpn, nil)
 		if err != nil {
 			return err
 		}
@@ -217,12 +228,12 @@ func runAcross(ctx context.Context, j acrossJob, stdout, stderr io.Writer) error
 		in.Others[c] = res
 	}
 	if old != nil { // cells of the old overlay at node counts this fit does not write are kept
-		kept, err := calibrate.KeepFromOverlay(j.out, old, 0)
+		kept, err := calibrate.KeepFromOverlay(j.out, old, 0, 0, j.n.Node.GPUsPerNode) // every cell
 		if err != nil {
 			return usageError{err}
 		}
 		for _, k := range kept {
-			if !write[k.Nodes] {
+			if !write[k.Nodes] || k.RanksPerNode != j.rpn {
 				in.Keep = append(in.Keep, k)
 			}
 		}
@@ -280,7 +291,7 @@ func (r *AcrossReport) WriteText(w io.Writer) error {
 	return tw.Flush()
 }
 
-func pointsOf(shapes []calibrate.Shape) []calibrate.Point {
+func pointsOf(shapes []calibrate.AtNodes) []calibrate.Point {
 	var out []calibrate.Point
 	for _, s := range shapes {
 		out = append(out, s.Points...)

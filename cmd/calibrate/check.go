@@ -36,8 +36,14 @@ func checkOverlay(ctx context.Context, n *tables.Node, overlayPath string, nodes
 	if err != nil {
 		return usageError{err}
 	}
-	if len(ncfg.Cells) == 0 {
-		return usagef("%s: no fitted cell at %d nodes", overlayPath, nodes)
+	here := 0 // the cells fitted at this shape (the others are skipped with a note)
+	for _, c := range ncfg.Cells {
+		if c.Skip == "" {
+			here++
+		}
+	}
+	if here == 0 {
+		return usagef("%s: no fitted cell at %s", overlayPath, calibrate.Shape{Nodes: nodes, RanksPerNode: topo.LocalRanks})
 	}
 	fitted, err := planner.New(&topo, ncfg)
 	if err != nil {
@@ -48,8 +54,9 @@ func checkOverlay(ctx context.Context, n *tables.Node, overlayPath string, nodes
 		return usageError{err}
 	}
 	ev.Prior = priorName
-	fmt.Fprintf(stderr, "calibrate: evaluated %s (%d fitted cells at %d nodes) on %d pinned and %d envelope points, not refitted\n",
-		overlayPath, len(ncfg.Cells), nodes, ev.Points, ev.EnvelopePoints)
+	ev.RanksPerNode = topo.LocalRanks
+	fmt.Fprintf(stderr, "calibrate: evaluated %s (%d fitted cells at %s) on %d pinned and %d envelope points, not refitted\n",
+		overlayPath, here, calibrate.Shape{Nodes: nodes, RanksPerNode: topo.LocalRanks}, ev.Points, ev.EnvelopePoints)
 	if svg != "" {
 		if err := writeSVG(ctx, svg, fitted, prior, pts, fmt.Sprintf("calibrate --check %s, %d nodes: fresh sweep vs %s", n.Name, nodes, overlayPath)); err != nil {
 			return err

@@ -51,7 +51,7 @@ func TestCalibrateWritesBucketCorrections(t *testing.T) {
 	require.NoError(t, os.WriteFile(base, data, 0o644))
 	n, err := tables.LoadFile(base)
 	require.NoError(t, err)
-	topo, cfg, prior, err := priorPlanner(n, 2)
+	topo, cfg, prior, err := priorPlanner(n, 2, 0, nil)
 	require.NoError(t, err)
 	cls := planner.Class{Coll: costmodel.AllReduce, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1}
 	pm, err := prior.Prepare(ctx, cls)
@@ -140,7 +140,7 @@ func TestCalibrateWritesBucketCorrections(t *testing.T) {
 		}
 	}
 	assert.Equal(t, "measured", on.Sources["corrections.cell[0].factors"])
-	_, _, fitted, err := priorPlanner(on, 2)
+	_, _, fitted, err := priorPlanner(on, 2, 0, nil)
 	require.NoError(t, err)
 	nb := correction.BucketStart(dip[0]) * 3 / 2
 	pp, err := prior.Explain(ctx, cls, nb)

@@ -172,7 +172,7 @@ func TestFitWithoutStartLine(t *testing.T) {
 	data, err := os.ReadFile("../../calibrate/testdata/logs/ar_no_start_line.txt")
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "ar.txt"), data, 0o644))
-	rep, _, stderr, err := fitJSON(t, "h100", "--nodes", "1", "--sweeps", dir)
+	rep, _, stderr, err := fitJSON(t, "h100", "--nodes", "1", "--gpus-per-node", "8", "--sweeps", dir) // no rank lines: busbw/algbw says 8
 	require.NoError(t, err, stderr)
 	assert.Contains(t, stderr, "inferred AllReduce")
 	assert.NotContains(t, stderr, "sweep not fitted")

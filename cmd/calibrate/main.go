@@ -2,7 +2,7 @@
 // (nccl-tests or collbench output) and writes the fitted overlay NAME.fit.toml that the planner
 // applies over the node table, with a report of the fit.
 //
-//	calibrate --node NAME --sweeps DIR|MANIFEST|FILE [--nodes N] [--half ip|oop] [--out FILE] [--json] [--holdout K]
+//	calibrate --node NAME --sweeps DIR|MANIFEST|FILE [--nodes N] [--gpus-per-node N | --topology FILE] [--half ip|oop] [--out FILE] [--json] [--holdout K]
 //	calibrate --node NAME --run [--repeat K] [--quick] ...
 //	calibrate list SWEEPS [--json]
 //	calibrate nccl-log LOG [--json] [--topology-out FILE] [--check-decisions]
@@ -105,6 +105,12 @@ pinned sweep measured, among those their own pinned sweeps do not show slower th
 over 3 %; a point left with none is a warning, not fitted), from 3 starts. Those cells are
 "inferred": applied in the overlay and tagged so, never "measured", and the report lists the
 fitted picks that land on them ("unmeasured pick: ...").
+
+A fit is at one shape, nodes x ranks per node: --nodes (else the sweeps') x the table's
+gpus_per_node, or --gpus-per-node N, or --topology FILE's. A sweep's shape comes from its rank
+lines, else its manifest entry, else --gpus-per-node, else it is an error; one at the fit's node
+count but of other ranks per node is an error naming both shapes. The overlay's cells record the
+shape and the planner applies them only there.
 `
 
 // run fits one node table at one node count and writes the overlay and the report; with --run it
@@ -118,6 +124,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	node := fs.String("node", "", "node table: an embedded name (h200) or a TOML file")
 	sweeps := fs.String("sweeps", "", "directory of sweeps (with an optional sweeps.toml), a manifest (*.toml) or one sweep file")
 	nodes := fs.Int("nodes", 0, "node count of the sweeps (default: what the sweeps say)")
+	gpnFlag := fs.Int("gpus-per-node", 0, "ranks per node to fit at: the topology is built with N ranks per node (default: the table's gpus_per_node; a sweep of another shape is an error)")
+	topoFile := fs.String("topology", "", "topology file (planner --topology's, e.g. from nccl-log --topology-out) to fit on instead of the one --node's table gives; --node still names the table the overlay is for")
 	out := fs.String("out", "", "overlay to write (--check: to read) (default NAME.fit.toml in the working directory)")
 	fabric := fs.String("fabric", "", "fabric table (an embedded name, see 'planner tables --fabrics', or a FILE.toml) giving the prior's inter-node inputs above 1 node")
 	prior := fs.String("prior", "", "an overlay (NAME.fit.toml) applied over the node table as the prior (default: the table alone, without its overlay)")
@@ -204,6 +212,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return usagef("--iters %d --warmup %d: want iters >= 1, warmup >= 0", *iters, *warmup)
 	case *np < 0:
 		return usagef("--np %d: must be positive", *np)
+	case set["gpus-per-node"] && *gpnFlag < 1:
+		return usagef("--gpus-per-node %d: must be at least 1", *gpnFlag)
+	case *topoFile != "" && *doRun:
+		return usagef("--topology describes a machine to fit; --run measures collplan's CPU engine at the table's shape: drop one")
+	case *topoFile != "" && set["gpus-per-node"]:
+		return usagef("--gpus-per-node applies to --node's table, not --topology (set n_ranks and local_ranks in the file)")
 	}
 	half, err := calibrate.ParseHalf(*halfFlag)
 	if err != nil {
@@ -240,11 +254,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *doRun {
 		gpn := n.Node.GPUsPerNode
+		if *gpnFlag > 0 {
+			gpn = *gpnFlag
+		}
 		if *np == 0 {
 			*np = gpn * max(*nodes, 1)
 		}
 		if gpn < 1 || *np%gpn != 0 {
-			return usagef("--np %d: want a multiple of the table's gpus_per_node %d", *np, gpn)
+			return usagef("--np %d: want a multiple of the ranks per node, %d (%s)", *np, gpn, gpnFrom(n, *gpnFlag))
 		}
 		nn := *np / gpn
 		if *nodes != 0 && *nodes != nn {
@@ -255,7 +272,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		_, _, pl, err := priorPlanner(pn, nn)
+		_, _, pl, err := priorPlanner(pn, nn, gpn, nil)
 		if err != nil {
 			return err
 		}
@@ -315,6 +332,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, p := range probs {
 		fmt.Fprintln(stderr, "calibrate: warning:", p.Error())
 	}
+	var fileTopo *capabilities.Topology
+	if *topoFile != "" {
+		t, _, err := capabilities.LoadTopologyEstimates(*topoFile)
+		if err != nil {
+			return usageError{err}
+		}
+		if *nodes != 0 && *nodes != t.NNodes {
+			return usagef("--topology %s is %d nodes, not --nodes %d", *topoFile, t.NNodes, *nodes)
+		}
+		*nodes, fileTopo = t.NNodes, &t
+	}
 	if *nodes == 0 && (len(sweepNodeCounts(sw)) > 1 || *holdoutNodes != 0) {
 		// Sweeps at several node counts are fitted together, through the model's structure.
 		switch {
@@ -325,6 +353,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		case *holdout != 0:
 			return usagef("--holdout %d: a fit across node counts holds out a node count (--holdout-nodes N), not sizes", *holdout)
 		}
+		rpn := n.Node.GPUsPerNode
+		if *gpnFlag > 0 {
+			rpn = *gpnFlag
+		}
 		predict, err := parseNodeList(*predictNodes)
 		if err != nil {
 			return err
@@ -334,6 +366,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			pr.Fabric = fab.File
 		}
 		return runAcross(ctx, acrossJob{n: n, pn: pn, prior: pr, sweeps: sw,
+			rpn: rpn, gpnFlag: *gpnFlag, rpnFrom: gpnFrom(n, *gpnFlag),
 			half: half, credit: *credit, out: *out, date: *date, holdout: *holdoutNodes, predict: predict, asJSON: *asJSON,
 			checkOutputs: checkOut}, stdout, stderr)
 	}
@@ -353,7 +386,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *nodes < 1 {
 		return usagef("--nodes %d: must be at least 1", *nodes)
 	}
-	topo, cfg, priorPl, err := priorPlanner(pn, *nodes)
+	// The shape to fit at: the topology file's, else --gpus-per-node, else the table's; every
+	// sweep at this node count must have run at it.
+	shape := calibrate.Shape{Nodes: *nodes, RanksPerNode: n.Node.GPUsPerNode}
+	shapeFrom := gpnFrom(n, *gpnFlag)
+	var fix func(int) string // nil: --gpus-per-node N
+	switch {
+	case fileTopo != nil:
+		shape.RanksPerNode, shapeFrom = fileTopo.LocalRanks, "the local_ranks of --topology "+*topoFile
+		fix = func(rpn int) string {
+			return fmt.Sprintf("fit it on a topology file with local_ranks = %d, or on --node's table with --gpus-per-node %d", rpn, rpn)
+		}
+	case *gpnFlag > 0:
+		shape.RanksPerNode = *gpnFlag
+	}
+	for _, s := range sw {
+		if !s.CollKnown || (s.Nodes != 0 && s.Nodes != *nodes) {
+			continue // not fitted: Points says why
+		}
+		if _, err := calibrate.CheckShape(s, *gpnFlag, shape, shapeFrom, fix); err != nil {
+			return usageError{err}
+		}
+	}
+	topo, cfg, priorPl, err := priorPlanner(pn, *nodes, shape.RanksPerNode, fileTopo)
 	if err != nil {
 		return err
 	}
@@ -421,6 +476,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	rep.Prior = priorName
+	rep.RanksPerNode = shape.RanksPerNode
 	rep.AddCorrections(corr)
 	rep.Half = half
 	rep.Credit = *credit
@@ -431,7 +487,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
-	in := calibrate.OverlayInput{Nodes: *nodes, Date: *date, Credit: *credit}
+	in := calibrate.OverlayInput{Nodes: *nodes, RanksPerNode: shape.RanksPerNode, Date: *date, Credit: *credit}
 	files, versions := pointFiles(sw, fitPts) // only the files that supplied fitted points
 	for _, f := range files {
 		sum, err := fileSHA256(f)
@@ -443,7 +499,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	in.NCCLVersions = versions
 	hadCorr := false
 	if old, err := configfile.Read(*out); err == nil {
-		if in.Keep, err = calibrate.KeepFromOverlay(*out, old, *nodes); err != nil {
+		if in.Keep, err = calibrate.KeepFromOverlay(*out, old, *nodes, shape.RanksPerNode, n.Node.GPUsPerNode); err != nil {
 			return usageError{err}
 		}
 		if hadCorr, err = calibrate.OverlayCorrections(*out, old); err != nil {
@@ -479,8 +535,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			inferred++
 		}
 	}
-	fmt.Fprintf(stderr, "calibrate: wrote %s (%d cells fitted at %d nodes from %d points, %d of them inferred from envelope sweeps only; %d bucket corrections)\n",
-		*out, len(written.Fitted), *nodes, len(fitPts), inferred, len(corr))
+	fmt.Fprintf(stderr, "calibrate: wrote %s (%d cells fitted at %s from %d points, %d of them inferred from envelope sweeps only; %d bucket corrections)\n",
+		*out, len(written.Fitted), shape, len(fitPts), inferred, len(corr))
 	if svgData != nil {
 		if err := os.WriteFile(*svg, svgData, 0o644); err != nil {
 			return err
@@ -579,18 +635,30 @@ func checkOldOverlay(out, check string, stderr io.Writer) error {
 	return nil
 }
 
+// gpnFrom says where the ranks per node of a fit come from, for the errors: the flag or the table.
+func gpnFrom(n *tables.Node, flagGPN int) string {
+	if flagGPN > 0 {
+		return fmt.Sprintf("--gpus-per-node %d", flagGPN)
+	}
+	return fmt.Sprintf("%s's gpus_per_node", n.File)
+}
+
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
 }
 
 // priorPlanner builds the topology, the planner configuration and the prior planner of table n at
-// nodes nodes: the table as every command plans with it (node.PlannerConfig), with the overlay
+// nodes nodes of rpn ranks each (capabilities.FromNodeShape), or on the topology file's topology
+// when file is not nil: the table as every command plans with it (node.PlannerConfig), with the overlay
 // --prior applied over it, if any; by default the table alone, so that a refit starts from the
 // table and not from the fit it replaces.
-func priorPlanner(n *tables.Node, nodes int) (capabilities.Topology, planner.Config, *planner.Planner, error) {
-	topo, err := capabilities.FromNode(n, nodes)
-	if err != nil {
+func priorPlanner(n *tables.Node, nodes, rpn int, file *capabilities.Topology) (capabilities.Topology, planner.Config, *planner.Planner, error) {
+	var topo capabilities.Topology
+	var err error
+	if file != nil {
+		topo = *file
+	} else if topo, err = capabilities.FromNodeShape(n, nodes, rpn); err != nil {
 		return topo, planner.Config{}, nil, usageError{err}
 	}
 	cfg, err := node.PlannerConfig(n, &topo)

@@ -101,6 +101,7 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if line := s.overlayLine(sides[0].pl); line != "" {
 		fmt.Fprintf(stdout, "overlay: %s\n", line)
 	}
+	fmt.Fprintf(stdout, "assumed: %s\n", s.assumedLine())
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	head := "coll\tbytes\tmeasured best\tus\tA pick\tus\tA regret\tB pick\tus\tB regret\t"
 	if hasDefault {

@@ -107,7 +107,9 @@ type planJSON struct {
 	// Overlay is the node table's fitted overlay as applied here; null when none applied.
 	Overlay *overlayJSON `json:"overlay"`
 	// Fabric is the fabric table composed into the node table (--fabric); null when none.
-	Fabric  *fabricJSON `json:"fabric"`
+	Fabric *fabricJSON `json:"fabric"`
+	// Assumed is what the topology took for granted: gpus per node and the scale of its graphs.
+	Assumed assumedJSON `json:"assumed"`
 	forcing planner.Forcing
 	// noOverlay says why a node table applied none ("none", "none (--no-overlay)"); "" otherwise.
 	noOverlay string
@@ -120,6 +122,18 @@ type fabricJSON struct {
 	File    string `json:"file"`
 	Applied bool   `json:"applied"`
 	text    string
+}
+
+// assumedJSON says what a topology took for granted: its ranks per node and their source (table,
+// flag or topology), and the [scale.N] whose graphs it used, standing in for the node count's own
+// when the table has none (scale_stands_in); scale is "" for a topology file.
+type assumedJSON struct {
+	GPUsPerNode       int    `json:"gpus_per_node"`
+	GPUsPerNodeSource string `json:"gpus_per_node_source"`
+	Scale             string `json:"scale"`
+	ScaleStandsIn     bool   `json:"scale_stands_in"`
+	Graphs            string `json:"graphs"`
+	gpnText           string
 }
 
 // overlayJSON says which overlay applied and which of its fitted cells did not, and why.
@@ -159,6 +173,8 @@ func newPlanJSON(s *setup, p *planner.Plan) *planJSON {
 		ChunkBytes: p.ChunkBytes, SliceBytes: p.SliceBytes,
 		Env: map[string]settingJSON{}, Tuner: p.Explain.Tuner, TunerNote: p.Explain.TunerNote,
 		Edits: []string{}, Estimated: s.estimated, Overlay: newOverlayJSON(p.Explain.Overlay, s.embedded),
+		Assumed: assumedJSON{GPUsPerNode: s.assumed.gpn, GPUsPerNodeSource: s.assumed.gpnSource, Scale: s.assumed.scale,
+			ScaleStandsIn: s.assumed.standsIn, Graphs: s.assumed.graphs, gpnText: s.assumed.gpnText},
 	}
 	if out.Tuner == "" {
 		out.Tuner = "none"
@@ -230,6 +246,12 @@ func writeExplain(w io.Writer, p *planJSON) error {
 	}
 	if p.Fabric != nil {
 		fmt.Fprintf(w, "   fabric: %s\n", p.Fabric.text)
+	}
+	if p.Assumed.gpnText != "" {
+		fmt.Fprintf(w, "   gpus per node: %s\n", p.Assumed.gpnText)
+	}
+	if p.Assumed.Graphs != "" {
+		fmt.Fprintf(w, "   graphs: %s\n", p.Assumed.Graphs)
 	}
 	for _, name := range capabilities.EnvVars {
 		if s, ok := p.Env[name]; ok {

@@ -52,6 +52,7 @@ func runMap(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if line := s.overlayLine(pl); line != "" {
 		fmt.Fprintf(stdout, "overlay: %s\n", line)
 	}
+	fmt.Fprintf(stdout, "assumed: %s\n", s.assumedLine())
 	if name, note := pr.Tuner(); name != "" {
 		fmt.Fprintf(stdout, "tuner: %s\n", strings.TrimSpace(name+" "+note))
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/collplan/collplan/capabilities"
@@ -22,7 +24,7 @@ import (
 type topoFlags struct {
 	node, table, topology string
 	fabric                string
-	nodes                 int
+	nodes, gpn            int
 	algo, proto           string
 	noOverlay             bool
 	tuner                 tunerFlags
@@ -33,6 +35,7 @@ func (f *topoFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.table, "table", "", "node table file (TOML) instead of an embedded one")
 	fs.IntVar(&f.nodes, "nodes", 1, "node count with --node or --table")
 	fs.StringVar(&f.fabric, "fabric", "", "with --node or --table: fabric table (an embedded name, see 'planner tables', or a FILE.toml) giving the inter-node inputs above 1 node")
+	fs.IntVar(&f.gpn, "gpus-per-node", 0, "with --node or --table: ranks per node instead of the table's gpus_per_node (the table's graphs, N ranks per node; a fitted cell applies at its own shape only)")
 	fs.StringVar(&f.topology, "topology", "", "topology file (TOML, the schema of design/topology-example.toml)")
 	fs.StringVar(&f.algo, "algo", "", "NCCL_ALGO filter; wins over the topology's [env] and the process environment")
 	fs.StringVar(&f.proto, "proto", "", "NCCL_PROTO filter; wins over the topology's [env] and the process environment")
@@ -50,6 +53,47 @@ type setup struct {
 	noOverlay bool           // --no-overlay: node is the table alone
 	fabric    *tables.Fabric // --fabric: composed into node (tables.WithFabric); nil when none
 	tuner     *plugin.Client // nil: no tuner
+	assumed   assumed
+}
+
+// assumed is what a topology built from a node table took for granted: its ranks per node and
+// where they came from, and the [scale.N] whose graphs it used.
+type assumed struct {
+	gpn       int
+	gpnSource string // "table", "flag" or "topology"
+	gpnText   string // "8 (h100.toml's gpus_per_node)"
+	scale     string // the [scale.N] key; "" for a topology file
+	standsIn  bool   // scale is not the node count's own
+	graphs    string // "scale 4 stands in for 4096 nodes (no [scale.4096])"
+}
+
+// assumedLine is what map and compare print after "assumed: ": "gpus per node 8 (h100.toml's
+// gpus_per_node); graphs: scale 4 stands in for 4096 nodes (no [scale.4096])".
+func (s *setup) assumedLine() string {
+	return fmt.Sprintf("gpus per node %s; graphs: %s", s.assumed.gpnText, s.assumed.graphs)
+}
+
+// assume describes the shape of s's topology: for a node table, its ranks per node (gpnFlag, else
+// the table's) and the scale whose graphs stood in (capabilities.NodeScaleKey).
+func assume(s *setup, gpnFlag int) assumed {
+	if s.node == nil {
+		return assumed{gpn: s.topo.LocalRanks, gpnSource: "topology",
+			gpnText: fmt.Sprintf("%d (the topology file's local_ranks)", s.topo.LocalRanks), graphs: "the topology file's"}
+	}
+	a := assumed{gpn: s.node.Node.GPUsPerNode, gpnSource: "table",
+		gpnText: fmt.Sprintf("%d (%s's gpus_per_node)", s.node.Node.GPUsPerNode, filepath.Base(s.node.File))}
+	if gpnFlag > 0 {
+		a.gpn, a.gpnSource = gpnFlag, "flag"
+		a.gpnText = fmt.Sprintf("%d (--gpus-per-node; the table says %d)", gpnFlag, s.node.Node.GPUsPerNode)
+	}
+	nodes := s.topo.NNodes
+	a.scale = capabilities.NodeScaleKey(nodes)
+	a.graphs = fmt.Sprintf("scale %s (%s)", a.scale, plural(nodes, "node"))
+	if a.scale != strconv.Itoa(nodes) {
+		a.standsIn = true
+		a.graphs = fmt.Sprintf("scale %s stands in for %s (no [scale.%d])", a.scale, plural(nodes, "node"), nodes)
+	}
+	return a
 }
 
 // build resolves the topology: a topology file, or a node table at --nodes; then env from the
@@ -64,14 +108,20 @@ func (f *topoFlags) build(fs *flag.FlagSet) (*setup, error) {
 	if set != 1 {
 		return nil, usagef("give exactly one of --node, --table or --topology")
 	}
-	nodesGiven := false
-	fs.Visit(func(fl *flag.Flag) { nodesGiven = nodesGiven || fl.Name == "nodes" })
+	nodesGiven, gpnGiven := false, false
+	fs.Visit(func(fl *flag.Flag) {
+		nodesGiven = nodesGiven || fl.Name == "nodes"
+		gpnGiven = gpnGiven || fl.Name == "gpus-per-node"
+	})
 	s := &setup{}
 	var err error
 	switch {
 	case f.topology != "":
 		if nodesGiven {
 			return nil, usagef("--nodes applies to --node or --table, not --topology (set n_nodes in the file)")
+		}
+		if gpnGiven {
+			return nil, usagef("--gpus-per-node applies to --node or --table, not --topology (set n_ranks and local_ranks in the file)")
 		}
 		if f.noOverlay {
 			return nil, usagef("--no-overlay applies to --node or --table, not --topology (a topology file has no overlay)")
@@ -87,6 +137,9 @@ func (f *topoFlags) build(fs *flag.FlagSet) (*setup, error) {
 		if f.nodes < 1 {
 			return nil, usagef("--nodes %d: must be at least 1", f.nodes)
 		}
+		if gpnGiven && f.gpn < 1 {
+			return nil, usagef("--gpus-per-node %d: must be at least 1", f.gpn)
+		}
 		s.node, err = loadNode(f.node, f.table, f.noOverlay)
 		s.embedded, s.noOverlay = f.node != "", f.noOverlay
 		if err != nil {
@@ -95,7 +148,7 @@ func (f *topoFlags) build(fs *flag.FlagSet) (*setup, error) {
 		if s.node, s.fabric, err = withFabric(s.node, f.fabric); err != nil {
 			return nil, err
 		}
-		if s.topo, err = capabilities.FromNode(s.node, f.nodes); err != nil {
+		if s.topo, err = capabilities.FromNodeShape(s.node, f.nodes, f.gpn); err != nil {
 			return nil, usageError{err}
 		}
 		s.source = fmt.Sprintf("node %s x%d", s.node.Name, f.nodes)
@@ -104,6 +157,7 @@ func (f *topoFlags) build(fs *flag.FlagSet) (*setup, error) {
 		}
 		s.estimated = usedEstimates(s.node.Estimated(), capabilities.NodeScaleKey(f.nodes))
 	}
+	s.assumed = assume(s, f.gpn)
 	var flags capabilities.Env
 	if f.algo != "" {
 		flags.Algo = capabilities.Setting{Value: f.algo, Source: capabilities.SourceFlag}

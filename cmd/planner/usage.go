@@ -17,6 +17,9 @@ Plans one collective call the way NCCL 2.30 does and shows the work: the pick (a
 the model's time, channels, threads, chunk; "forced by ..." when NCCL_ALGO/NCCL_PROTO or the tuner
 pinned it) and every cell of the priced menu with its latency, bandwidth, correction and cost, or
 why it is not legal. --json prints the same as one JSON object (README.md lists its fields).
+It says what it assumed: the gpus per node and where they came from (the table's gpus_per_node,
+or --gpus-per-node N, which builds the table's topology with N ranks per node) and the [scale.N]
+whose graphs it used ("graphs: scale 4 stands in for 4096 nodes (no [scale.4096])").
 `,
 	"query": `usage: planner query (--node NAME | --table FILE | --topology FILE) [flags] < QUERIES
 

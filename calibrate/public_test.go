@@ -41,6 +41,10 @@ var keptBack = []string{
 
 var commitRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
 
+// publicSetsDir is the one directory testdata/public may hold: sets/NAME/sweeps.toml manifests that
+// group the stored files (by reference, ../../FILE) and state what the files do not say.
+const publicSetsDir = "sets"
+
 // TestPublicSources checks that testdata/public holds only files SOURCES.toml accounts for, none
 // of them from a kept-back repository, and that together they cover what the calibrator's
 // validation needs.
@@ -58,10 +62,10 @@ func TestPublicSources(t *testing.T) {
 	require.NoError(t, err)
 	onDisk := map[string]bool{}
 	for _, e := range entries {
-		if e.Name() == "SOURCES.toml" {
+		if e.Name() == "SOURCES.toml" || (e.Name() == publicSetsDir && e.IsDir()) {
 			continue
 		}
-		require.False(t, e.IsDir(), "%s: no directories in testdata/public", e.Name())
+		require.False(t, e.IsDir(), "%s: no directories in testdata/public but %s/", e.Name(), publicSetsDir)
 		onDisk[e.Name()] = true
 	}
 
@@ -108,4 +112,57 @@ func TestPublicSources(t *testing.T) {
 		assert.True(t, covered[c], "no file covers %s", c)
 	}
 	assert.GreaterOrEqual(t, len(repos), 5, "distinct repositories: %v", repos)
+}
+
+// TestPublicSets checks every testdata/public/sets/NAME: it holds only a sweeps.toml, whose entries
+// all name a file stored one level up beside SOURCES.toml (no copies), and which loads with every
+// file read and no disagreement between the manifest and the files. At least one set must span
+// three node counts of one collective (issue 12's multi-node scaling set).
+func TestPublicSets(t *testing.T) {
+	dir := filepath.Join("testdata", "public")
+	sets, err := os.ReadDir(filepath.Join(dir, publicSetsDir))
+	require.NoError(t, err)
+	require.NotEmpty(t, sets)
+	maxNodeCounts := 0
+	for _, set := range sets {
+		t.Run(set.Name(), func(t *testing.T) {
+			require.True(t, set.IsDir(), "%s: sets/ holds directories", set.Name())
+			setDir := filepath.Join(dir, publicSetsDir, set.Name())
+			files, err := os.ReadDir(setDir)
+			require.NoError(t, err)
+			for _, f := range files {
+				assert.Equal(t, ManifestName, f.Name(), "%s: a set holds only its manifest", set.Name())
+			}
+			man, err := LoadManifest(filepath.Join(setDir, ManifestName))
+			require.NoError(t, err)
+			for _, e := range man.Sweeps {
+				assert.Equal(t, filepath.Join("..", "..", filepath.Base(e.File)), filepath.Clean(e.File),
+					"%s line %d: name a file of testdata/public as ../../FILE", ManifestName, e.Line)
+				_, err := os.Stat(filepath.Join(dir, filepath.Base(e.File)))
+				assert.NoError(t, err, "%s line %d", ManifestName, e.Line)
+			}
+			sweeps, probs, err := LoadSweeps(filepath.Join(setDir, ManifestName))
+			require.NoError(t, err)
+			for _, p := range probs {
+				// applyEntry files every manifest-versus-file disagreement under the manifest.
+				assert.NotEqual(t, man.File, p.File, "manifest and file disagree: %s", p)
+			}
+			assert.Len(t, sweeps, len(man.Sweeps), "one sweep per listed file")
+			nodes := map[string]map[int]bool{}
+			for _, s := range sweeps {
+				if !s.CollKnown {
+					continue
+				}
+				k := s.Coll.String()
+				if nodes[k] == nil {
+					nodes[k] = map[int]bool{}
+				}
+				nodes[k][s.Nodes] = true
+			}
+			for _, ns := range nodes {
+				maxNodeCounts = max(maxNodeCounts, len(ns))
+			}
+		})
+	}
+	assert.GreaterOrEqual(t, maxNodeCounts, 3, "no set spans 3 node counts of one collective")
 }

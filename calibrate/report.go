@@ -118,6 +118,9 @@ type Report struct {
 	// The same split: pinned points (one legal cell) and envelope points.
 	HoldoutPinned   HoldoutErr `json:"holdout_pinned"`
 	HoldoutEnvelope HoldoutErr `json:"holdout_envelope"`
+	// HoldoutRegret is the regret over the held-out sizes only (sizes no fitted point measured):
+	// the picks scored on sizes the fit did not see.
+	HoldoutRegret HoldoutRegret `json:"holdout_regret"`
 	// Starts are the starting points of the fit's envelope stage with their losses, BestStart the
 	// one kept (none: no envelope points).
 	Starts    []StartJSON `json:"starts,omitempty"`
@@ -183,6 +186,19 @@ func (u UnmeasuredPick) priorNote() string {
 		return ""
 	}
 	return "; the prior picks " + u.PriorPick + " there"
+}
+
+// HoldoutRegret is each policy's regret over the held-out sizes (median, max, sizes counted).
+type HoldoutRegret struct {
+	Sizes         int     `json:"sizes"`
+	PriorMedian   float64 `json:"prior_median"`
+	PriorMax      float64 `json:"prior_max"`
+	FittedMedian  float64 `json:"fitted_median"`
+	FittedMax     float64 `json:"fitted_max"`
+	FittedSizes   int     `json:"fitted_sizes"`
+	DefaultMedian float64 `json:"nccl_default_median"`
+	DefaultMax    float64 `json:"nccl_default_max"`
+	DefaultSizes  int     `json:"nccl_default_sizes"`
 }
 
 // HoldoutErr is the prior's and the fitted model's |pred/meas - 1| over some held-out points.
@@ -288,7 +304,17 @@ func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner,
 	// (SizeRuns.Measure: an exact run, else a partial run as a proxy); a free run is NCCL's
 	// default and measures no pick, even where the fit attributes its point to the pick's cell.
 	var pr, fr, dr []float64
+	var hpr, hfr, hdr []float64 // the same over the held-out sizes
+	type sizeKey struct {
+		c costmodel.Coll
+		n int64
+	}
+	fittedSize := map[sizeKey]bool{}
+	for _, p := range pts {
+		fittedSize[sizeKey{p.Coll, p.Bytes}] = true
+	}
 	for _, sr := range GroupRuns(all) {
+		held := len(holdout) > 0 && !fittedSize[sizeKey{sr.Coll, sr.Bytes}]
 		best := sr.Best()
 		bt := best.TimeUS
 		out := SizeReport{Coll: sr.Coll.String(), Bytes: sr.Bytes, Best: pinLabel(Point{Algo: best.Algo, Proto: best.Proto}),
@@ -336,6 +362,9 @@ func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner,
 		if d, ok := sr.Default(); ok {
 			out.Default = &Pick{Cell: "NCCL default", MeasuredUS: d.TimeUS, Run: d.Run, Regret: d.TimeUS/bt - 1}
 			dr = append(dr, out.Default.Regret)
+			if held {
+				hdr = append(hdr, out.Default.Regret)
+			}
 		}
 		if out.Prior.Regret >= 0 {
 			pr = append(pr, out.Prior.Regret)
@@ -348,6 +377,15 @@ func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner,
 			if out.Fitted.Via != "" {
 				rep.FittedRegretProxySizes++
 			}
+		}
+		if held {
+			if out.Prior.Regret >= 0 {
+				hpr = append(hpr, out.Prior.Regret)
+			}
+			if out.Fitted.Regret >= 0 {
+				hfr = append(hfr, out.Fitted.Regret)
+			}
+			rep.HoldoutRegret.Sizes++
 		}
 		rep.Sizes = append(rep.Sizes, out)
 	}
@@ -398,6 +436,10 @@ func BuildReport(ctx context.Context, nodes int, prior, fitted *planner.Planner,
 	rep.FittedRegretMedian, rep.FittedRegretMax = median(fr), maxOf(fr)
 	rep.PriorRegretSizes, rep.FittedRegretSizes = len(pr), len(fr)
 	rep.DefaultRegretMedian, rep.DefaultRegretMax, rep.DefaultRegretSizes = median(dr), maxOf(dr), len(dr)
+	h := &rep.HoldoutRegret
+	h.PriorMedian, h.PriorMax = median(hpr), maxOf(hpr)
+	h.FittedMedian, h.FittedMax, h.FittedSizes = median(hfr), maxOf(hfr), len(hfr)
+	h.DefaultMedian, h.DefaultMax, h.DefaultSizes = median(hdr), maxOf(hdr), len(hdr)
 	if len(holdout) > 0 {
 		fm, pm := priced, pricedPrior
 		var err error
@@ -547,6 +589,14 @@ func (rep *Report) WriteText(w io.Writer) error {
 	if rep.HoldoutPoints > 0 {
 		fmt.Fprintf(tw, "holdout |pred/meas-1|: median %.3f max %.3f over %d points (prior: median %.3f max %.3f)\n",
 			rep.HoldoutMedian, rep.HoldoutMax, rep.HoldoutPoints, rep.HoldoutPriorMedian, rep.HoldoutPriorMax)
+		if h := rep.HoldoutRegret; h.Sizes > 0 {
+			fmt.Fprintf(tw, "holdout regret over the %d held-out sizes (%d where a run measured the fitted pick): prior median %.3f max %.3f; fitted median %.3f max %.3f",
+				h.Sizes, h.FittedSizes, h.PriorMedian, h.PriorMax, h.FittedMedian, h.FittedMax)
+			if h.DefaultSizes > 0 {
+				fmt.Fprintf(tw, "; nccl default median %.3f max %.3f", h.DefaultMedian, h.DefaultMax)
+			}
+			fmt.Fprintln(tw)
+		}
 		for _, h := range []struct {
 			name string
 			e    HoldoutErr

@@ -3,12 +3,16 @@ package calibrate
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/planner"
+	"github.com/collplan/collplan/tables"
 )
 
 // TestReportNeverBorrowsAFreeRunsTime: the fit attributes free points to the cell of its
@@ -100,4 +104,59 @@ func TestReportHoldoutPriorBesideFit(t *testing.T) {
 func roundErr(e HoldoutErr) HoldoutErr {
 	r := func(x float64) float64 { return math.Round(x*1e6) / 1e6 }
 	return HoldoutErr{e.Points, r(e.FittedMedian), r(e.FittedMax), r(e.PriorMedian), r(e.PriorMax)}
+}
+
+// TestReportHoldoutRegret: the regret over the held-out sizes counts those sizes only. At every
+// size two exact runs measure the planner's pick and another cell; at fitted sizes both take
+// 100 us (regret 0), at held-out sizes the pick takes 200 us and the other cell 100 us (regret 1,
+// by hand). The overall regret mixes both; the held-out one is 1 at every held-out size.
+func TestReportHoldoutRegret(t *testing.T) {
+	ctx := context.Background()
+	node, err := tables.Load("h100")
+	require.NoError(t, err)
+	topo, err := capabilities.FromNode(node, 1)
+	require.NoError(t, err)
+	pl, err := planner.New(&topo, planner.Config{})
+	require.NoError(t, err)
+	cls := planner.Class{Coll: costmodel.AllReduce, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1}
+	label := func(c Cell) (string, string) {
+		return strings.ToLower(c.Algo.String()), strings.ToLower(c.Proto.String())
+	}
+	var pts, held []Point
+	for i, n := range []int64{1 << 10, 1 << 14, 1 << 18, 1 << 22, 1 << 26, 1 << 30} {
+		plan, err := pl.Explain(ctx, cls, n)
+		require.NoError(t, err)
+		pick := Cell{costmodel.AllReduce, plan.Algo, plan.Proto}
+		other := Cell{costmodel.AllReduce, costmodel.Ring, costmodel.Simple}
+		if pick == other {
+			other = Cell{costmodel.AllReduce, costmodel.Ring, costmodel.LL}
+		}
+		isHeld := i%2 == 1
+		pt := 100.0
+		if isHeld {
+			pt = 200
+		}
+		pa, pp := label(pick)
+		oa, op := label(other)
+		add := []Point{
+			{File: "pick.txt", Line: i + 1, Coll: costmodel.AllReduce, Bytes: n, TimeUS: pt, Cells: []Cell{pick}, Algo: pa, Proto: pp, Run: "pick.txt:1:" + pick.String()},
+			{File: "other.txt", Line: i + 1, Coll: costmodel.AllReduce, Bytes: n, TimeUS: 100, Cells: []Cell{other}, Algo: oa, Proto: op, Run: "other.txt:1:" + other.String()},
+		}
+		if isHeld {
+			held = append(held, add...)
+		} else {
+			pts = append(pts, add...)
+		}
+	}
+	res := &FitResult{Fitted: map[Cell][2]float64{}}
+	rep, err := BuildReport(ctx, 1, pl, pl, nil, nil, res, pts, held)
+	require.NoError(t, err)
+	h := rep.HoldoutRegret
+	assert.Equal(t, 3, h.Sizes)
+	assert.Equal(t, 3, h.FittedSizes)
+	assert.InDelta(t, 1, h.FittedMedian, 1e-9)
+	assert.InDelta(t, 1, h.FittedMax, 1e-9)
+	assert.InDelta(t, 1, h.PriorMedian, 1e-9)
+	assert.Equal(t, 6, rep.FittedRegretSizes, "the overall regret counts every size")
+	assert.InDelta(t, 0.5, rep.FittedRegretMedian, 1e-9, "three 0s and three 1s")
 }

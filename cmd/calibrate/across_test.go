@@ -139,3 +139,29 @@ func TestAcrossBadInput(t *testing.T) {
 		assert.ErrorAs(t, err, &ue, "%v: exit 2", tc.args)
 	}
 }
+
+// TestPublicScalingHoldout is issue 12's multi-node acceptance on public data: ABCI 2.0's
+// all_reduce at 1, 2, 4, 8 and 16 nodes (calibrate/testdata/public, unedited), fitted without 16
+// nodes; the median prediction error there must be at most 15 % (the issue's bound) and below the
+// prior's.
+func TestPublicScalingHoldout(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"--node", "a100", "--fabric", "ib-hdr",
+		"--sweeps", "../../calibrate/testdata/public/sets/abci-a100-allreduce-1-16n/sweeps.toml",
+		"--holdout-nodes", "16", "--out", filepath.Join(t.TempDir(), "abci.fit.toml"), "--json"}, &stdout, &stderr)
+	require.NoError(t, err, stderr.String())
+	var rep AcrossReport
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &rep))
+	assert.Equal(t, []int{1, 2, 4, 8}, rep.Fitted)
+	var held *AcrossNodeError
+	for i := range rep.Errors {
+		if rep.Errors[i].Nodes == 16 {
+			held = &rep.Errors[i]
+		}
+	}
+	require.NotNil(t, held)
+	require.Positive(t, held.Points)
+	t.Logf("16 nodes held out: fitted %.1f%%, prior %.1f%% (%d points)", 100*held.Fitted, 100*held.Prior, held.Points)
+	assert.LessOrEqual(t, held.Fitted, 0.15)
+	assert.Less(t, held.Fitted, held.Prior)
+}

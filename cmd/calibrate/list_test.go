@@ -179,8 +179,11 @@ func TestListAgreesWithReference(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			switch filepath.Ext(p) {
-			case ".txt", ".log", ".out":
+			switch {
+			case d.IsDir() || filepath.Ext(p) == ".toml":
+			case strings.Contains(filepath.ToSlash(p), "/public/"): // every public sweep, whatever its name
+				files = append(files, p)
+			case filepath.Ext(p) == ".txt", filepath.Ext(p) == ".log", filepath.Ext(p) == ".out":
 				files = append(files, p)
 			}
 			return nil

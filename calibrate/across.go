@@ -7,7 +7,6 @@ import (
 	"math"
 	"sort"
 
-	"gonum.org/v1/gonum/diff/fd"
 	"gonum.org/v1/gonum/optimize"
 
 	"github.com/collplan/collplan/capabilities"
@@ -219,6 +218,50 @@ func (p *acrossPoint) predict(x []float64, sharp float64) float64 {
 	return best * math.Exp(-math.Log(sum)/sharp)
 }
 
+// grad is the analytic gradient of loss: for point i, d loss / d log pred_i = w_i 2 r/sqrt(1+r^2)/s
+// (r = log(pred_i/meas_i)/s); d log pred / d log t_k is the soft minimum's weight of cell k; and
+// d log t_k / d x is mult*part*e^x/t_k for a latency multiplier (0 where the latency is floored) and
+// -(bytes/bw)/t_k for the bandwidth multiplier of the point's regime.
+func (md *acrossModel) grad(g, x []float64) {
+	for j := range g {
+		g[j] = 0
+	}
+	s, sh := md.opt.LossScale, md.opt.Sharpness
+	var w []float64
+	for i := range md.pts {
+		p := &md.pts[i]
+		pred := p.predict(x, sh)
+		r := math.Log(pred/p.TimeUS) / s
+		dl := p.weight() * 2 * r / math.Sqrt(1+r*r) / s
+		w = w[:0]
+		var sum float64
+		for k := range p.ci {
+			e := 1.0
+			if len(p.ci) > 1 {
+				e = math.Exp(-sh * (math.Log(p.time(x, k)) - math.Log(pred)))
+			}
+			w = append(w, e)
+			sum += e
+		}
+		for k, ci := range p.ci {
+			th := x[paramsAcross*ci:]
+			t := p.time(x, k)
+			c := dl * w[k] / sum / t
+			sp := p.sp[k]
+			if sp.rest+sp.base*math.Exp(th[0])+sp.intra*math.Exp(th[1])+sp.inter*math.Exp(th[2]) > minLat {
+				for q, part := range [3]float64{sp.base, sp.intra, sp.inter} {
+					g[paramsAcross*ci+q] += c * p.mult[k] * part * math.Exp(th[q])
+				}
+			}
+			g[paramsAcross*ci+p.group] -= c * p.bytesF[k] / (sp.bw * math.Exp(th[p.group]))
+		}
+	}
+	ps := md.opt.PriorSigma
+	for j, v := range x {
+		g[j] += 2 * v / (ps * ps)
+	}
+}
+
 func (md *acrossModel) loss(x []float64) float64 {
 	s := md.opt.LossScale
 	var l float64
@@ -364,10 +407,15 @@ func (md *acrossModel) optimize(ctx context.Context, x0 []float64) ([]float64, i
 		}
 		return x
 	}
-	f := func(y []float64) float64 { return md.loss(expand(y)) }
+	gfull := make([]float64, len(x0))
 	prob := optimize.Problem{
-		Func: f,
-		Grad: func(g, y []float64) { fd.Gradient(g, f, y, &fd.Settings{Formula: fd.Central, Step: 1e-6}) },
+		Func: func(y []float64) float64 { return md.loss(expand(y)) },
+		Grad: func(g, y []float64) {
+			md.grad(gfull, expand(y))
+			for k, j := range freeIdx {
+				g[k] = gfull[j]
+			}
+		},
 	}
 	y0 := make([]float64, len(freeIdx))
 	for k, j := range freeIdx {

@@ -2,10 +2,12 @@ package calibrate
 
 import (
 	"context"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/diff/fd"
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
@@ -104,5 +106,34 @@ func TestFitAcrossSplit(t *testing.T) {
 		assert.InDelta(t, want, s.inter, 1e-3, "%d nodes", nn)
 		assert.GreaterOrEqual(t, s.inter, prev)
 		prev = s.inter
+	}
+}
+
+// TestFitAcrossGradient: the analytic gradient of the loss agrees with central differences at a
+// point away from the prior, on envelope (several-cell) and pinned points.
+func TestFitAcrossGradient(t *testing.T) {
+	ctx := context.Background()
+	ar := costmodel.AllReduce
+	cells := []Cell{{ar, costmodel.Ring, costmodel.Simple}, {ar, costmodel.Tree, costmodel.LL128}}
+	shapes := truthShapes(t, []int{1, 2, 4}, cells)
+	// An envelope point: the 4-node sizes again, over both cells.
+	for _, p := range append([]Point(nil), shapes[2].Points...) {
+		p.Cells = cells
+		shapes[2].Points = append(shapes[2].Points, p)
+	}
+	idx := map[Cell]int{}
+	pts, err := prepareAcross(ctx, shapes, idx)
+	require.NoError(t, err)
+	md := &acrossModel{pts: pts, opt: FitOptions{}.withDefaults()}
+	x := make([]float64, paramsAcross*len(idx))
+	for j := range x {
+		x[j] = 0.1 * float64(j%5-2)
+	}
+	g := make([]float64, len(x))
+	md.grad(g, x)
+	num := make([]float64, len(x))
+	fd.Gradient(num, md.loss, x, &fd.Settings{Formula: fd.Central, Step: 1e-6})
+	for j := range g {
+		assert.InDelta(t, num[j], g[j], 1e-4*math.Max(1, math.Abs(num[j])), "parameter %d", j)
 	}
 }

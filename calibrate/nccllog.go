@@ -42,6 +42,11 @@ type CommFacts struct {
 	NNodes     int `json:"n_nodes"`
 	LocalRanks int `json:"local_ranks"`
 	CommLine   int `json:"comm_line"`
+	// InitRanks is from the first "%s comm %p rank %d nranks %d cudaDev %d ... - Init COMPLETE"
+	// line (init.cc; the funcName, such as ncclCommInitRank, since 2.19): the ranks of a log that
+	// lacks the comm line. It gives no nodes nor local ranks.
+	InitRanks int `json:"init_ranks"`
+	InitLine  int `json:"init_line"`
 	// CollChannels and NVLSChannels are from init.cc's "%d coll channels, %d collnet channels, %d
 	// nvls channels, %d p2p channels, %d p2p channels per peer": comm->nChannels, nvlsChannels.
 	CollChannels int `json:"coll_channels"`
@@ -61,6 +66,7 @@ var (
 	logVersionRE  = regexp.MustCompile(`^NCCL version (\d+\.\d+\.\d+)(?:\S*?\+cuda(\d+)\.(\d+))?`)
 	logCommRE     = regexp.MustCompile(`^comm (\S+) rank (\d+) nRanks (\d+) nNodes (\d+) localRanks (\d+) localRank (\d+)`)
 	logChannelsRE = regexp.MustCompile(`^(\d+) coll channels, (\d+) collnet channels, (\d+) nvls channels`)
+	logInitRE     = regexp.MustCompile(`^(?:\w+ )?comm (\S+) rank (\d+) nranks (\d+) cudaDev (\d+) .*- Init COMPLETE`)
 )
 
 // ParseNCCLLog reads an NCCL log in one pass: what ParseTuning and ParseGraphs read, and the
@@ -105,6 +111,10 @@ func ParseNCCLLog(file string, r io.Reader) (*NCCLLog, error) {
 			case n == c.NRanks && nodes == c.NNodes:
 				c.LocalRanks = max(c.LocalRanks, local)
 			}
+		}
+		if m := logInitRE.FindStringSubmatch(nl.msg); m != nil && c.InitLine == 0 {
+			c.InitRanks, _ = strconv.Atoi(m[3])
+			c.InitLine = l.line
 		}
 		if m := logChannelsRE.FindStringSubmatch(nl.msg); m != nil && c.ChannelsLine == 0 {
 			c.CollChannels, _ = strconv.Atoi(m[1])
@@ -168,8 +178,8 @@ const (
 // keys it tagged "estimate". Each input the log gives carries a comment naming its line; what the
 // log lacks takes a default tagged "estimate", so that planner explain --topology lists it:
 //
-//   - n_nodes, n_ranks, max_local_ranks: init.cc's comm line; without it, the GRAPH lines' hosts
-//     and sources (estimate);
+//   - n_nodes, n_ranks, max_local_ranks: init.cc's comm line; without it, n_ranks from the first
+//     "... - Init COMPLETE" line, and the GRAPH lines' hosts and sources (estimate) for the rest;
 //   - min_comp_cap, max_comp_cap: the GPU name of nccl-tests' rank lines (CompCapOf); else 90;
 //   - cpu_arch "x86", cpu_vendor "intel", net_device_type "host": NCCL's INFO lines name none;
 //   - nvs_count: 4 when the NVLS graph has channels, else 0 (only CollNetDirect reads it);
@@ -226,7 +236,12 @@ func (l *NCCLLog) TopologyFile() ([]byte, []string, error) {
 	} else {
 		nodes, ranks = max(1, len(hosts)), max(1, len(sources))
 		put("n_nodes", strconv.Itoa(nodes), capabilities.EstimateTag)
-		put("n_ranks", strconv.Itoa(ranks), capabilities.EstimateTag)
+		if c.InitLine != 0 && c.InitRanks > 0 {
+			ranks = c.InitRanks
+			put("n_ranks", strconv.Itoa(ranks), at(c.InitLine, "Init COMPLETE line"))
+		} else {
+			put("n_ranks", strconv.Itoa(ranks), capabilities.EstimateTag)
+		}
 	}
 	if cc, ok := CompCapOf(c.GPUName); ok {
 		tag := fmt.Sprintf("GPU %s, line %d", c.GPUName, c.GPULine)

@@ -82,3 +82,56 @@ func TestCompCapOf(t *testing.T) {
 	_, ok = CompCapOf(strings.Repeat(" ", 3))
 	assert.False(t, ok)
 }
+
+// TestInitCompleteRanks: init.cc's "%s comm %p rank %d nranks %d cudaDev %d [nvmlDev %d] busId %lx
+// commId 0x%llx - Init COMPLETE" (funcName ncclCommInitRank, ncclCommInitRankConfig, ...; no
+// funcName before 2.19) states the communicator's ranks. A log without the "comm ... nRanks ...
+// nNodes" line (NCCL_DEBUG_SUBSYS without INIT's topology lines, or an excerpt) still gives its
+// ranks from it; the comm line, where there is one, wins.
+func TestInitCompleteRanks(t *testing.T) {
+	for _, tc := range []struct {
+		name, log       string
+		ranks, line     int
+		commLine, nodes int
+	}{
+		{name: "2.27, ncclCommInitRank", ranks: 16, line: 2,
+			log: "h:1:1 [0] NCCL INFO NCCL version 2.27.5+cuda12.9\n" +
+				"h:1:1 [4] NCCL INFO ncclCommInitRank comm 0x5635705dda90 rank 4 nranks 16 cudaDev 4 nvmlDev 4 busId 9a000 commId 0x221dee7fa4558566 - Init COMPLETE\n" +
+				"h:1:1 [0] NCCL INFO ncclCommInitRank comm 0x55a0be47d620 rank 0 nranks 16 cudaDev 0 nvmlDev 0 busId 18000 commId 0x221dee7fa4558566 - Init COMPLETE\n"},
+		{name: "2.30, ncclCommInitRankConfig", ranks: 8, line: 1,
+			log: "[1,0]<stdout>:[2025-06-11 10:02:03] h:51230:51290 [0] NCCL INFO ncclCommInitRankConfig comm 0x55d0c8a3e2a0 rank 0 nranks 8 cudaDev 0 nvmlDev 0 busId 1b000 commId 0x9f3c2b1a7d6e5f40 - Init COMPLETE\n"},
+		{name: "before 2.19, no funcName nor nvmlDev", ranks: 1, line: 1,
+			log: "7b6059672f82:104:104 [0] NCCL INFO comm 0x564d4af51740 rank 0 nranks 1 cudaDev 0 busId 170 - Init COMPLETE\n"},
+		{name: "the comm line wins", ranks: 16, line: 2, commLine: 1, nodes: 2,
+			log: "h:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 16 nNodes 2 localRanks 8 localRank 0 MNNVL 0\n" +
+				"h:1:1 [0] NCCL INFO ncclCommInitRank comm 0x1 rank 0 nranks 16 cudaDev 0 nvmlDev 0 busId 18000 commId 0x2 - Init COMPLETE\n"},
+		{name: "a later communicator's is not the first's", ranks: 2, line: 1,
+			log: "h:1:1 [0] NCCL INFO ncclCommInitRank comm 0x1 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 18000 commId 0x2 - Init COMPLETE\n" +
+				"h:1:1 [0] NCCL INFO ncclCommSplit comm 0x3 rank 0 nranks 1 cudaDev 0 nvmlDev 0 busId 18000 commId 0x4 - Init COMPLETE\n"},
+		{name: "Init START is not the end of init", ranks: 0, line: 0,
+			log: "h:1:1 [0] NCCL INFO ncclCommInitRank comm 0x1 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 18000 commId 0x2 - Init START\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lg, err := ParseNCCLLog("x.log", strings.NewReader(tc.log))
+			require.NoError(t, err)
+			c := lg.Comm
+			assert.Equal(t, [5]int{tc.ranks, tc.line, tc.commLine, tc.nodes, tc.ranks},
+				[5]int{c.InitRanks, c.InitLine, c.CommLine, c.NNodes, max(c.NRanks, c.InitRanks)})
+		})
+	}
+
+	// Without the comm line, a topology file's n_ranks is the Init COMPLETE line's, not the count of
+	// GRAPH sources (here the 16 ranks of graph_2n8g_tagged.log's GRAPH lines, said to be 32).
+	raw, err := os.ReadFile(filepath.Join("testdata", "graphs", "graph_2n8g_tagged.log"))
+	require.NoError(t, err)
+	log := string(raw) + "[1,0]<stdout>:gpu-a01:2200:2260 [0] NCCL INFO ncclCommInitRank comm 0x1 rank 0 nranks 32 cudaDev 0 nvmlDev 0 busId 1b000 commId 0x2 - Init COMPLETE\n"
+	lg, err := ParseNCCLLog("x.log", strings.NewReader(log))
+	require.NoError(t, err)
+	data, est, err := lg.TopologyFile()
+	require.NoError(t, err)
+	assert.NotContains(t, est, "n_ranks")
+	assert.Contains(t, est, "n_nodes", "the Init COMPLETE line does not give the nodes")
+	topo, err := capabilities.DecodeTopology("x.log", data)
+	require.NoError(t, err)
+	assert.Equal(t, [3]int{32, 2, 16}, [3]int{topo.NRanks, topo.NNodes, topo.MaxLocalRanks}, "32 ranks on the GRAPH lines' 2 hosts")
+}

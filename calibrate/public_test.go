@@ -62,10 +62,10 @@ func TestPublicSources(t *testing.T) {
 	require.NoError(t, err)
 	onDisk := map[string]bool{}
 	for _, e := range entries {
-		if e.Name() == "SOURCES.toml" || (e.Name() == publicSetsDir && e.IsDir()) {
-			continue
+		if e.Name() == "SOURCES.toml" || (e.IsDir() && (e.Name() == publicSetsDir || e.Name() == "logs")) {
+			continue // sets/ holds manifests (TestPublicSets); logs/ has its own SOURCES.toml (TestPublicLogSources)
 		}
-		require.False(t, e.IsDir(), "%s: no directories in testdata/public but %s/", e.Name(), publicSetsDir)
+		require.False(t, e.IsDir(), "%s: no directories in testdata/public but %s/ and logs/", e.Name(), publicSetsDir)
 		onDisk[e.Name()] = true
 	}
 
@@ -165,4 +165,60 @@ func TestPublicSets(t *testing.T) {
 		})
 	}
 	assert.GreaterOrEqual(t, maxNodeCounts, 3, "no set spans 3 node counts of one collective")
+}
+
+// TestPublicLogSources checks testdata/public/logs the way TestPublicSources checks
+// testdata/public: every file has exactly one entry in logs/SOURCES.toml, none is from a kept-back
+// repository, and each entry says where it is from and covers nccl-log.
+func TestPublicLogSources(t *testing.T) {
+	dir := filepath.Join("testdata", "public", "logs")
+	var doc struct {
+		File []publicSource `toml:"file"`
+	}
+	md, err := toml.DecodeFile(filepath.Join(dir, "SOURCES.toml"), &doc)
+	require.NoError(t, err)
+	assert.Empty(t, md.Undecoded(), "keys logs/SOURCES.toml has but the test does not know")
+	require.NotEmpty(t, doc.File)
+
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	onDisk := map[string]bool{}
+	for _, e := range entries {
+		if e.Name() == "SOURCES.toml" {
+			continue
+		}
+		require.False(t, e.IsDir(), "%s: no directories in testdata/public/logs", e.Name())
+		onDisk[e.Name()] = true
+	}
+	named := map[string]int{}
+	for _, f := range doc.File {
+		named[f.Name]++
+		assert.True(t, onDisk[f.Name], "%s: named in logs/SOURCES.toml but not in testdata/public/logs", f.Name)
+		assert.NotEmpty(t, strings.TrimSpace(f.Repository), "%s: no repository", f.Name)
+		assert.True(t, f.Commit != "" || f.URL != "", "%s: neither commit nor url", f.Name)
+		if f.Commit != "" {
+			assert.Regexp(t, commitRE, f.Commit, "%s: commit", f.Name)
+			assert.NotEmpty(t, f.Path, "%s: a commit without a path", f.Name)
+		}
+		assert.NotEmpty(t, f.Licence, "%s: licence (\"not stated\" where none is)", f.Name)
+		assert.NotEmpty(t, f.What, "%s: what", f.Name)
+		assert.Equal(t, []string{"nccl-log"}, f.Covers, "%s: covers", f.Name)
+		for _, src := range []string{f.Repository, f.URL} {
+			low := strings.ToLower(strings.TrimSuffix(strings.TrimSpace(src), "/"))
+			if low == "" {
+				continue
+			}
+			for _, kb := range keptBack {
+				assert.False(t, low == kb || strings.HasSuffix(low, "/"+kb) || strings.Contains(low, kb+"/") ||
+					strings.HasSuffix(low, "github.com/"+kb),
+					"%s: %s is kept back for independent validation", f.Name, src)
+			}
+		}
+	}
+	for name := range onDisk {
+		assert.Equal(t, 1, named[name], "%s: must have exactly one logs/SOURCES.toml entry", name)
+	}
+	for name, n := range named {
+		assert.LessOrEqual(t, n, 1, "%s: named %d times", name, n)
+	}
 }

@@ -28,7 +28,9 @@ each input the log gives names its line, and an input it lacks takes a default t
 which planner explain --topology FILE lists: compute capability 90 (unless nccl-tests' rank lines
 name a known GPU), cpu_arch x86, cpu_vendor intel, net_device_type host, nvs_count 4 with an NVLS
 graph (else 0), latency_inter 0, and without the comm and channels lines the ranks, nodes and
-channels the GRAPH lines imply (comm_n_channels = min(64, 2 x ring channels)).
+channels the GRAPH lines imply (comm_n_channels = min(64, 2 x ring channels)); the ranks of the
+first "... nranks N ... - Init COMPLETE" line are not an estimate. A log without GRAPH lines gives no
+topology, so neither --topology-out nor --check-decisions (exit status 2).
 --check-decisions prices each distinct decision with the planner over that topology (float32 sum,
 one pipe op: the log names neither dtype nor op; AllGather and ReduceScatter lines print per-rank
 bytes, which the model's nBytes multiplies by the ranks) and prints whether it picks the logged
@@ -237,6 +239,9 @@ func writeNCCLLog(w io.Writer, lg *calibrate.NCCLLog, out *ncclLogJSON, topoOut 
 	}
 	if c.CommLine != 0 {
 		facts = append(facts, fmt.Sprintf("%d ranks on %s, %d local (line %d)", c.NRanks, nodesWord(c.NNodes), c.LocalRanks, c.CommLine))
+	}
+	if c.CommLine == 0 && c.InitLine != 0 {
+		facts = append(facts, fmt.Sprintf("%d ranks (Init COMPLETE, line %d)", c.InitRanks, c.InitLine))
 	}
 	if c.ChannelsLine != 0 {
 		facts = append(facts, fmt.Sprintf("%d coll channels, %d nvls channels (line %d)", c.CollChannels, c.NVLSChannels, c.ChannelsLine))

@@ -151,3 +151,25 @@ func TestNCCLLogErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestNCCLLogPublicTPGDS: the public NCCL 2.27.5 log (calibrate/testdata/public/logs) has no comm
+// line, so its 16 ranks come from its first "... nranks 16 ... - Init COMPLETE" line (line 86);
+// both its decision lines (12 and 104, grep -n "Bytes -> Algo") are read; it has no GRAPH line,
+// so --check-decisions has no topology to price them on and says so (exit status 2).
+func TestNCCLLogPublicTPGDS(t *testing.T) {
+	log := "../../calibrate/testdata/public/logs/devopsrustem__slurmv4__tpgds-aihub0007_nccl2.27.5_16ranks.txt"
+	code, stdout, stderr := runMain(t, "nccl-log", log)
+	require.Equal(t, 0, code, stderr)
+	assert.True(t, strings.HasPrefix(stdout, log+": 16 ranks (Init COMPLETE, line 86)\n"), stdout)
+	assert.Contains(t, stdout, "TUNING decisions: 2 (2 in the 2.24+ format)")
+	got := ncclLogRun(t, log)
+	require.Len(t, got.Decisions, 2)
+	assert.Equal(t, [2]int{12, 104}, [2]int{got.Decisions[0].Line, got.Decisions[1].Line})
+	assert.Equal(t, [2]int{16, 86}, [2]int{got.Comm.InitRanks, got.Comm.InitLine})
+
+	code, stdout, stderr = runMain(t, "nccl-log", log, "--check-decisions")
+	assert.Equal(t, 2, code)
+	assert.Empty(t, stdout)
+	assert.Contains(t, stderr, log+": no topology file from this log")
+	assert.Contains(t, stderr, "no GRAPH line of a known pattern")
+}

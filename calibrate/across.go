@@ -7,8 +7,6 @@ import (
 	"math"
 	"sort"
 
-	"gonum.org/v1/gonum/optimize"
-
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/planner"
@@ -391,44 +389,14 @@ func FitAcross(ctx context.Context, shapes []AtNodes, opt FitOptions) (*AcrossFi
 }
 
 func (md *acrossModel) optimize(ctx context.Context, x0 []float64) ([]float64, int, error) {
-	var freeIdx []int
-	for j, f := range md.free {
-		if f {
-			freeIdx = append(freeIdx, j)
-		}
-	}
-	if len(freeIdx) == 0 {
-		return x0, 0, nil
-	}
-	expand := func(y []float64) []float64 {
-		x := append([]float64(nil), x0...)
-		for k, j := range freeIdx {
-			x[j] = y[k]
-		}
-		return x
-	}
-	gfull := make([]float64, len(x0))
-	prob := optimize.Problem{
-		Func: func(y []float64) float64 { return md.loss(expand(y)) },
-		Grad: func(g, y []float64) {
-			md.grad(gfull, expand(y))
-			for k, j := range freeIdx {
-				g[k] = gfull[j]
-			}
-		},
-	}
-	y0 := make([]float64, len(freeIdx))
-	for k, j := range freeIdx {
-		y0[k] = x0[j]
-	}
 	if err := ctx.Err(); err != nil {
 		return nil, 0, err
 	}
-	r, err := optimize.Minimize(prob, y0, &optimize.Settings{GradientThreshold: 1e-8, MajorIterations: 2000}, &optimize.BFGS{})
-	if err != nil && r == nil {
+	x, it, err := minimizeFree(md.free, x0, md.loss, md.grad, 1e-8, 2000)
+	if err != nil {
 		return nil, 0, fmt.Errorf("calibrate: fit across node counts: %w", err)
 	}
-	return expand(r.X), r.MajorIterations, nil
+	return x, it, nil
 }
 
 // dataCurvature is the Gauss-Newton diagonal of the data part of the loss: per parameter, the sum

@@ -851,13 +851,28 @@ func (md *model) grad(g, x []float64) {
 
 // optimize minimises the loss over the free parameters from x0 (the others stay at x0's values).
 func (md *model) optimize(x0 []float64) ([]float64, int, error) {
+	x, it, err := minimizeFree(md.free, x0, md.loss, md.grad, 1e-9, 5000)
+	if err != nil {
+		return nil, 0, fmt.Errorf("calibrate: fit: %w", err)
+	}
+	return x, it, nil
+}
+
+// minimizeFree minimises loss (with its gradient grad, over the whole vector) with BFGS over the
+// parameters free marks, the others held at x0's values; it returns the whole vector and the
+// iterations. A line search that cannot improve further at a tiny gradient is a converged fit.
+func minimizeFree(free []bool, x0 []float64, loss func([]float64) float64, grad func(g, x []float64),
+	gradTol float64, maxIter int) ([]float64, int, error) {
 	var freeIdx []int
-	for j, f := range md.free {
+	for j, f := range free {
 		if f {
 			freeIdx = append(freeIdx, j)
 		}
 	}
 	full := append([]float64(nil), x0...)
+	if len(freeIdx) == 0 {
+		return full, 0, nil
+	}
 	expand := func(y []float64) []float64 {
 		x := append([]float64(nil), full...)
 		for k, j := range freeIdx {
@@ -865,14 +880,11 @@ func (md *model) optimize(x0 []float64) ([]float64, int, error) {
 		}
 		return x
 	}
-	if len(freeIdx) == 0 {
-		return full, 0, nil
-	}
 	gfull := make([]float64, len(full))
 	prob := optimize.Problem{
-		Func: func(y []float64) float64 { return md.loss(expand(y)) },
+		Func: func(y []float64) float64 { return loss(expand(y)) },
 		Grad: func(g, y []float64) {
-			md.grad(gfull, expand(y))
+			grad(gfull, expand(y))
 			for k, j := range freeIdx {
 				g[k] = gfull[j]
 			}
@@ -882,12 +894,10 @@ func (md *model) optimize(x0 []float64) ([]float64, int, error) {
 	for k, j := range freeIdx {
 		y0[k] = x0[j]
 	}
-	settings := &optimize.Settings{GradientThreshold: 1e-9, MajorIterations: 5000}
-	r, err := optimize.Minimize(prob, y0, settings, &optimize.BFGS{})
+	r, err := optimize.Minimize(prob, y0, &optimize.Settings{GradientThreshold: gradTol, MajorIterations: maxIter}, &optimize.BFGS{})
 	if err != nil && r == nil {
-		return nil, 0, fmt.Errorf("calibrate: fit: %w", err)
+		return nil, 0, err
 	}
-	// A line search that cannot improve further at a tiny gradient is a converged fit.
 	return expand(r.X), r.MajorIterations, nil
 }
 

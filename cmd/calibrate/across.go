@@ -187,15 +187,9 @@ func runAcross(ctx context.Context, j acrossJob, stdout, stderr io.Writer) error
 	}
 	sort.Ints(rep.Written)
 	in := calibrate.OverlayInput{RanksPerNode: j.rpn, Date: j.date, NodesTags: tags, Credit: j.credit}
-	files, versions := pointFiles(j.sweeps, pointsOf(fitShapes))
-	for _, f := range files {
-		sum, err := fileSHA256(f)
-		if err != nil {
-			return err
-		}
-		in.Files = append(in.Files, tables.InputFile{File: f, SHA256: sum})
+	if in.Files, in.NCCLVersions, err = provenance(j.sweeps, pointsOf(fitShapes)); err != nil {
+		return err
 	}
-	in.NCCLVersions = versions
 	var old []byte
 	if data, err := configfile.Read(j.out); err == nil {
 		old = data

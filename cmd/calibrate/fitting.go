@@ -10,6 +10,7 @@ import (
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/planner"
+	"github.com/collplan/collplan/tables"
 )
 
 // fittedPlanner builds the planner over the fitted configuration cfg (its Cells the fit's
@@ -89,4 +90,19 @@ func renderSVG(fitted, prior map[costmodel.Coll]*planner.Menu, pts []calibrate.P
 		return nil, err
 	}
 	return b.Bytes(), nil
+}
+
+// provenance is an overlay's [provenance] inputs: the files that supplied pts (sorted) with their
+// SHA-256, and the NCCL versions their sweeps name.
+func provenance(sweeps []*calibrate.Sweep, pts []calibrate.Point) ([]tables.InputFile, []string, error) {
+	files, versions := pointFiles(sweeps, pts)
+	var out []tables.InputFile
+	for _, f := range files {
+		sum, err := fileSHA256(f)
+		if err != nil {
+			return nil, nil, err
+		}
+		out = append(out, tables.InputFile{File: f, SHA256: sum})
+	}
+	return out, versions, nil
 }

@@ -488,15 +488,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	in := calibrate.OverlayInput{Nodes: *nodes, RanksPerNode: shape.RanksPerNode, Date: *date, Credit: *credit}
-	files, versions := pointFiles(sw, fitPts) // only the files that supplied fitted points
-	for _, f := range files {
-		sum, err := fileSHA256(f)
-		if err != nil {
-			return err
-		}
-		in.Files = append(in.Files, tables.InputFile{File: f, SHA256: sum})
+	if in.Files, in.NCCLVersions, err = provenance(sw, fitPts); err != nil { // only the files that supplied fitted points
+		return err
 	}
-	in.NCCLVersions = versions
 	hadCorr := false
 	if old, err := configfile.Read(*out); err == nil {
 		if in.Keep, err = calibrate.KeepFromOverlay(*out, old, *nodes, shape.RanksPerNode, n.Node.GPUsPerNode); err != nil {

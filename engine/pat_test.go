@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"fmt"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/kernels"
+	"github.com/collplan/collplan/planner"
 )
 
 // TestPATAllGatherRuns is the regression test of issue 13 item 4: the cost model prices PAT at one
@@ -375,4 +377,91 @@ func TestPATChunk(t *testing.T) {
 	assert.Equal(t, costmodel.PAT, got.Algo)
 	assert.Equal(t, int64(64<<10), got.ChunkBytes)
 	assert.Equal(t, int64(64<<10), got.SliceBytes)
+}
+
+// TestPATShm: PAT over the shared-memory transport (each rank its own ShmTransport over the same
+// job's files, as in separate processes), ReduceScatter then AllGather on 5 ranks, checked against
+// closed forms: rank r's ReduceScatter input element j is 7r + j, so element i of rank r's result
+// is sum over q of (7q + r*count + i) = 7*n(n-1)/2 + n*(r*count + i); AllGather's block of rank p
+// holds 1000p + i.
+func TestPATShm(t *testing.T) {
+	const n, count = 5, 300
+	job := newJob(t)
+	comms := make([]*Comm, n)
+	for r := range comms {
+		tr, err := NewShmTransport(job)
+		require.NoError(t, err)
+		cfg := Config{Buffers: tinyBuffers(), RanksPerNode: 1, Override: Pin(costmodel.PAT, costmodel.Simple)}
+		cfg.Override.Channels = 2
+		comms[r], err = New(r, n, tr, cfg)
+		require.NoError(t, err)
+	}
+	defer closeAll(comms)
+	rs, ag := make([][]byte, n), make([][]byte, n)
+	errs := runRanks(t, comms, 20*time.Second, func(r int, c *Comm) error {
+		in := make([]byte, 4*n*count)
+		for j := 0; j < n*count; j++ {
+			binary.LittleEndian.PutUint32(in[4*j:], uint32(7*r+j))
+		}
+		rs[r] = make([]byte, 4*count)
+		if err := c.ReduceScatter(bg, in, rs[r], count, kernels.Int32, kernels.Sum); err != nil {
+			return err
+		}
+		one := make([]byte, 4*count)
+		for i := 0; i < count; i++ {
+			binary.LittleEndian.PutUint32(one[4*i:], uint32(1000*r+i))
+		}
+		ag[r] = make([]byte, 4*n*count)
+		return c.AllGather(bg, one, ag[r], count, kernels.Int32)
+	})
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+	for r := 0; r < n; r++ {
+		for i := 0; i < count; i++ {
+			require.Equal(t, uint32(7*n*(n-1)/2+n*(r*count+i)), binary.LittleEndian.Uint32(rs[r][4*i:]), "rank %d element %d", r, i)
+		}
+		for p := 0; p < n; p++ {
+			for i := 0; i < count; i++ {
+				require.Equal(t, uint32(1000*p+i), binary.LittleEndian.Uint32(ag[r][4*(p*count+i):]), "rank %d block %d element %d", r, p, i)
+			}
+		}
+		assert.Equal(t, costmodel.PAT, comms[r].LastPlan().Algo)
+	}
+}
+
+// TestPATPlanned: a plan that names PAT (Config.Plan, as a planner table does at one rank per
+// node) runs with the planner's chunk, capped at the slot.
+func TestPATPlanned(t *testing.T) {
+	const n, count = 3, 100
+	plan := func(costmodel.Coll, int64) planner.Decision {
+		return planner.Decision{Algo: costmodel.PAT, Proto: costmodel.Simple, Channels: 1, ChunkBytes: 32, SliceBytes: 32}
+	}
+	comms, err := NewInProcess(n, Config{Buffers: tinyBuffers(), RanksPerNode: 1, Plan: plan})
+	require.NoError(t, err)
+	defer closeAll(comms)
+	outs := make([][]byte, n)
+	errs := runRanks(t, comms, 10*time.Second, func(r int, c *Comm) error {
+		in := make([]byte, 4*count)
+		for i := 0; i < count; i++ {
+			binary.LittleEndian.PutUint32(in[4*i:], uint32(1000*r+i))
+		}
+		outs[r] = make([]byte, 4*n*count)
+		return c.AllGather(bg, in, outs[r], count, kernels.Int32)
+	})
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+	for r := 0; r < n; r++ {
+		for p := 0; p < n; p++ {
+			for i := 0; i < count; i++ {
+				require.Equal(t, uint32(1000*p+i), binary.LittleEndian.Uint32(outs[r][4*(p*count+i):]), "rank %d block %d element %d", r, p, i)
+			}
+		}
+	}
+	got := comms[0].LastPlan()
+	assert.Equal(t, costmodel.PAT, got.Algo)
+	assert.Equal(t, int64(32), got.ChunkBytes, "the planner's chunk, below the 64-byte slot")
+	// 100 elements of 4 bytes in 32-byte chunks: 13 chunks, 2 transfers each (n-1) per rank.
+	assert.Equal(t, uint64(13*2), comms[0].Stats()[0].Steps)
 }

@@ -465,3 +465,61 @@ func TestPATPlanned(t *testing.T) {
 	// 100 elements of 4 bytes in 32-byte chunks: 13 chunks, 2 transfers each (n-1) per rank.
 	assert.Equal(t, uint64(13*2), comms[0].Stats()[0].Steps)
 }
+
+// TestPATSharesConnections: PAT and Ring calls alternate on one communicator. PAT's distance-1
+// connections are ring connections too (AllGather's rank -> rank-1 is a backward ring's, odd
+// channels; ReduceScatter's rank -> rank+1 a forward ring's), so both algorithms use the same
+// FIFOs and counters in turn; every result is checked against closed forms (as in TestPATShm).
+func TestPATSharesConnections(t *testing.T) {
+	const n = 6
+	comms, err := NewInProcess(n, Config{Buffers: tinyBuffers(), RanksPerNode: 1})
+	require.NoError(t, err)
+	defer closeAll(comms)
+	run := func(algo costmodel.Algo, channels, count int) {
+		t.Helper()
+		ov := Pin(algo, costmodel.Simple)
+		ov.Channels = channels
+		rs, ag := make([][]byte, n), make([][]byte, n)
+		errs := runRanks(t, comms, 20*time.Second, func(r int, c *Comm) error {
+			c.SetOverride(ov)
+			in := make([]byte, 4*n*count)
+			for j := 0; j < n*count; j++ {
+				binary.LittleEndian.PutUint32(in[4*j:], uint32(7*r+j))
+			}
+			rs[r] = make([]byte, 4*count)
+			if err := c.ReduceScatter(bg, in, rs[r], count, kernels.Int32, kernels.Sum); err != nil {
+				return err
+			}
+			one := make([]byte, 4*count)
+			for i := 0; i < count; i++ {
+				binary.LittleEndian.PutUint32(one[4*i:], uint32(1000*r+i))
+			}
+			ag[r] = make([]byte, 4*n*count)
+			return c.AllGather(bg, one, ag[r], count, kernels.Int32)
+		})
+		for r, err := range errs {
+			require.NoError(t, err, "%v rank %d", algo, r)
+		}
+		for r := 0; r < n; r++ {
+			for i := 0; i < count; i++ {
+				require.Equal(t, uint32(7*n*(n-1)/2+n*(r*count+i)), binary.LittleEndian.Uint32(rs[r][4*i:]), "%v rank %d element %d", algo, r, i)
+			}
+			for p := 0; p < n; p++ {
+				for i := 0; i < count; i++ {
+					require.Equal(t, uint32(1000*p+i), binary.LittleEndian.Uint32(ag[r][4*(p*count+i):]), "%v rank %d block %d element %d", algo, r, p, i)
+				}
+			}
+		}
+	}
+	for _, count := range []int{1, 37, 500} {
+		for _, channels := range []int{2, 3} {
+			run(costmodel.Ring, channels, count)
+			run(costmodel.PAT, channels, count)
+		}
+	}
+	run(costmodel.Ring, 1, 77)
+	// Rank 0's connections, per channel (3): PAT AllGather sends to -1, -2, -4 = +2 and receives
+	// from +1, +2, +4 = -2; ReduceScatter the reverse; so it sends to and receives from +-1 and +-2:
+	// 8 endpoints. The ring's (to +1 and from -1, or backwards) are among them: 24 in all.
+	assert.Len(t, comms[0].eps, 24)
+}

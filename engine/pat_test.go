@@ -381,9 +381,7 @@ func TestPATChunk(t *testing.T) {
 
 // TestPATShm: PAT over the shared-memory transport (each rank its own ShmTransport over the same
 // job's files, as in separate processes), ReduceScatter then AllGather on 5 ranks, checked against
-// closed forms: rank r's ReduceScatter input element j is 7r + j, so element i of rank r's result
-// is sum over q of (7q + r*count + i) = 7*n(n-1)/2 + n*(r*count + i); AllGather's block of rank p
-// holds 1000p + i.
+// closed forms (checkRSAG).
 func TestPATShm(t *testing.T) {
 	const n, count = 5, 300
 	job := newJob(t)
@@ -397,8 +395,24 @@ func TestPATShm(t *testing.T) {
 		require.NoError(t, err)
 	}
 	defer closeAll(comms)
+	checkRSAG(t, comms, count, nil)
+	for r := 0; r < n; r++ {
+		assert.Equal(t, costmodel.PAT, comms[r].LastPlan().Algo)
+	}
+}
+
+// checkRSAG runs a ReduceScatter then an AllGather of count int32 elements per rank on comms and
+// checks them against closed forms: rank r's ReduceScatter input element j is 7r + j, so element
+// i of rank r's result is the sum over q of (7q + r*count + i) = 7*n(n-1)/2 + n*(r*count + i);
+// AllGather's block of rank p holds 1000p + i. before, when set, runs first on every rank.
+func checkRSAG(t *testing.T, comms []*Comm, count int, before func(c *Comm)) {
+	t.Helper()
+	n := len(comms)
 	rs, ag := make([][]byte, n), make([][]byte, n)
 	errs := runRanks(t, comms, 20*time.Second, func(r int, c *Comm) error {
+		if before != nil {
+			before(c)
+		}
 		in := make([]byte, 4*n*count)
 		for j := 0; j < n*count; j++ {
 			binary.LittleEndian.PutUint32(in[4*j:], uint32(7*r+j))
@@ -426,7 +440,6 @@ func TestPATShm(t *testing.T) {
 				require.Equal(t, uint32(1000*p+i), binary.LittleEndian.Uint32(ag[r][4*(p*count+i):]), "rank %d block %d element %d", r, p, i)
 			}
 		}
-		assert.Equal(t, costmodel.PAT, comms[r].LastPlan().Algo)
 	}
 }
 
@@ -469,7 +482,7 @@ func TestPATPlanned(t *testing.T) {
 // TestPATSharesConnections: PAT and Ring calls alternate on one communicator. PAT's distance-1
 // connections are ring connections too (AllGather's rank -> rank-1 is a backward ring's, odd
 // channels; ReduceScatter's rank -> rank+1 a forward ring's), so both algorithms use the same
-// FIFOs and counters in turn; every result is checked against closed forms (as in TestPATShm).
+// FIFOs and counters in turn; every result is checked against closed forms (checkRSAG).
 func TestPATSharesConnections(t *testing.T) {
 	const n = 6
 	comms, err := NewInProcess(n, Config{Buffers: tinyBuffers(), RanksPerNode: 1})
@@ -479,37 +492,7 @@ func TestPATSharesConnections(t *testing.T) {
 		t.Helper()
 		ov := Pin(algo, costmodel.Simple)
 		ov.Channels = channels
-		rs, ag := make([][]byte, n), make([][]byte, n)
-		errs := runRanks(t, comms, 20*time.Second, func(r int, c *Comm) error {
-			c.SetOverride(ov)
-			in := make([]byte, 4*n*count)
-			for j := 0; j < n*count; j++ {
-				binary.LittleEndian.PutUint32(in[4*j:], uint32(7*r+j))
-			}
-			rs[r] = make([]byte, 4*count)
-			if err := c.ReduceScatter(bg, in, rs[r], count, kernels.Int32, kernels.Sum); err != nil {
-				return err
-			}
-			one := make([]byte, 4*count)
-			for i := 0; i < count; i++ {
-				binary.LittleEndian.PutUint32(one[4*i:], uint32(1000*r+i))
-			}
-			ag[r] = make([]byte, 4*n*count)
-			return c.AllGather(bg, one, ag[r], count, kernels.Int32)
-		})
-		for r, err := range errs {
-			require.NoError(t, err, "%v rank %d", algo, r)
-		}
-		for r := 0; r < n; r++ {
-			for i := 0; i < count; i++ {
-				require.Equal(t, uint32(7*n*(n-1)/2+n*(r*count+i)), binary.LittleEndian.Uint32(rs[r][4*i:]), "%v rank %d element %d", algo, r, i)
-			}
-			for p := 0; p < n; p++ {
-				for i := 0; i < count; i++ {
-					require.Equal(t, uint32(1000*p+i), binary.LittleEndian.Uint32(ag[r][4*(p*count+i):]), "%v rank %d block %d element %d", algo, r, p, i)
-				}
-			}
-		}
+		checkRSAG(t, comms, count, func(c *Comm) { c.SetOverride(ov) })
 	}
 	for _, count := range []int{1, 37, 500} {
 		for _, channels := range []int{2, 3} {
@@ -522,4 +505,20 @@ func TestPATSharesConnections(t *testing.T) {
 	// from +1, +2, +4 = -2; ReduceScatter the reverse; so it sends to and receives from +-1 and +-2:
 	// 8 endpoints. The ring's (to +1 and from -1, or backwards) are among them: 24 in all.
 	assert.Len(t, comms[0].eps, 24)
+}
+
+// TestPATLargeN: PAT beyond the matrix's n <= 9, where the trees are 5 levels deep (n = 16, 17,
+// 31: ReduceScatter keeps an accumulator per level), against closed forms (checkRSAG).
+func TestPATLargeN(t *testing.T) {
+	for _, n := range []int{16, 17, 31} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			const count = 45
+			cfg := Config{Buffers: tinyBuffers(), RanksPerNode: 1, Override: Pin(costmodel.PAT, costmodel.Simple)}
+			cfg.Override.Channels = 2
+			comms, err := NewInProcess(n, cfg)
+			require.NoError(t, err)
+			defer closeAll(comms)
+			checkRSAG(t, comms, count, nil)
+		})
+	}
 }

@@ -43,8 +43,13 @@ import (
 //     slot is read by every forward of its data and handed back on the last one, and
 //     parallelFactor = min(16, postFreq) ops run at once (NCCL_PAT_NWORKERS/WARP_SIZE = 512/32
 //     worker groups). nelem is the chunk: one op never carries more than one slot (stepSize =
-//     chunkCount*sizeof(T)). Within an aggregated step NCCL orders ops by a mirrored index
-//     (phases over decreasing distance scales); a chunk's ops all finish before the next chunk.
+//     chunkCount*sizeof(T)). A chunk's ops all finish before the next chunk's.
+//   - Order. NCCL runs the largest distances first. AllGather, n = 8, rank 0, one slot per op:
+//     its own block to distances 4 and 2; block 4 (received from distance 4) on to 2; its own
+//     block, then blocks 2, 4 and 6 (6 received from distance 2) to distance 1; last the leaf
+//     receives of blocks 1, 3, 5, 7 from distance 1. ReduceScatter runs the mirror: the leaf
+//     partials of blocks 7, 3, 5, 1 to distance 1 first, the rank's own block's last partial
+//     (from distance 1) last. Aggregation bounds what is in flight per peer to the FIFO depth.
 //   - Legality (src/graph/tuning.cc, enqueue.cc): PAT runs only AllGather and ReduceScatter, only
 //     the Simple protocol, only where NCCL_PAT_ENABLE allows it (auto: nNodes == nRanks, one GPU per
 //     node, and a host network); ReduceScatter with PreMulSum or SumPostDiv (so avg, float or
@@ -59,9 +64,10 @@ import (
 // the same d. Every op of a rank sends and receives on one dimension and every rank runs the same
 // op sequence, so each connection carries its items in the same order at both ends, and the rank
 // furthest behind can always move (what it waits for was sent, its send has room): the schedule
-// cannot deadlock, whatever the FIFO depth. NCCL's aggregated order (postFreq ops packed into a
-// slot, slots read out of order, phases over distance scales) is not reproduced: the data moved
-// per connection and per chunk is the same, in fewer, fuller slots in NCCL.
+// cannot deadlock, whatever the FIFO depth. NCCL's order and packing (postFreq ops in a slot,
+// slots read out of order) are not reproduced: per chunk the transfers (dimension, block, send or
+// receive) are NCCL's, in another order (TestPATTransfersMatchNCCL holds NCCL's op sequences for
+// n = 8 and 5), and NCCL moves them in fewer, fuller slots when a chunk is under half a slot.
 
 // patLegal returns the ErrInvalid error for a PAT plan NCCL would not run, nil when it runs.
 func (c *Comm) patLegal(coll costmodel.Coll, op kernels.Op, proto costmodel.Proto) error {

@@ -522,3 +522,43 @@ func TestPATLargeN(t *testing.T) {
 		})
 	}
 }
+
+// patXfer is one FIFO transfer of a PAT chunk as a rank sees it: a send or a receive, its
+// dimension, and the rank whose block (data or partial) it carries.
+type patXfer struct {
+	send       bool
+	dim, block int
+}
+
+// TestPATTransfersMatchNCCL: per chunk, the engine's schedule moves exactly the transfers NCCL's
+// does. The reference vectors are the op sequences of NCCL 2.30's PatAGAlgorithm and
+// PatRSAlgorithm (src/include/collectives.h) for one chunk that fills its slot (stepSize =
+// channel bytes, stepDepth NCCL_STEPS, maxParallelFactor 16, as the proxy builds them), with
+// skipped ops dropped and an op that re-reads a received slot or adds into a send slot already
+// written counted once; they are in NCCL's order (largest distances first: for AllGather, n = 8,
+// rank 0 sends its block to distances 4 and 2, forwards block 4, then sends on distance 1, and
+// the leaves receive last). The engine runs the same set in its own order (pat.go).
+func TestPATTransfersMatchNCCL(t *testing.T) {
+	ag, rs := costmodel.AllGather, costmodel.ReduceScatter
+	cases := []struct {
+		coll    costmodel.Coll
+		n, rank int
+		nccl    []patXfer
+	}{
+		{ag, 8, 0, []patXfer{{true, 2, 0}, {true, 1, 0}, {true, 1, 4}, {false, 2, 4}, {true, 0, 0}, {true, 0, 2}, {false, 1, 2}, {true, 0, 4}, {true, 0, 6}, {false, 1, 6}, {false, 0, 1}, {false, 0, 3}, {false, 0, 5}, {false, 0, 7}}},
+		{ag, 8, 3, []patXfer{{true, 2, 3}, {true, 1, 3}, {true, 1, 7}, {false, 2, 7}, {true, 0, 3}, {true, 0, 5}, {false, 1, 5}, {true, 0, 7}, {true, 0, 1}, {false, 1, 1}, {false, 0, 4}, {false, 0, 6}, {false, 0, 0}, {false, 0, 2}}},
+		{ag, 5, 0, []patXfer{{true, 2, 0}, {true, 1, 0}, {true, 0, 2}, {false, 1, 2}, {false, 0, 3}, {true, 0, 0}, {false, 2, 4}, {false, 0, 1}}},
+		{ag, 5, 2, []patXfer{{true, 2, 2}, {true, 1, 2}, {true, 0, 4}, {false, 1, 4}, {false, 0, 0}, {true, 0, 2}, {false, 2, 1}, {false, 0, 3}}},
+		{rs, 8, 0, []patXfer{{true, 0, 7}, {true, 0, 3}, {true, 0, 5}, {true, 0, 1}, {true, 1, 6}, {false, 0, 6}, {true, 1, 2}, {false, 0, 2}, {true, 2, 4}, {false, 1, 4}, {false, 1, 0}, {false, 0, 4}, {false, 2, 0}, {false, 0, 0}}},
+		{rs, 5, 0, []patXfer{{true, 0, 3}, {true, 1, 2}, {false, 0, 2}, {true, 2, 4}, {false, 1, 0}, {true, 0, 1}, {false, 2, 0}, {false, 0, 0}}},
+		{rs, 5, 3, []patXfer{{true, 0, 1}, {true, 1, 0}, {false, 0, 0}, {true, 2, 2}, {false, 1, 3}, {true, 0, 4}, {false, 2, 3}, {false, 0, 3}}},
+	}
+	for _, k := range cases {
+		var ours []patXfer
+		for i, op := range patSchedule(k.coll, k.n) {
+			ro := patRankOps(k.coll, k.n, k.rank)[i]
+			ours = append(ours, patXfer{true, op.dim, ro.sendBlock}, patXfer{false, op.dim, ro.recvBlock})
+		}
+		assert.ElementsMatch(t, k.nccl, ours, "%v n=%d rank %d", k.coll, k.n, k.rank)
+	}
+}

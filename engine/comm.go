@@ -42,6 +42,7 @@ type Comm struct {
 
 	eps     map[epKey]*endpoint
 	ringEps [][2]*endpoint // per channel: the ring's receive and send endpoints, once mapped
+	pats    []*patRun      // per channel: PAT's endpoints and state, made by the first PAT call (pat.go)
 	workers [][2]*worker   // per channel: role 0 (ring, tree root, tree reduce-up), role 1 (tree broadcast-down)
 	tasks   []*worker      // the workers of the current call
 	cur     call           // the current call (kept here so that a call allocates nothing)
@@ -594,9 +595,12 @@ func (c *Comm) execute(w *waiter, cl *call) error {
 		}
 		hi := min(total, lo+per)
 		var err error
-		if cl.plan.Algo == costmodel.Tree {
+		switch cl.plan.Algo {
+		case costmodel.Tree:
 			tasks, err = c.treeTasks(w, cl, ch, lo, hi, tasks)
-		} else {
+		case costmodel.PAT:
+			tasks, err = c.patTasks(w, cl, ch, lo, hi, tasks)
+		default:
 			tasks, err = c.ringTasks(w, cl, ch, lo, hi, tasks)
 		}
 		if err != nil {

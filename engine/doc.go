@@ -64,6 +64,12 @@
 // broadcast-down (recvCopySend, or recv at a leaf) concurrently on two goroutines, chunk by chunk;
 // a channel whose range is one FIFO step runs the two halves in sequence on one goroutine, as
 // runTreeUpDown does (nothing to overlap there, and a second goroutine costs a wake-up).
+// PAT, for AllGather and ReduceScatter at one rank per node with Simple, as NCCL's
+// PatAGAlgorithm and PatRSAlgorithm (pat.go): binomial trees over power-of-two distances, one
+// connection to and one from each distance 2^d < n per channel (made by the first PAT call, so
+// Ring and Tree jobs map none of them); per chunk n-1 ops, each sending and receiving one FIFO step
+// on one distance, AllGather forwarding blocks down the trees, ReduceScatter reducing partials up
+// them (NCCL's aggregation of several ops into one slot is not reproduced; pat.go says what is).
 // Chunk and step sizes come from the plan, capped by the connection buffers as NCCL's
 // calcCollChunking caps them (and, on a cycling ring, at half the FIFO so every rank's first chunk
 // fits before it receives).
@@ -73,8 +79,12 @@
 // Each call's plan comes from Config.Plan (a function of collective and model byte count), else
 // the first matching Config.Tables (compiled planner.DecisionTables), else Ring/Simple on
 // Config.Channels; Config.Override (or SetOverride) pins the algorithm, protocol or channel count.
-// NVLS, NVLSTree, CollNet and PAT, and Tree outside AllReduce, are refused with ErrNotImplemented
-// ("not implemented in the engine") on every rank.
+// NVLS, NVLSTree and CollNet, and Tree outside AllReduce, are refused with ErrNotImplemented
+// ("not implemented in the engine") on every rank. PAT where NCCL would not run it (a collective
+// other than AllGather and ReduceScatter, more than one rank per node, LL or LL128, ReduceScatter
+// with avg or PreMulSum) is ErrInvalid on every rank; a PAT chunk is NCCL's (the Simple slot,
+// halved while chunk*channels*32, or 16 for ReduceScatter, exceeds the model bytes, floor 64 KiB)
+// and is also its FIFO step.
 //
 // # Failures
 //

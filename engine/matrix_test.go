@@ -17,7 +17,8 @@ import (
 
 // The correctness matrix. Its axes:
 //
-//	collective x algorithm   ring for all five, tree for AllReduce
+//	collective x algorithm   ring for all five, tree for AllReduce (PAT for AllGather and
+//	                         ReduceScatter in its own rows: one rank per node, Simple)
 //	protocol                 LL, LL128, Simple
 //	dtype x op               the 12 dtypes with sum; avg, min, max, prod, premulsum on float32,
 //	                         int32, float16, bfloat16 and fp8e4m3
@@ -207,6 +208,40 @@ func matrixCases(short bool) []matrixCase {
 		})
 	}
 	return cases
+}
+
+// patMatrixCases are the PAT rows: AllGather and ReduceScatter at one rank per node with Simple
+// (the only cells NCCL runs PAT in), over the other axes of the matrix: n = 1..9, every dtype with
+// sum and the ops PAT runs (ReduceScatter refuses avg and PreMulSum: TestPATInvalid), the four
+// sizes, in place or not, 1..3 channels, aligned or not.
+func patMatrixCases(short bool) []matrixCase {
+	cas := []collAlgo{{costmodel.AllGather, costmodel.PAT}, {costmodel.ReduceScatter, costmodel.PAT}}
+	var dos []dtOp
+	for _, d := range dtOps(short) {
+		if d.op != kernels.Avg && d.op != kernels.PreMulSum {
+			dos = append(dos, d)
+		}
+	}
+	ns := []int{1, 2, 3, 4, 5, 6, 7, 8, 9}
+	axes := []int{len(cas), len(dos), len(ns), 4, 2, 3, 2}
+	var cases []matrixCase
+	for _, row := range pairwise(axes, 43) {
+		cases = append(cases, matrixCase{
+			ca: cas[row[0]], proto: costmodel.Simple, do: dos[row[1]], n: ns[row[2]], rpn: 1,
+			size: row[3], inPlace: row[4] == 1, channels: row[5] + 1, misalign: row[6],
+		})
+	}
+	return cases
+}
+
+// TestMatrixPAT runs the PAT rows, checked by the same oracle as the rest of the matrix.
+func TestMatrixPAT(t *testing.T) {
+	cases := patMatrixCases(testing.Short())
+	start := time.Now()
+	for _, m := range cases {
+		t.Run(m.String(), func(t *testing.T) { runMatrixCase(t, m) })
+	}
+	t.Logf("%d cases in %v", len(cases), time.Since(start))
 }
 
 // TestPairwiseCovers checks the covering property the matrix relies on.

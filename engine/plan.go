@@ -190,6 +190,15 @@ func (c *Comm) resolve(coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, cou
 	case d.Algo == costmodel.Tree && coll == costmodel.AllReduce:
 	case d.Algo == costmodel.Tree:
 		return plan{}, fmt.Errorf("engine: %v for %v: %w (NCCL runs Tree for AllReduce only)", d.Algo, coll, ErrNotImplemented)
+	case d.Algo == costmodel.PAT:
+		if err := c.patLegal(coll, op, d.Proto); err != nil {
+			return plan{}, err
+		}
+		// One op is one FIFO step: the chunk (NCCL's PAT rule, pat.go) is also the step.
+		d.Channels = min(max(d.Channels, 1), MaxChannels)
+		ce := int(patChunk(coll, nBytes, c.slotPayload(d.Proto), d.ChunkBytes, d.Channels, es)) / es
+		d.ChunkBytes, d.SliceBytes = int64(ce*es), int64(ce*es)
+		return plan{Decision: d, chunkElems: ce, pieceElems: ce}, nil
 	case d.Algo >= 0 && d.Algo < costmodel.NumAlgos:
 		return plan{}, fmt.Errorf("engine: algorithm %v for %v: %w", d.Algo, coll, ErrNotImplemented)
 	default:

@@ -62,6 +62,7 @@ const (
 	jobTreeLeafDown
 	jobTreeUpDown
 	jobTreeLeafUpDown
+	jobPat // pat.go: the channel's patRun
 )
 
 // runJob runs the worker's job, records its error and, when wg is not nil, marks it done.
@@ -91,6 +92,8 @@ func (w *worker) runJob(wg *sync.WaitGroup) {
 		w.err = w.tree.upDown(w, recvReduceSend, recvCopySend)
 	case jobTreeLeafUpDown:
 		w.err = w.tree.upDown(w, send, recv)
+	case jobPat:
+		w.err = w.c.pats[w.ch].run(w)
 	}
 	if wg != nil {
 		wg.Done()

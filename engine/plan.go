@@ -188,6 +188,10 @@ func (c *Comm) resolve(coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, cou
 	switch {
 	case d.Algo == costmodel.Ring:
 	case d.Algo == costmodel.Tree && coll == costmodel.AllReduce:
+	case d.Algo == costmodel.NVLS:
+		if err := c.nvlsCheck(coll, dt, op, d.Proto); err != nil {
+			return plan{}, err
+		}
 	case d.Algo == costmodel.Tree:
 		return plan{}, fmt.Errorf("engine: %v for %v: %w (NCCL runs Tree for AllReduce only)", d.Algo, coll, ErrNotImplemented)
 	case d.Algo >= 0 && d.Algo < costmodel.NumAlgos:
@@ -199,6 +203,12 @@ func (c *Comm) resolve(coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, cou
 		return plan{}, fmt.Errorf("%w: protocol %d", ErrInvalid, int(d.Proto))
 	}
 	d.Channels = min(max(d.Channels, 1), MaxChannels)
+	if d.Algo == costmodel.NVLS {
+		// One step carries a chunk per head (nvls.go): the chunk is the step.
+		ce := max(1, int(c.nvlsChunk(nBytes, d.ChunkBytes))/es)
+		d.ChunkBytes, d.SliceBytes = int64(ce*es), int64(ce*es)
+		return plan{Decision: d, chunkElems: ce, pieceElems: ce}, nil
+	}
 
 	// One FIFO step carries at most a slot's payload, and at most a slice.
 	payload := c.slotPayload(d.Proto)

@@ -1,0 +1,457 @@
+package engine
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/kernels"
+)
+
+// NVLS: NVLink SHARP, where the NVSwitch reduces. NCCL binds one buffer per GPU of a node into a
+// multicast object; a multimem.ld_reduce on the multicast address returns the reduction of that
+// address across every member's buffer (the switch does the adds), and a multimem.st writes the
+// same bytes into every member's buffer. The engine's multicast object (nvlsGroup) is a region of
+// the transport, "nvls/NODE/CH", holding every member's buffers, with the same two operations;
+// on CPU the rank that issues ldReduce does the adds the switch would do, reading every member's
+// buffer, and st is one copy per member. Every other byte of the algorithm is a rank's own load or
+// store into its own member buffer: nothing moves through a point-to-point connection.
+//
+// Facts from NCCL (src/transport/nvls.cc ncclNvlsBufferSetup, src/device/all_reduce.h runNvls,
+// all_gather.h and reduce_scatter.h's NVLS variants; reference §9 and §10):
+//   - the NVLS step is nvlsChunkSize (NCCL_NVLS_CHUNKSIZE, 128 KiB) and a head's buffer is
+//     NCCL_STEPS steps (buffSize = nvlsChunkSize * NCCL_STEPS); per channel and head a rank holds
+//     two of them, one for data going up to the switch (scatter, then ld_reduce) and one for data
+//     coming down (st, then gather): nvlsPerRankSize = nChannels * 2 * buffSize, times nHeads;
+//   - in one node every rank is a head (nHeads = localRanks), and head h reduces share h of every
+//     step: AllReduce scatters each step's n shares of its input into the up buffers, each rank
+//     ld_reduces its share and st's the result into every member's down buffer, and each rank
+//     gathers the whole step out of its own down buffer; AllGather st's a rank's block into every
+//     member's down buffer, and ReduceScatter scatters the n blocks and ld_reduces its own block
+//     straight into its output;
+//   - legality (nvlsSupport, ncclNvlsSupported): Simple only; AllReduce, AllGather and
+//     ReduceScatter; sum or min/max on int32, uint32, int64, uint64, float16 and bfloat16, sum
+//     only on float32 and float64; no int8, uint8, fp8, prod, avg (either device form) or
+//     PreMulSum; AllGather skips the op and dtype check; AllGather and ReduceScatter need
+//     localRanks <= 32; at least 2 GPUs; across nodes NCCL runs NVLS only with CollNet (NVLS_TREE
+//     is the multi-node algorithm), so here NVLS is one virtual node of every rank;
+//   - the chunk (calcCollChunking): nvlsChunkSize, shrunk to 64 KiB when nBytes < 64*ops*chunk,
+//     to 32 KiB when < 8*ops*chunk, to 16 KiB when < 2*ops*chunk (ops = nChannels*nHeads, each
+//     only when the chunk is still larger).
+//
+// The engine scales the step to its buffers: nvlsStep = min(NVLSChunk, Simple/NCCL_STEPS), so
+// tests with tiny buffers wrap the NVLS slots as they wrap the connections. The CUDA kernel of
+// the same algorithm (multimem instructions) shares nvlsStepBytes and nvlsLayout.
+//
+// Region layout ("nvls/NODE/CH", n members, S = the step's bytes per head):
+//
+//	line 0              layout word (n and S)
+//	line 1+3m           member m's posted counter: steps whose input m has scattered (stage in)
+//	line 2+3m           member m's reduced counter: steps whose share m has ld_reduced and st'd
+//	line 3+3m           member m's done counter: steps m has finished (gathered, and its reads of
+//	                    every member's up buffer over): the slot is free again
+//	then per member m   up buffer:   NCCL_STEPS slots of n*S bytes (share h at h*S)
+//	                    down buffer: NCCL_STEPS slots of n*S bytes
+//
+// Step s uses slot s mod NCCL_STEPS of every buffer. A rank starts step s once every member's
+// done counter is past s-NCCL_STEPS (the same 8-step discipline as a connection's head), publishes
+// posted after its scatter, ld_reduces once every member has posted s, publishes reduced after
+// its st, and gathers once every member has reduced s. The step count carries on across calls.
+
+// NVLSRegion returns the name of the multicast object of virtual node node on channel ch:
+// "nvls/NODE/CH".
+func NVLSRegion(node, ch int) string {
+	b := make([]byte, 0, 16)
+	b = append(b, "nvls/"...)
+	b = strconv.AppendInt(b, int64(node), 10)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, int64(ch), 10)
+	return string(b)
+}
+
+// nvlsLayout is the geometry of a multicast object's region.
+type nvlsLayout struct {
+	n    int // members
+	step int // S: one head's bytes per step
+}
+
+const nvlsCtrOff = lineBytes
+
+func (l nvlsLayout) slotBytes() int   { return l.n * l.step }
+func (l nvlsLayout) bufBytes() int    { return NCCLSteps * l.slotBytes() }
+func (l nvlsLayout) dataOff() int     { return nvlsCtrOff + 3*l.n*lineBytes }
+func (l nvlsLayout) size() int        { return l.dataOff() + 2*l.n*l.bufBytes() }
+func (l nvlsLayout) word() uint64     { return layoutWord("nvls", uint64(l.n), uint64(l.step)) }
+func (l nvlsLayout) upOff(m int) int  { return l.dataOff() + 2*m*l.bufBytes() }
+func (l nvlsLayout) dnOff(m int) int  { return l.upOff(m) + l.bufBytes() }
+func (l nvlsLayout) ctr(m, k int) int { return nvlsCtrOff + (3*m+k)*lineBytes }
+
+// nvlsStepBytes is the NVLS step (one head's bytes per step) of buffers b: NCCL's nvlsChunkSize,
+// at most a Simple FIFO slot.
+func (c *Comm) nvlsStepBytes() int {
+	b := c.cfg.Buffers
+	return int(min(b.NVLSChunk, b.Simple/NCCLSteps))
+}
+
+// nvlsGroup is this rank's view of one channel's multicast object.
+type nvlsGroup struct {
+	l       nvlsLayout
+	me      int
+	up, dn  [][]byte  // per member: the whole up and down buffers
+	posted  []*uint64 // per member
+	reduced []*uint64
+	done    []*uint64
+	step    uint64 // this rank's next step (the same on every member)
+}
+
+func newNVLSGroup(r []byte, l nvlsLayout, me int) *nvlsGroup {
+	g := &nvlsGroup{l: l, me: me}
+	for m := 0; m < l.n; m++ {
+		g.up = append(g.up, r[l.upOff(m):l.upOff(m)+l.bufBytes()])
+		g.dn = append(g.dn, r[l.dnOff(m):l.dnOff(m)+l.bufBytes()])
+		g.posted = append(g.posted, wordAt(r, l.ctr(m, 0)))
+		g.reduced = append(g.reduced, wordAt(r, l.ctr(m, 1)))
+		g.done = append(g.done, wordAt(r, l.ctr(m, 2)))
+	}
+	return g
+}
+
+// slot returns bytes [off, off+nb) of member m's up (down when dn) slot of the current step.
+func (g *nvlsGroup) slot(m int, dn bool, off, nb int) []byte {
+	o := int(g.step%NCCLSteps)*g.l.slotBytes() + off
+	if dn {
+		return g.dn[m][o : o+nb : o+nb]
+	}
+	return g.up[m][o : o+nb : o+nb]
+}
+
+// waitAll waits until every member's counter ctr[m] >= v.
+func (g *nvlsGroup) waitAll(w *waiter, ctr []*uint64, v uint64) error {
+	for m, p := range ctr {
+		if atomic.LoadUint64(p) < v {
+			if err := w.waitGE(p, v, m); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// begin waits until the current step's slots are free: every member has finished step-NCCL_STEPS.
+func (g *nvlsGroup) begin(w *waiter) error {
+	if g.step < NCCLSteps {
+		return nil
+	}
+	return g.waitAll(w, g.done, g.step-NCCLSteps+1)
+}
+
+// ldReduce stores into dst the reduction with red of bytes [off, off+len(dst)) of the current
+// step's up slots across every member: multimem.ld_reduce, with this rank doing the switch's adds.
+func (g *nvlsGroup) ldReduce(red kernels.Reducer, dst []byte, off int) {
+	nb := len(dst)
+	if nb == 0 {
+		return
+	}
+	if g.l.n == 1 {
+		copy(dst, g.slot(0, false, off, nb))
+		return
+	}
+	red.Reduce(dst, g.slot(0, false, off, nb), g.slot(1, false, off, nb))
+	for m := 2; m < g.l.n; m++ {
+		red.Reduce(dst, dst, g.slot(m, false, off, nb))
+	}
+}
+
+// st writes data into bytes [off, off+len(data)) of the current step's down slot of every member:
+// multimem.st. (A member whose slot is data already is skipped.)
+func (g *nvlsGroup) st(data []byte, off int) {
+	for m := 0; m < g.l.n; m++ {
+		if d := g.slot(m, true, off, len(data)); !sameBytes(d, data) {
+			copy(d, data)
+		}
+	}
+}
+
+// The three publications of a step: release stores, after the step's writes.
+func (g *nvlsGroup) publishPosted()  { storeRelease(g.posted[g.me], g.step+1) }
+func (g *nvlsGroup) publishReduced() { storeRelease(g.reduced[g.me], g.step+1) }
+func (g *nvlsGroup) finish() {
+	storeRelease(g.done[g.me], g.step+1)
+	g.step++
+}
+
+// nvlsWorker runs one channel's NVLS share of a call on one goroutine.
+type nvlsWorker struct {
+	w      waiter
+	g      *nvlsGroup
+	cl     *call
+	ch     int
+	lo, hi int
+	stats  ChannelStats
+	err    error
+}
+
+// nvlsCheck returns the error of an NVLS plan that NCCL would not run (see the facts above):
+// ErrInvalid, the same on every rank.
+func (c *Comm) nvlsCheck(coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, proto costmodel.Proto) error {
+	switch {
+	case coll != costmodel.AllReduce && coll != costmodel.AllGather && coll != costmodel.ReduceScatter:
+		return fmt.Errorf("%w: NVLS for %v (NCCL runs it for AllReduce, AllGather and ReduceScatter)", ErrInvalid, coll)
+	case proto != costmodel.Simple:
+		return fmt.Errorf("%w: NVLS with %v (NCCL runs NVLS with Simple only)", ErrInvalid, proto)
+	case c.n < 2:
+		return fmt.Errorf("%w: NVLS on %d rank (it needs at least 2)", ErrInvalid, c.n)
+	case c.cfg.RanksPerNode != c.n:
+		return fmt.Errorf("%w: NVLS across %d virtual nodes of %d ranks (NVLS runs in one node; across nodes NCCL needs CollNet or NVLS_TREE)",
+			ErrInvalid, divUp(c.n, c.cfg.RanksPerNode), c.cfg.RanksPerNode)
+	case coll != costmodel.AllReduce && c.n > 32:
+		return fmt.Errorf("%w: NVLS %v on %d local ranks (NCCL allows at most 32)", ErrInvalid, coll, c.n)
+	case coll != costmodel.AllGather && !nvlsOpOK(dt, op):
+		return fmt.Errorf("%w: NVLS %v with %v %v (the switch reduces sum and min/max of 32- and 64-bit integers, float16 and bfloat16, and sum of float32 and float64)",
+			ErrInvalid, coll, dt, op)
+	}
+	return nil
+}
+
+// nvlsOpOK is NCCL's ncclNvlsSupported: which op and dtype the switch reduces.
+func nvlsOpOK(dt kernels.Dtype, op kernels.Op) bool {
+	switch dt {
+	case kernels.Int32, kernels.Uint32, kernels.Int64, kernels.Uint64, kernels.Float16, kernels.Bfloat16:
+		return op == kernels.Sum || op == kernels.Min || op == kernels.Max
+	case kernels.Float32, kernels.Float64:
+		return op == kernels.Sum
+	}
+	return false
+}
+
+// nvlsChunk is NCCL's NVLS chunk for a call of nBytes (the model byte count): the step, shrunk for small calls as calcCollChunking shrinks nvlsChunkSize. planned, when positive,
+// is the planner's chunk (capped at the step).
+func (c *Comm) nvlsChunk(nBytes, planned int64) int64 {
+	step := int64(c.nvlsStepBytes())
+	if planned > 0 {
+		return min(planned, step)
+	}
+	chunk := step
+	ops := int64(c.n) // nChannels is the work piece's, 1 per part (reference §10)
+	for _, s := range []struct{ mul, to int64 }{{64, 64 << 10}, {8, 32 << 10}, {2, 16 << 10}} {
+		if nBytes < s.mul*ops*chunk && chunk > s.to {
+			chunk = s.to
+		}
+	}
+	return chunk
+}
+
+// nvlsGroupFor returns channel ch's multicast object, mapping its region on first use.
+func (c *Comm) nvlsGroupFor(ch int) (*nvlsGroup, error) {
+	for len(c.nvls) <= ch {
+		c.nvls = append(c.nvls, nil)
+	}
+	if g := c.nvls[ch]; g != nil {
+		return g, nil
+	}
+	l := nvlsLayout{n: c.n, step: c.nvlsStepBytes()}
+	name := NVLSRegion(0, ch)
+	size := l.size()
+	r, err := c.tr.Region(name, size)
+	if err == nil {
+		err = checkRegion(r, name, size)
+	}
+	if err == nil {
+		err = claimLayout(r, name, l.word())
+	}
+	if err != nil {
+		return nil, err
+	}
+	g := newNVLSGroup(r, l, c.rank)
+	c.nvls[ch] = g
+	return g, nil
+}
+
+// executeNVLS is execute for an NVLS call: one worker per channel (contiguous element ranges, as
+// for the other algorithms), the first on the calling goroutine.
+func (c *Comm) executeNVLS(w *waiter, cl *call) error {
+	total := cl.count
+	nc := cl.plan.Channels
+	per := roundUp(divUp(total, nc), alignElems(cl.es))
+	tasks := c.nvlsRun[:0]
+	for ch := 0; ch < nc; ch++ {
+		lo := ch * per
+		if lo >= total {
+			break
+		}
+		g, err := c.nvlsGroupFor(ch)
+		if err != nil {
+			c.setAbort(abortInternal)
+			return err
+		}
+		for len(c.nvlsWks) <= ch {
+			c.nvlsWks = append(c.nvlsWks, &nvlsWorker{})
+		}
+		wk := c.nvlsWks[ch]
+		*wk = nvlsWorker{w: *w, g: g, cl: cl, ch: ch, lo: lo, hi: min(total, lo+per)}
+		wk.w.bulk = cl.count*cl.es >= bulkBytes
+		tasks = append(tasks, wk)
+	}
+	c.nvlsRun = tasks
+	spin := c.spinFits(len(tasks))
+	for _, wk := range tasks {
+		wk.w.spin, wk.w.shared = spin, len(tasks) > 1
+	}
+	tasks[0].w.agree = true
+	wg := &c.wg
+	wg.Add(len(tasks) - 1)
+	for _, wk := range tasks[1:] {
+		go wk.runJob(wg)
+	}
+	tasks[0].runJob(nil)
+	var agreeErr error
+	if tasks[0].err == nil {
+		agreeErr = c.agreeWait(&tasks[0].w)
+	}
+	wg.Wait()
+
+	c.statsMu.Lock()
+	for _, wk := range tasks {
+		for len(c.stats) <= wk.ch {
+			c.stats = append(c.stats, ChannelStats{})
+		}
+		c.stats[wk.ch].add(wk.stats)
+	}
+	c.statsMu.Unlock()
+
+	if agreeErr != nil {
+		return agreeErr
+	}
+	var abortE error
+	for _, wk := range tasks {
+		switch {
+		case wk.err == nil:
+		case isAbort(wk.err):
+			abortE = wk.err
+		default:
+			return wk.err
+		}
+	}
+	return abortE
+}
+
+func (wk *nvlsWorker) runJob(wg *sync.WaitGroup) {
+	switch wk.cl.coll {
+	case costmodel.AllReduce:
+		wk.err = wk.allReduce()
+	case costmodel.AllGather:
+		wk.err = wk.allGather()
+	default:
+		wk.err = wk.reduceScatter()
+	}
+	if wg != nil {
+		wg.Done()
+	}
+}
+
+// allReduce: per step, up to n chunks of the channel's range (share h, of chunkElems, for head
+// h): scatter the step into this rank's up slot, ld_reduce this rank's share and st it into every
+// member's down slot, then gather the whole step out of this rank's down slot.
+func (wk *nvlsWorker) allReduce() error {
+	cl, g, w := wk.cl, wk.g, &wk.w
+	n, es, me := g.l.n, cl.es, g.me
+	ce := cl.plan.chunkElems
+	for off := wk.lo; off < wk.hi; off += n * ce {
+		rem := min(wk.hi-off, n*ce)
+		share := ce
+		if rem < n*ce {
+			share = min(roundUp(divUp(rem, n), alignElems(es)), ce)
+		}
+		if err := g.begin(w); err != nil {
+			return err
+		}
+		// Scatter: share h lands at h*S of the slot, so the step's bytes are contiguous when
+		// share == S/es; otherwise copy share by share.
+		in := span(cl.send, off, rem, es)
+		for h := 0; h*share < rem; h++ {
+			e0, e1 := h*share, min((h+1)*share, rem)
+			copy(g.slot(me, false, h*g.l.step, (e1-e0)*es), in[e0*es:e1*es])
+		}
+		g.publishPosted()
+		if err := g.waitAll(w, g.posted, g.step+1); err != nil {
+			return err
+		}
+		if e0 := me * share; e0 < rem {
+			e1 := min(e0+share, rem)
+			mine := g.slot(me, true, me*g.l.step, (e1-e0)*es)
+			g.ldReduce(cl.red, mine, me*g.l.step)
+			g.st(mine, me*g.l.step)
+			wk.stats.LdReduceBytes += uint64(len(mine))
+			wk.stats.StBytes += uint64(len(mine))
+		}
+		g.publishReduced()
+		if err := g.waitAll(w, g.reduced, g.step+1); err != nil {
+			return err
+		}
+		out := span(cl.recv, off, rem, es)
+		for h := 0; h*share < rem; h++ {
+			e0, e1 := h*share, min((h+1)*share, rem)
+			copy(out[e0*es:e1*es], g.slot(me, true, h*g.l.step, (e1-e0)*es))
+		}
+		g.finish()
+	}
+	return nil
+}
+
+// allGather: per step, chunkElems of every rank's block at the same offset: st this rank's chunk
+// into share me of every member's down slot, then gather the n shares into the output blocks.
+func (wk *nvlsWorker) allGather() error {
+	cl, g, w := wk.cl, wk.g, &wk.w
+	n, es, me, count := g.l.n, cl.es, g.me, cl.count
+	ce := cl.plan.chunkElems
+	for e0 := wk.lo; e0 < wk.hi; e0 += ce {
+		nel := min(ce, wk.hi-e0)
+		nb := nel * es
+		if err := g.begin(w); err != nil {
+			return err
+		}
+		g.st(span(cl.send, e0, nel, es), me*g.l.step)
+		wk.stats.StBytes += uint64(nb)
+		g.publishReduced()
+		if err := g.waitAll(w, g.reduced, g.step+1); err != nil {
+			return err
+		}
+		for h := 0; h < n; h++ {
+			if h == me && cl.inPlace {
+				continue
+			}
+			copy(span(cl.recv, h*count+e0, nel, es), g.slot(me, true, h*g.l.step, nb))
+		}
+		g.finish()
+	}
+	return nil
+}
+
+// reduceScatter: per step, chunkElems of every block at the same offset: scatter the n blocks'
+// chunks into this rank's up slot (block h as share h), then ld_reduce share me straight into
+// the output.
+func (wk *nvlsWorker) reduceScatter() error {
+	cl, g, w := wk.cl, wk.g, &wk.w
+	n, es, me, count := g.l.n, cl.es, g.me, cl.count
+	ce := cl.plan.chunkElems
+	for e0 := wk.lo; e0 < wk.hi; e0 += ce {
+		nel := min(ce, wk.hi-e0)
+		nb := nel * es
+		if err := g.begin(w); err != nil {
+			return err
+		}
+		for h := 0; h < n; h++ {
+			copy(g.slot(me, false, h*g.l.step, nb), span(cl.send, h*count+e0, nel, es))
+		}
+		g.publishPosted()
+		if err := g.waitAll(w, g.posted, g.step+1); err != nil {
+			return err
+		}
+		g.ldReduce(cl.red, span(cl.recv, e0, nel, es), me*g.l.step)
+		wk.stats.LdReduceBytes += uint64(nb)
+		g.finish()
+	}
+	return nil
+}

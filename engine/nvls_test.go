@@ -1,0 +1,237 @@
+package engine
+
+import (
+	"encoding/binary"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/kernels"
+)
+
+// TestNVLSAllReduceRuns is the regression test of issue 13 item 1: an NVLS-pinned AllReduce was
+// refused with ErrNotImplemented. Each rank r contributes r+1 in every element, so the sum over n
+// ranks is n(n+1)/2 (hand derivation).
+func TestNVLSAllReduceRuns(t *testing.T) {
+	const n, count = 4, 1000
+	comms, err := NewInProcess(n, Config{Buffers: tinyBuffers(), Override: Pin(costmodel.NVLS, costmodel.Simple)})
+	require.NoError(t, err)
+	defer closeAll(comms)
+	outs := make([][]byte, n)
+	errs := runRanks(t, comms, 10*time.Second, func(r int, c *Comm) error {
+		send := make([]byte, 4*count)
+		for i := 0; i < count; i++ {
+			binary.LittleEndian.PutUint32(send[4*i:], math.Float32bits(float32(r+1)))
+		}
+		outs[r] = make([]byte, 4*count)
+		return c.AllReduce(bg, send, outs[r], count, kernels.Float32, kernels.Sum)
+	})
+	for r := range comms {
+		require.NoError(t, errs[r], "rank %d", r)
+		for i := 0; i < count; i++ {
+			if !assert.Equal(t, float32(n*(n+1)/2), math.Float32frombits(binary.LittleEndian.Uint32(outs[r][4*i:])), "rank %d element %d", r, i) {
+				break
+			}
+		}
+	}
+}
+
+// nvlsDtOps are the dtype/op pairs NVLS reduces (NCCL's ncclNvlsSupported, reference §9): sum on
+// the 32- and 64-bit integers, float16, bfloat16, float32 and float64; min and max on all of
+// those but float32 and float64.
+func nvlsDtOps() []dtOp {
+	var out []dtOp
+	for _, dt := range []kernels.Dtype{kernels.Int32, kernels.Uint32, kernels.Int64, kernels.Uint64,
+		kernels.Float16, kernels.Bfloat16, kernels.Float32, kernels.Float64} {
+		out = append(out, dtOp{dt, kernels.Sum})
+	}
+	for _, dt := range []kernels.Dtype{kernels.Int32, kernels.Uint32, kernels.Int64, kernels.Uint64,
+		kernels.Float16, kernels.Bfloat16} {
+		out = append(out, dtOp{dt, kernels.Min}, dtOp{dt, kernels.Max})
+	}
+	return out
+}
+
+// TestNVLSMatrix is the correctness matrix's NVLS rows: AllReduce, AllGather and ReduceScatter
+// pinned to NVLS/Simple in one virtual node, a pairwise covering set over every dtype/op NVLS
+// admits, n = 2..9, the four sizes (0, 1 element, 13 elements, and a size that wraps every
+// multicast object's slots 3+ times), in place or not, 1-3 channels and both alignments, checked
+// against the brute-force oracle.
+func TestNVLSMatrix(t *testing.T) {
+	cas := []collAlgo{{costmodel.AllReduce, costmodel.NVLS}, {costmodel.AllGather, costmodel.NVLS}, {costmodel.ReduceScatter, costmodel.NVLS}}
+	dos := nvlsDtOps()
+	ns := []int{2, 3, 4, 5, 6, 7, 8, 9}
+	if testing.Short() {
+		ns = []int{2, 3, 5, 9}
+	}
+	axes := []int{len(cas), len(dos), len(ns), 4, 2, 3, 2}
+	rows := pairwise(axes, 13)
+	start := time.Now()
+	for _, row := range rows {
+		m := matrixCase{ca: cas[row[0]], proto: costmodel.Simple, do: dos[row[1]], n: ns[row[2]], rpn: 0,
+			size: row[3], inPlace: row[4] == 1, channels: row[5] + 1, misalign: row[6]}
+		t.Run(m.String(), func(t *testing.T) { runMatrixCase(t, m) })
+	}
+	t.Logf("%d cases in %v", len(rows), time.Since(start))
+}
+
+// TestNVLSCoreProduct runs the full product of NVLS's structural axes (collective, n = 2..9, the
+// four sizes, in place or not), cycling through the dtype/op pairs, the channel counts and the
+// alignments.
+func TestNVLSCoreProduct(t *testing.T) {
+	dos := nvlsDtOps()
+	k := 0
+	for _, coll := range []costmodel.Coll{costmodel.AllReduce, costmodel.AllGather, costmodel.ReduceScatter} {
+		for n := 2; n <= 9; n++ {
+			for size := sizeZero; size <= sizeWrap; size++ {
+				for _, inPlace := range []bool{false, true} {
+					m := matrixCase{ca: collAlgo{coll, costmodel.NVLS}, proto: costmodel.Simple, do: dos[k%len(dos)], n: n,
+						size: size, inPlace: inPlace, channels: 1 + k%3, misalign: k % 2}
+					k++
+					t.Run(m.String(), func(t *testing.T) { runMatrixCase(t, m) })
+				}
+			}
+		}
+	}
+}
+
+// TestNVLSInvalid: an NVLS plan NCCL would not run is ErrInvalid on every rank (never a hang),
+// names the reason, and leaves the communicator usable (every rank rejected the call): a Ring
+// AllReduce afterwards succeeds.
+func TestNVLSInvalid(t *testing.T) {
+	f32, i8 := kernels.Float32, kernels.Int8
+	cases := []struct {
+		name  string
+		n     int
+		rpn   int
+		coll  costmodel.Coll
+		proto costmodel.Proto
+		dt    kernels.Dtype
+		op    kernels.Op
+		want  string
+	}{
+		{"broadcast", 3, 0, costmodel.Broadcast, costmodel.Simple, f32, kernels.Sum, "NVLS for Broadcast"},
+		{"reduce", 3, 0, costmodel.Reduce, costmodel.Simple, f32, kernels.Sum, "NVLS for Reduce"},
+		{"LL", 3, 0, costmodel.AllReduce, costmodel.LL, f32, kernels.Sum, "Simple only"},
+		{"LL128", 3, 0, costmodel.AllGather, costmodel.LL128, f32, kernels.Sum, "Simple only"},
+		{"one rank", 1, 0, costmodel.AllReduce, costmodel.Simple, f32, kernels.Sum, "at least 2"},
+		{"two nodes", 4, 2, costmodel.AllReduce, costmodel.Simple, f32, kernels.Sum, "2 virtual nodes"},
+		{"float avg", 3, 0, costmodel.AllReduce, costmodel.Simple, f32, kernels.Avg, "float32 avg"},
+		{"int avg", 3, 0, costmodel.AllReduce, costmodel.Simple, kernels.Int32, kernels.Avg, "int32 avg"},
+		{"float max", 3, 0, costmodel.AllReduce, costmodel.Simple, f32, kernels.Max, "float32 max"},
+		{"float64 min", 2, 0, costmodel.ReduceScatter, costmodel.Simple, kernels.Float64, kernels.Min, "float64 min"},
+		{"prod", 3, 0, costmodel.AllReduce, costmodel.Simple, kernels.Int32, kernels.Prod, "int32 prod"},
+		{"int8 sum", 3, 0, costmodel.ReduceScatter, costmodel.Simple, i8, kernels.Sum, "int8 sum"},
+		{"fp8 sum", 2, 0, costmodel.AllReduce, costmodel.Simple, kernels.Fp8E4M3, kernels.Sum, "fp8e4m3 sum"},
+		{"premulsum", 3, 0, costmodel.AllReduce, costmodel.Simple, f32, kernels.PreMulSum, "float32 premulsum"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			comms, err := NewInProcess(tc.n, Config{Buffers: tinyBuffers(), RanksPerNode: tc.rpn, Override: Pin(costmodel.NVLS, tc.proto)})
+			require.NoError(t, err)
+			defer closeAll(comms)
+			const count = 10
+			es := tc.dt.Size()
+			errs := runRanks(t, comms, 10*time.Second, func(r int, c *Comm) error {
+				op := tc.op
+				if op == kernels.PreMulSum {
+					scalar := make([]byte, es)
+					kernels.SetValue(tc.dt, scalar, 0.5)
+					if op, err = c.RedOpCreatePreMulSum(scalar, tc.dt); err != nil {
+						return err
+					}
+				}
+				big := make([]byte, tc.n*count*es)
+				switch tc.coll {
+				case costmodel.AllGather:
+					return c.AllGather(bg, big[r*count*es:(r+1)*count*es], big, count, tc.dt)
+				case costmodel.ReduceScatter:
+					return c.ReduceScatter(bg, big, big[r*count*es:(r+1)*count*es], count, tc.dt, op)
+				case costmodel.Broadcast:
+					return c.Broadcast(bg, big, big, count, tc.dt, 0)
+				case costmodel.Reduce:
+					return c.Reduce(bg, big, big, count, tc.dt, op, 0)
+				}
+				return c.AllReduce(bg, big[:count*es], big[:count*es], count, tc.dt, op)
+			})
+			for r, err := range errs {
+				require.ErrorIs(t, err, ErrInvalid, "rank %d", r)
+				assert.Contains(t, err.Error(), tc.want, "rank %d", r)
+				assert.Equal(t, errs[0].Error(), err.Error(), "rank %d: not the same error as rank 0", r)
+			}
+			errs = runRanks(t, comms, 10*time.Second, func(r int, c *Comm) error {
+				c.SetOverride(Override{})
+				b := make([]byte, 4*count)
+				return c.AllReduce(bg, b, b, count, f32, kernels.Sum)
+			})
+			for r, err := range errs {
+				assert.NoError(t, err, "rank %d: the call after the rejected one", r)
+			}
+		})
+	}
+}
+
+// TestNVLSBytes counts, per rank, what moves through the multicast object and what through
+// point-to-point connections. Hand derivation for one virtual node of n ranks and count elements
+// of es bytes (per rank for AllGather and ReduceScatter), whatever the channels and steps:
+//   - AllReduce: each element is ld_reduced and st'd by exactly one rank (the head of its share),
+//     so the ranks together ld_reduce and st count*es bytes each;
+//   - AllGather: each rank st's its own block, count*es bytes, and ld_reduces nothing;
+//   - ReduceScatter: each rank ld_reduces its own block, count*es bytes, and st's nothing;
+//   - nothing moves point to point: no step, payload, wire or receive bytes, and no connection is
+//     mapped.
+func TestNVLSBytes(t *testing.T) {
+	const n, count = 4, 1000 // float32; 4000 bytes per rank: 16 tiny steps of 4 x 64 bytes
+	for _, coll := range []costmodel.Coll{costmodel.AllReduce, costmodel.AllGather, costmodel.ReduceScatter} {
+		t.Run(coll.String(), func(t *testing.T) {
+			cfg := Config{Buffers: tinyBuffers(), Override: Pin(costmodel.NVLS, costmodel.Simple)}
+			cfg.Override.Channels = 2
+			comms, err := NewInProcess(n, cfg)
+			require.NoError(t, err)
+			defer closeAll(comms)
+			errs := runRanks(t, comms, 10*time.Second, func(r int, c *Comm) error {
+				one, all := make([]byte, 4*count), make([]byte, 4*n*count)
+				switch coll {
+				case costmodel.AllGather:
+					return c.AllGather(bg, one, all, count, kernels.Float32)
+				case costmodel.ReduceScatter:
+					return c.ReduceScatter(bg, all, one, count, kernels.Float32, kernels.Sum)
+				}
+				return c.AllReduce(bg, one, make([]byte, 4*count), count, kernels.Float32, kernels.Sum)
+			})
+			var ld, st uint64
+			for r, c := range comms {
+				require.NoError(t, errs[r], "rank %d", r)
+				var tot ChannelStats
+				for _, s := range c.Stats() {
+					tot.add(s)
+				}
+				assert.Zero(t, tot.Steps, "rank %d: point-to-point steps", r)
+				assert.Zero(t, tot.PayloadBytes, "rank %d: point-to-point payload", r)
+				assert.Zero(t, tot.WireBytes, "rank %d: point-to-point wire bytes", r)
+				assert.Zero(t, tot.RecvBytes, "rank %d: point-to-point receives", r)
+				assert.Empty(t, c.eps, "rank %d: connections mapped", r)
+				switch coll {
+				case costmodel.AllGather:
+					assert.Equal(t, uint64(4*count), tot.StBytes, "rank %d st", r)
+					assert.Zero(t, tot.LdReduceBytes, "rank %d ldReduce", r)
+				case costmodel.ReduceScatter:
+					assert.Equal(t, uint64(4*count), tot.LdReduceBytes, "rank %d ldReduce", r)
+					assert.Zero(t, tot.StBytes, "rank %d st", r)
+				default:
+					assert.Equal(t, tot.LdReduceBytes, tot.StBytes, "rank %d: every reduced share is stored", r)
+				}
+				ld += tot.LdReduceBytes
+				st += tot.StBytes
+			}
+			if coll == costmodel.AllReduce {
+				assert.Equal(t, uint64(4*count), ld, "ldReduce bytes over the ranks")
+				assert.Equal(t, uint64(4*count), st, "st bytes over the ranks")
+			}
+		})
+	}
+}

@@ -141,6 +141,7 @@ func TestNVLSInvalid(t *testing.T) {
 				if op == kernels.PreMulSum {
 					scalar := make([]byte, es)
 					kernels.SetValue(tc.dt, scalar, 0.5)
+					var err error
 					if op, err = c.RedOpCreatePreMulSum(scalar, tc.dt); err != nil {
 						return err
 					}

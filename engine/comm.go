@@ -158,7 +158,7 @@ func New(rank, n int, tr Transport, cfg Config) (*Comm, error) {
 	c.raceHidden = raceEnabled && !inproc
 	c.cores, c.procs = runtime.NumCPU(), runtime.GOMAXPROCS(0)
 	c.tuneLog = tuningWriter(rank, &cfg, os.Getenv)
-	cfgWord := layoutWord("config", uint64(n), uint64(cfg.RanksPerNode), uint64(b.LL), uint64(b.LL128), uint64(b.Simple))
+	cfgWord := layoutWord("config", uint64(n), uint64(cfg.RanksPerNode), uint64(b.LL), uint64(b.LL128), uint64(b.Simple), uint64(b.NVLSChunk))
 	c.tree[0], c.tree[1] = c.topo.trees()
 	size := ctrlSize(n)
 	ctrl, err := tr.Region(CtrlRegion, size)

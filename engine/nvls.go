@@ -55,10 +55,11 @@ import (
 //	then per member m   up buffer:   NCCL_STEPS slots of n*S bytes (share h at h*S)
 //	                    down buffer: NCCL_STEPS slots of n*S bytes
 //
-// Step s uses slot s mod NCCL_STEPS of every buffer. A rank starts step s once every member's
-// done counter is past s-NCCL_STEPS (the same 8-step discipline as a connection's head), publishes
-// posted after its scatter, ld_reduces once every member has posted s, publishes reduced after
-// its st, and gathers once every member has reduced s. The step count carries on across calls.
+// Step s uses slot s mod NCCL_STEPS of every buffer. A rank scatters step s once every member's
+// ldReduce of step s-NCCL_STEPS is over (the same 8-step discipline as a connection's head) and
+// publishes posted; ld_reduces and st's its share once every member has posted s and gathered
+// s-NCCL_STEPS, and publishes reduced; gathers once every member has reduced s, and publishes
+// done (see run and blocked). The step count carries on across calls.
 
 // NVLSRegion returns the name of the multicast object of virtual node node on channel ch:
 // "nvls/NODE/CH".
@@ -118,68 +119,40 @@ func newNVLSGroup(r []byte, l nvlsLayout, me int) *nvlsGroup {
 	return g
 }
 
-// slot returns bytes [off, off+nb) of member m's up (down when dn) slot of the current step.
-func (g *nvlsGroup) slot(m int, dn bool, off, nb int) []byte {
-	o := int(g.step%NCCLSteps)*g.l.slotBytes() + off
+// slotAt returns bytes [off, off+nb) of member m's up (down when dn) slot of step s.
+func (g *nvlsGroup) slotAt(s uint64, m int, dn bool, off, nb int) []byte {
+	o := int(s%NCCLSteps)*g.l.slotBytes() + off
 	if dn {
 		return g.dn[m][o : o+nb : o+nb]
 	}
 	return g.up[m][o : o+nb : o+nb]
 }
 
-// waitAll waits until every member's counter ctr[m] >= v.
-func (g *nvlsGroup) waitAll(w *waiter, ctr []*uint64, v uint64) error {
-	for m, p := range ctr {
-		if atomic.LoadUint64(p) < v {
-			if err := w.waitGE(p, v, m); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// begin waits until the current step's slots are free: every member has finished step-NCCL_STEPS.
-func (g *nvlsGroup) begin(w *waiter) error {
-	if g.step < NCCLSteps {
-		return nil
-	}
-	return g.waitAll(w, g.done, g.step-NCCLSteps+1)
-}
-
-// ldReduce stores into dst the reduction with red of bytes [off, off+len(dst)) of the current
-// step's up slots across every member: multimem.ld_reduce, with this rank doing the switch's adds.
-func (g *nvlsGroup) ldReduce(red kernels.Reducer, dst []byte, off int) {
+// ldReduce stores into dst the reduction with red of bytes [off, off+len(dst)) of step s's up
+// slots across every member: multimem.ld_reduce, with this rank doing the switch's adds.
+func (g *nvlsGroup) ldReduce(red kernels.Reducer, s uint64, dst []byte, off int) {
 	nb := len(dst)
 	if nb == 0 {
 		return
 	}
 	if g.l.n == 1 {
-		copy(dst, g.slot(0, false, off, nb))
+		copy(dst, g.slotAt(s, 0, false, off, nb))
 		return
 	}
-	red.Reduce(dst, g.slot(0, false, off, nb), g.slot(1, false, off, nb))
+	red.Reduce(dst, g.slotAt(s, 0, false, off, nb), g.slotAt(s, 1, false, off, nb))
 	for m := 2; m < g.l.n; m++ {
-		red.Reduce(dst, dst, g.slot(m, false, off, nb))
+		red.Reduce(dst, dst, g.slotAt(s, m, false, off, nb))
 	}
 }
 
-// st writes data into bytes [off, off+len(data)) of the current step's down slot of every member:
+// st writes data into bytes [off, off+len(data)) of step s's down slot of every member:
 // multimem.st. (A member whose slot is data already is skipped.)
-func (g *nvlsGroup) st(data []byte, off int) {
+func (g *nvlsGroup) st(s uint64, data []byte, off int) {
 	for m := 0; m < g.l.n; m++ {
-		if d := g.slot(m, true, off, len(data)); !sameBytes(d, data) {
+		if d := g.slotAt(s, m, true, off, len(data)); !sameBytes(d, data) {
 			copy(d, data)
 		}
 	}
-}
-
-// The three publications of a step: release stores, after the step's writes.
-func (g *nvlsGroup) publishPosted()  { storeRelease(g.posted[g.me], g.step+1) }
-func (g *nvlsGroup) publishReduced() { storeRelease(g.reduced[g.me], g.step+1) }
-func (g *nvlsGroup) finish() {
-	storeRelease(g.done[g.me], g.step+1)
-	g.step++
 }
 
 // nvlsWorker runs one channel's NVLS share of a call on one goroutine.
@@ -338,120 +311,192 @@ func (c *Comm) executeNVLS(w *waiter, cl *call) error {
 }
 
 func (wk *nvlsWorker) runJob(wg *sync.WaitGroup) {
-	switch wk.cl.coll {
-	case costmodel.AllReduce:
-		wk.err = wk.allReduce()
-	case costmodel.AllGather:
-		wk.err = wk.allGather()
-	default:
-		wk.err = wk.reduceScatter()
-	}
+	wk.err = wk.run()
 	if wg != nil {
 		wg.Done()
 	}
 }
 
-// allReduce: per step, up to n chunks of the channel's range (share h, of chunkElems, for head
-// h): scatter the step into this rank's up slot, ld_reduce this rank's share and st it into every
-// member's down slot, then gather the whole step out of this rank's down slot.
-func (wk *nvlsWorker) allReduce() error {
-	cl, g, w := wk.cl, wk.g, &wk.w
-	n, es, me := g.l.n, cl.es, g.me
+// The phases of a step. AllReduce: scatter, reduce (ldReduce and st of this rank's share),
+// gather. AllGather: st (this rank's chunk), gather. ReduceScatter: scatter, ldReduce (this
+// rank's block, into the output). What each phase of step s waits for, and publishes (every
+// counter holds s+1 once its phase of step s is done, across calls whatever the collective):
+//
+//	scatter   every member's reduced >= s-7 (their ldReduce of s-8 read this rank's up slot)
+//	          publishes posted
+//	reduce    every member's posted >= s+1 (the step's inputs are in) and done >= s-7 (its
+//	          gather of s-8 left the down slot that st writes); publishes reduced
+//	st (AG)   every member's done >= s-7; publishes posted and reduced
+//	gather    every member's reduced >= s+1 (every share is in); publishes done
+//	ldReduce  every member's posted >= s+1; publishes reduced and done (RS)
+const (
+	phScatter = iota
+	phReduce
+	phSt
+	phGather
+	phLdReduce
+)
+
+// nvlsPhases are the phases of AllReduce, AllGather and ReduceScatter, upstream first.
+var nvlsPhases = [...][]uint8{{phScatter, phReduce, phGather}, {phSt, phGather}, {phScatter, phLdReduce}}
+
+// run pipelines the call's steps through its phases on one goroutine, as NCCL's runNvls runs them
+// in separate warps: each round it runs, upstream first, every phase whose step is ready (a phase
+// never passes the one before it), so a rank scatters up to NCCL_STEPS steps ahead while it waits
+// for the others' shares. When no phase can move it idles as every wait does (wait.go: backoff,
+// abort, Close, context and watchdog), naming the member it last found behind.
+func (wk *nvlsWorker) run() error {
+	ph := nvlsPhases[0]
+	switch wk.cl.coll {
+	case costmodel.AllGather:
+		ph = nvlsPhases[1]
+	case costmodel.ReduceScatter:
+		ph = nvlsPhases[2]
+	}
+	g := wk.g
+	per := wk.cl.plan.chunkElems
+	if wk.cl.coll == costmodel.AllReduce {
+		per *= g.l.n
+	}
+	steps := uint64(divUp(wk.hi-wk.lo, per))
+	base := g.step
+	var next [3]uint64 // per phase: the next step (from base)
+	last := len(ph) - 1
+	for i := 0; next[last] < steps; {
+		moved := false
+		peer := -1
+		for p, kind := range ph {
+			limit := steps
+			if p > 0 {
+				limit = next[p-1]
+			}
+			if next[p] >= limit {
+				continue
+			}
+			s := base + next[p]
+			if m := wk.blocked(kind, s); m >= 0 {
+				peer = m
+				continue
+			}
+			wk.act(kind, s, int(next[p]))
+			next[p]++
+			moved = true
+		}
+		if moved {
+			i = 0
+			continue
+		}
+		if err := wk.w.idle(i, peer); err != nil {
+			return err
+		}
+		i++
+	}
+	g.step = base + steps
+	return nil
+}
+
+// behind returns a member whose counter is below v, or -1 when none is.
+func behind(ctr []*uint64, v uint64) int {
+	for m, p := range ctr {
+		if atomic.LoadUint64(p) < v {
+			return m
+		}
+	}
+	return -1
+}
+
+// blocked returns a member that phase kind of step s waits for, or -1 when it may run.
+func (wk *nvlsWorker) blocked(kind uint8, s uint64) int {
+	g := wk.g
+	var free uint64 // the counters' value that frees slot s: s-7, or 0 for the first 8 steps
+	if s >= NCCLSteps {
+		free = s - NCCLSteps + 1
+	}
+	switch kind {
+	case phScatter:
+		return behind(g.reduced, free)
+	case phReduce:
+		if m := behind(g.posted, s+1); m >= 0 {
+			return m
+		}
+		return behind(g.done, free)
+	case phSt:
+		return behind(g.done, free)
+	case phGather:
+		return behind(g.reduced, s+1)
+	}
+	return behind(g.posted, s+1) // phLdReduce
+}
+
+// act runs phase kind of step s, the i-th step of the call on this channel.
+func (wk *nvlsWorker) act(kind uint8, s uint64, i int) {
+	cl, g := wk.cl, wk.g
+	n, es, me, S := g.l.n, cl.es, g.me, g.l.step
 	ce := cl.plan.chunkElems
-	for off := wk.lo; off < wk.hi; off += n * ce {
+	me64 := s + 1
+	if cl.coll == costmodel.AllReduce {
+		// Step i is up to n shares of ce elements from off; share h at h*S of the slot.
+		off := wk.lo + i*n*ce
 		rem := min(wk.hi-off, n*ce)
 		share := ce
 		if rem < n*ce {
 			share = min(roundUp(divUp(rem, n), alignElems(es)), ce)
 		}
-		if err := g.begin(w); err != nil {
-			return err
-		}
-		// Scatter: share h lands at h*S of the slot, so the step's bytes are contiguous when
-		// share == S/es; otherwise copy share by share.
-		in := span(cl.send, off, rem, es)
-		for h := 0; h*share < rem; h++ {
-			e0, e1 := h*share, min((h+1)*share, rem)
-			copy(g.slot(me, false, h*g.l.step, (e1-e0)*es), in[e0*es:e1*es])
-		}
-		g.publishPosted()
-		if err := g.waitAll(w, g.posted, g.step+1); err != nil {
-			return err
-		}
-		if e0 := me * share; e0 < rem {
-			e1 := min(e0+share, rem)
-			mine := g.slot(me, true, me*g.l.step, (e1-e0)*es)
-			g.ldReduce(cl.red, mine, me*g.l.step)
-			g.st(mine, me*g.l.step)
-			wk.stats.LdReduceBytes += uint64(len(mine))
-			wk.stats.StBytes += uint64(len(mine))
-		}
-		g.publishReduced()
-		if err := g.waitAll(w, g.reduced, g.step+1); err != nil {
-			return err
-		}
-		out := span(cl.recv, off, rem, es)
-		for h := 0; h*share < rem; h++ {
-			e0, e1 := h*share, min((h+1)*share, rem)
-			copy(out[e0*es:e1*es], g.slot(me, true, h*g.l.step, (e1-e0)*es))
-		}
-		g.finish()
-	}
-	return nil
-}
-
-// allGather: per step, chunkElems of every rank's block at the same offset: st this rank's chunk
-// into share me of every member's down slot, then gather the n shares into the output blocks.
-func (wk *nvlsWorker) allGather() error {
-	cl, g, w := wk.cl, wk.g, &wk.w
-	n, es, me, count := g.l.n, cl.es, g.me, cl.count
-	ce := cl.plan.chunkElems
-	for e0 := wk.lo; e0 < wk.hi; e0 += ce {
-		nel := min(ce, wk.hi-e0)
-		nb := nel * es
-		if err := g.begin(w); err != nil {
-			return err
-		}
-		g.st(span(cl.send, e0, nel, es), me*g.l.step)
-		wk.stats.StBytes += uint64(nb)
-		g.publishReduced()
-		if err := g.waitAll(w, g.reduced, g.step+1); err != nil {
-			return err
-		}
-		for h := 0; h < n; h++ {
-			if h == me && cl.inPlace {
-				continue
+		switch kind {
+		case phScatter:
+			in := span(cl.send, off, rem, es)
+			for h := 0; h*share < rem; h++ {
+				e0, e1 := h*share, min((h+1)*share, rem)
+				copy(g.slotAt(s, me, false, h*S, (e1-e0)*es), in[e0*es:e1*es])
 			}
-			copy(span(cl.recv, h*count+e0, nel, es), g.slot(me, true, h*g.l.step, nb))
+			storeRelease(g.posted[me], me64)
+		case phReduce:
+			if e0 := me * share; e0 < rem {
+				e1 := min(e0+share, rem)
+				mine := g.slotAt(s, me, true, me*S, (e1-e0)*es)
+				g.ldReduce(cl.red, s, mine, me*S)
+				g.st(s, mine, me*S)
+				wk.stats.LdReduceBytes += uint64(len(mine))
+				wk.stats.StBytes += uint64(len(mine))
+			}
+			storeRelease(g.reduced[me], me64)
+		default: // phGather
+			out := span(cl.recv, off, rem, es)
+			for h := 0; h*share < rem; h++ {
+				e0, e1 := h*share, min((h+1)*share, rem)
+				copy(out[e0*es:e1*es], g.slotAt(s, me, true, h*S, (e1-e0)*es))
+			}
+			storeRelease(g.done[me], me64)
 		}
-		g.finish()
+		return
 	}
-	return nil
-}
-
-// reduceScatter: per step, chunkElems of every block at the same offset: scatter the n blocks'
-// chunks into this rank's up slot (block h as share h), then ld_reduce share me straight into
-// the output.
-func (wk *nvlsWorker) reduceScatter() error {
-	cl, g, w := wk.cl, wk.g, &wk.w
-	n, es, me, count := g.l.n, cl.es, g.me, cl.count
-	ce := cl.plan.chunkElems
-	for e0 := wk.lo; e0 < wk.hi; e0 += ce {
-		nel := min(ce, wk.hi-e0)
-		nb := nel * es
-		if err := g.begin(w); err != nil {
-			return err
-		}
+	// AllGather and ReduceScatter: step i is ce elements at e0 of every block; block h is share h.
+	count := cl.count
+	e0 := wk.lo + i*ce
+	nel := min(ce, wk.hi-e0)
+	nb := nel * es
+	switch kind {
+	case phSt:
+		g.st(s, span(cl.send, e0, nel, es), me*S)
+		wk.stats.StBytes += uint64(nb)
+		storeRelease(g.posted[me], me64)
+		storeRelease(g.reduced[me], me64)
+	case phGather:
 		for h := 0; h < n; h++ {
-			copy(g.slot(me, false, h*g.l.step, nb), span(cl.send, h*count+e0, nel, es))
+			if h != me || !cl.inPlace {
+				copy(span(cl.recv, h*count+e0, nel, es), g.slotAt(s, me, true, h*S, nb))
+			}
 		}
-		g.publishPosted()
-		if err := g.waitAll(w, g.posted, g.step+1); err != nil {
-			return err
+		storeRelease(g.done[me], me64)
+	case phScatter:
+		for h := 0; h < n; h++ {
+			copy(g.slotAt(s, me, false, h*S, nb), span(cl.send, h*count+e0, nel, es))
 		}
-		g.ldReduce(cl.red, span(cl.recv, e0, nel, es), me*g.l.step)
+		storeRelease(g.posted[me], me64)
+	default: // phLdReduce
+		g.ldReduce(cl.red, s, span(cl.recv, e0, nel, es), me*S)
 		wk.stats.LdReduceBytes += uint64(nb)
-		g.finish()
+		storeRelease(g.reduced[me], me64)
+		storeRelease(g.done[me], me64)
 	}
-	return nil
 }

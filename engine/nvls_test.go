@@ -236,3 +236,15 @@ func TestNVLSBytes(t *testing.T) {
 		})
 	}
 }
+
+// TestNVLSChunkConfig: an NVLS chunk that is not a positive multiple of 8 bytes up to 1 GiB is
+// ErrInvalid at New, naming the field (a negative one used to reach the region's size).
+func TestNVLSChunkConfig(t *testing.T) {
+	for _, v := range []int64{-8, 12, 2 << 30} {
+		b := tinyBuffers()
+		b.NVLSChunk = v
+		_, err := NewInProcess(2, Config{Buffers: b, Override: Pin(costmodel.NVLS, costmodel.Simple)})
+		require.ErrorIs(t, err, ErrInvalid, "NVLSChunk %d", v)
+		assert.Contains(t, err.Error(), "NVLSChunk", "NVLSChunk %d", v)
+	}
+}

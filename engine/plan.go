@@ -26,7 +26,8 @@ type Config struct {
 
 	// Buffers are the per-connection buffer sizes of each protocol, each cut into NCCL_STEPS
 	// slots: Simple (NCCL_BUFFSIZE, 4 MiB), LL (NCCL_LL_BUFFSIZE, 512 KiB), LL128
-	// (NCCL_LL128_BUFFSIZE, 4.6875 MiB). Zero fields take NCCL's defaults; NVLSChunk is ignored. LL
+	// (NCCL_LL128_BUFFSIZE, 4.6875 MiB). NVLSChunk (NCCL_NVLS_CHUNKSIZE, 128 KiB) is NVLS's step
+	// per head, capped at a Simple slot (nvls.go). Zero fields take NCCL's defaults. LL
 	// must be a multiple of 8 x 16 bytes (whole lines per slot), LL128 of 8 x 128, Simple of 8 x 8.
 	// Tests make them tiny so that every call wraps the FIFOs.
 	Buffers planner.Buffers
@@ -96,6 +97,7 @@ func (cfg Config) normalize(n int) (Config, error) {
 		{"LL", b.LL, NCCLSteps * llLineBytes},
 		{"LL128", b.LL128, NCCLSteps * ll128LineBytes},
 		{"Simple", b.Simple, NCCLSteps * 8},
+		{"NVLSChunk", b.NVLSChunk, 8},
 	} {
 		if f.v < 0 || f.v%f.quant != 0 || f.v > 1<<30 {
 			return cfg, fmt.Errorf("%w: %s buffer of %d bytes: want a positive multiple of %d up to 1 GiB",

@@ -248,3 +248,130 @@ func TestNVLSChunkConfig(t *testing.T) {
 		assert.Contains(t, err.Error(), "NVLSChunk", "NVLSChunk %d", v)
 	}
 }
+
+// TestNVLSSequence runs a sequence of calls on one communicator, NVLS AllReduce, AllGather and
+// ReduceScatter on 1-3 channels interleaved with Ring calls, so the multicast objects' step
+// counters carry on across calls and collectives as a connection's do. Values (int32, hand
+// derivation): rank r's element i of an AllReduce is 1000r+i, summed over n ranks n*i+1000n(n-1)/2;
+// an AllGather's block j element i is 1000j+i; rank r's ReduceScatter input element k (of n*count)
+// is 1000r+k, so block b element i sums to n(b*count+i)+1000n(n-1)/2.
+func TestNVLSSequence(t *testing.T) {
+	const n = 4
+	comms, err := NewInProcess(n, Config{Buffers: tinyBuffers()})
+	require.NoError(t, err)
+	defer closeAll(comms)
+	le := binary.LittleEndian
+	fill := func(b []byte, base int) {
+		for i := 0; i < len(b)/4; i++ {
+			le.PutUint32(b[4*i:], uint32(base+i))
+		}
+	}
+	type call struct {
+		coll  costmodel.Coll
+		algo  costmodel.Algo
+		ch    int
+		count int
+	}
+	seq := []call{
+		{costmodel.AllReduce, costmodel.NVLS, 2, 3001},
+		{costmodel.AllGather, costmodel.NVLS, 1, 777},
+		{costmodel.AllReduce, costmodel.Ring, 2, 500},
+		{costmodel.ReduceScatter, costmodel.NVLS, 3, 1234},
+		{costmodel.AllReduce, costmodel.NVLS, 1, 17},
+		{costmodel.ReduceScatter, costmodel.NVLS, 1, 5},
+		{costmodel.AllGather, costmodel.NVLS, 3, 4000},
+		{costmodel.AllReduce, costmodel.NVLS, 3, 9999},
+	}
+	off := 1000 * n * (n - 1) / 2
+	for k, sc := range seq {
+		o := Pin(sc.algo, costmodel.Simple)
+		o.Channels = sc.ch
+		outs := make([][]byte, n)
+		errs := runRanks(t, comms, 10*time.Second, func(r int, c *Comm) error {
+			c.SetOverride(o)
+			switch sc.coll {
+			case costmodel.AllGather:
+				in := make([]byte, 4*sc.count)
+				fill(in, 1000*r)
+				outs[r] = make([]byte, 4*n*sc.count)
+				return c.AllGather(bg, in, outs[r], sc.count, kernels.Int32)
+			case costmodel.ReduceScatter:
+				in := make([]byte, 4*n*sc.count)
+				fill(in, 1000*r)
+				outs[r] = make([]byte, 4*sc.count)
+				return c.ReduceScatter(bg, in, outs[r], sc.count, kernels.Int32, kernels.Sum)
+			}
+			outs[r] = make([]byte, 4*sc.count)
+			fill(outs[r], 1000*r)
+			return c.AllReduce(bg, outs[r], outs[r], sc.count, kernels.Int32, kernels.Sum)
+		})
+		for r := 0; r < n; r++ {
+			require.NoError(t, errs[r], "call %d rank %d", k, r)
+			nel := len(outs[r]) / 4
+			for i := 0; i < nel; i++ {
+				var want int
+				switch sc.coll {
+				case costmodel.AllGather:
+					want = 1000*(i/sc.count) + i%sc.count
+				case costmodel.ReduceScatter:
+					want = n*(r*sc.count+i) + off
+				default:
+					want = n*i + off
+				}
+				if got := int(int32(le.Uint32(outs[r][4*i:]))); got != want {
+					t.Fatalf("call %d (%v %v, %d channels) rank %d element %d: %d, want %d", k, sc.coll, sc.algo, sc.ch, r, i, got, want)
+				}
+			}
+		}
+	}
+}
+
+// TestNVLSWatchdog: a rank that never joins an NVLS call is found by the watchdog, as for the
+// other algorithms: every live rank's call ends with an *AbortError naming it (the multicast
+// object's waits are the engine's).
+func TestNVLSWatchdog(t *testing.T) {
+	const n, absent = 3, 1
+	cfg := Config{Buffers: tinyBuffers(), Timeout: 300 * time.Millisecond, Override: Pin(costmodel.NVLS, costmodel.Simple)}
+	comms, err := NewInProcess(n, cfg)
+	require.NoError(t, err)
+	defer closeAll(comms)
+	live := []*Comm{comms[0], comms[2]}
+	errs := runRanks(t, live, 10*time.Second, func(_ int, c *Comm) error {
+		b := make([]byte, 4096)
+		return c.AllReduce(bg, b, b, 1024, kernels.Float32, kernels.Sum)
+	})
+	for i, err := range errs {
+		var ae *AbortError
+		require.ErrorAs(t, err, &ae, "live rank %d", live[i].Rank())
+		assert.Equal(t, absent, ae.Rank, "rank %d: %v", live[i].Rank(), err)
+	}
+}
+
+// TestNVLSNoAllocationPerStep: an NVLS call allocates the same whatever the number of steps.
+func TestNVLSNoAllocationPerStep(t *testing.T) {
+	const n = 3
+	comms, err := NewInProcess(n, Config{Buffers: tinyBuffers(), Override: Pin(costmodel.NVLS, costmodel.Simple)})
+	require.NoError(t, err)
+	defer closeAll(comms)
+	bufs := make([][]byte, n)
+	for r := range bufs {
+		bufs[r] = make([]byte, 40000*4)
+	}
+	runs, large := 20, 40000
+	if testing.Short() {
+		runs, large = 5, 10000
+	}
+	allocs := func(count int) float64 {
+		return testing.AllocsPerRun(runs, func() {
+			errs := runRanks(t, comms, 10*time.Second, func(r int, c *Comm) error {
+				return c.AllReduce(bg, bufs[r], bufs[r], count, kernels.Float32, kernels.Sum)
+			})
+			for _, err := range errs {
+				require.NoError(t, err)
+			}
+		})
+	}
+	few, many := allocs(500), allocs(large)
+	t.Logf("allocs per call: %v (few steps), %v (many)", few, many)
+	assert.LessOrEqual(t, many, few+2, "allocation grows with the message")
+}

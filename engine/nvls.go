@@ -38,12 +38,12 @@ import (
 //     localRanks <= 32; at least 2 GPUs; across nodes NCCL runs NVLS only with CollNet (NVLS_TREE
 //     is the multi-node algorithm), so here NVLS is one virtual node of every rank;
 //   - the chunk (calcCollChunking): nvlsChunkSize, shrunk to 64 KiB when nBytes < 64*ops*chunk,
-//     to 32 KiB when < 8*ops*chunk, to 16 KiB when < 2*ops*chunk (ops = nChannels*nHeads, each
+//     to 32 KiB when < 8*ops*chunk, to 16 KiB when < 2*ops*chunk (ops = nChannels*nHeads, nChannels being the work piece's, 1; each
 //     only when the chunk is still larger).
 //
 // The engine scales the step to its buffers: nvlsStep = min(NVLSChunk, Simple/NCCL_STEPS), so
 // tests with tiny buffers wrap the NVLS slots as they wrap the connections. The CUDA kernel of
-// the same algorithm (multimem instructions) shares nvlsStepBytes and nvlsLayout.
+// the same algorithm (multimem instructions) is to share the step rule and NVLSLayout.
 //
 // Region layout ("nvls/NODE/CH", n members, S = the step's bytes per head):
 //
@@ -72,22 +72,46 @@ func NVLSRegion(node, ch int) string {
 	return string(b)
 }
 
-// nvlsLayout is the geometry of a multicast object's region.
-type nvlsLayout struct {
-	n    int // members
-	step int // S: one head's bytes per step
+// NVLSLayout is the geometry of a multicast object's region (the layout above), shared with any
+// other implementation of the same algorithm (a CUDA kernel with multimem instructions binds the
+// same buffers and counters): Members members, StepBytes bytes per head per step.
+type NVLSLayout struct {
+	Members   int
+	StepBytes int
 }
+
+// The counters of a member, in the order of its three lines.
+const (
+	NVLSPosted  = iota // steps whose input the member has scattered
+	NVLSReduced        // steps whose share the member has ld_reduced and st'd
+	NVLSDone           // steps the member has finished: their slots are free
+)
 
 const nvlsCtrOff = lineBytes
 
-func (l nvlsLayout) slotBytes() int   { return l.n * l.step }
-func (l nvlsLayout) bufBytes() int    { return NCCLSteps * l.slotBytes() }
-func (l nvlsLayout) dataOff() int     { return nvlsCtrOff + 3*l.n*lineBytes }
-func (l nvlsLayout) size() int        { return l.dataOff() + 2*l.n*l.bufBytes() }
-func (l nvlsLayout) word() uint64     { return layoutWord("nvls", uint64(l.n), uint64(l.step)) }
-func (l nvlsLayout) upOff(m int) int  { return l.dataOff() + 2*m*l.bufBytes() }
-func (l nvlsLayout) dnOff(m int) int  { return l.upOff(m) + l.bufBytes() }
-func (l nvlsLayout) ctr(m, k int) int { return nvlsCtrOff + (3*m+k)*lineBytes }
+// SlotBytes is one step's slot of a member's up or down buffer: a step per head.
+func (l NVLSLayout) SlotBytes() int { return l.Members * l.StepBytes }
+
+// BufferBytes is a member's up or down buffer: NCCL_STEPS slots.
+func (l NVLSLayout) BufferBytes() int { return NCCLSteps * l.SlotBytes() }
+
+// Size is the region's size in bytes.
+func (l NVLSLayout) Size() int { return l.dataOff() + 2*l.Members*l.BufferBytes() }
+
+// UpOffset is the byte offset of member m's up buffer.
+func (l NVLSLayout) UpOffset(m int) int { return l.dataOff() + 2*m*l.BufferBytes() }
+
+// DownOffset is the byte offset of member m's down buffer.
+func (l NVLSLayout) DownOffset(m int) int { return l.UpOffset(m) + l.BufferBytes() }
+
+// CounterOffset is the byte offset of member m's counter k (NVLSPosted, NVLSReduced, NVLSDone): a
+// 64-bit word alone in its cache line.
+func (l NVLSLayout) CounterOffset(m, k int) int { return nvlsCtrOff + (3*m+k)*lineBytes }
+
+func (l NVLSLayout) dataOff() int { return nvlsCtrOff + 3*l.Members*lineBytes }
+func (l NVLSLayout) word() uint64 {
+	return layoutWord("nvls", uint64(l.Members), uint64(l.StepBytes))
+}
 
 // nvlsStepBytes is the NVLS step (one head's bytes per step) of buffers b: NCCL's nvlsChunkSize,
 // at most a Simple FIFO slot.
@@ -98,7 +122,7 @@ func (c *Comm) nvlsStepBytes() int {
 
 // nvlsGroup is this rank's view of one channel's multicast object.
 type nvlsGroup struct {
-	l       nvlsLayout
+	l       NVLSLayout
 	me      int
 	up, dn  [][]byte  // per member: the whole up and down buffers
 	posted  []*uint64 // per member
@@ -107,21 +131,21 @@ type nvlsGroup struct {
 	step    uint64 // this rank's next step (the same on every member)
 }
 
-func newNVLSGroup(r []byte, l nvlsLayout, me int) *nvlsGroup {
+func newNVLSGroup(r []byte, l NVLSLayout, me int) *nvlsGroup {
 	g := &nvlsGroup{l: l, me: me}
-	for m := 0; m < l.n; m++ {
-		g.up = append(g.up, r[l.upOff(m):l.upOff(m)+l.bufBytes()])
-		g.dn = append(g.dn, r[l.dnOff(m):l.dnOff(m)+l.bufBytes()])
-		g.posted = append(g.posted, wordAt(r, l.ctr(m, 0)))
-		g.reduced = append(g.reduced, wordAt(r, l.ctr(m, 1)))
-		g.done = append(g.done, wordAt(r, l.ctr(m, 2)))
+	for m := 0; m < l.Members; m++ {
+		g.up = append(g.up, r[l.UpOffset(m):l.UpOffset(m)+l.BufferBytes()])
+		g.dn = append(g.dn, r[l.DownOffset(m):l.DownOffset(m)+l.BufferBytes()])
+		g.posted = append(g.posted, wordAt(r, l.CounterOffset(m, NVLSPosted)))
+		g.reduced = append(g.reduced, wordAt(r, l.CounterOffset(m, NVLSReduced)))
+		g.done = append(g.done, wordAt(r, l.CounterOffset(m, NVLSDone)))
 	}
 	return g
 }
 
 // slotAt returns bytes [off, off+nb) of member m's up (down when dn) slot of step s.
 func (g *nvlsGroup) slotAt(s uint64, m int, dn bool, off, nb int) []byte {
-	o := int(s%NCCLSteps)*g.l.slotBytes() + off
+	o := int(s%NCCLSteps)*g.l.SlotBytes() + off
 	if dn {
 		return g.dn[m][o : o+nb : o+nb]
 	}
@@ -135,12 +159,12 @@ func (g *nvlsGroup) ldReduce(red kernels.Reducer, s uint64, dst []byte, off int)
 	if nb == 0 {
 		return
 	}
-	if g.l.n == 1 {
+	if g.l.Members == 1 {
 		copy(dst, g.slotAt(s, 0, false, off, nb))
 		return
 	}
 	red.Reduce(dst, g.slotAt(s, 0, false, off, nb), g.slotAt(s, 1, false, off, nb))
-	for m := 2; m < g.l.n; m++ {
+	for m := 2; m < g.l.Members; m++ {
 		red.Reduce(dst, dst, g.slotAt(s, m, false, off, nb))
 	}
 }
@@ -148,7 +172,7 @@ func (g *nvlsGroup) ldReduce(red kernels.Reducer, s uint64, dst []byte, off int)
 // st writes data into bytes [off, off+len(data)) of step s's down slot of every member:
 // multimem.st. (A member whose slot is data already is skipped.)
 func (g *nvlsGroup) st(s uint64, data []byte, off int) {
-	for m := 0; m < g.l.n; m++ {
+	for m := 0; m < g.l.Members; m++ {
 		if d := g.slotAt(s, m, true, off, len(data)); !sameBytes(d, data) {
 			copy(d, data)
 		}
@@ -224,9 +248,9 @@ func (c *Comm) nvlsGroupFor(ch int) (*nvlsGroup, error) {
 	if g := c.nvls[ch]; g != nil {
 		return g, nil
 	}
-	l := nvlsLayout{n: c.n, step: c.nvlsStepBytes()}
+	l := NVLSLayout{Members: c.n, StepBytes: c.nvlsStepBytes()}
 	name := NVLSRegion(0, ch)
-	size := l.size()
+	size := l.Size()
 	r, err := c.tr.Region(name, size)
 	if err == nil {
 		err = checkRegion(r, name, size)
@@ -356,7 +380,7 @@ func (wk *nvlsWorker) run() error {
 	g := wk.g
 	per := wk.cl.plan.chunkElems
 	if wk.cl.coll == costmodel.AllReduce {
-		per *= g.l.n
+		per *= g.l.Members
 	}
 	steps := uint64(divUp(wk.hi-wk.lo, per))
 	base := g.step
@@ -431,7 +455,7 @@ func (wk *nvlsWorker) blocked(kind uint8, s uint64) int {
 // act runs phase kind of step s, the i-th step of the call on this channel.
 func (wk *nvlsWorker) act(kind uint8, s uint64, i int) {
 	cl, g := wk.cl, wk.g
-	n, es, me, S := g.l.n, cl.es, g.me, g.l.step
+	n, es, me, S := g.l.Members, cl.es, g.me, g.l.StepBytes
 	ce := cl.plan.chunkElems
 	me64 := s + 1
 	if cl.coll == costmodel.AllReduce {

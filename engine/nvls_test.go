@@ -375,3 +375,19 @@ func TestNVLSNoAllocationPerStep(t *testing.T) {
 	t.Logf("allocs per call: %v (few steps), %v (many)", few, many)
 	assert.LessOrEqual(t, many, few+2, "allocation grows with the message")
 }
+
+// TestNVLSLayout checks the region's layout against a hand derivation for 2 members and 64-byte
+// steps: line 0 the layout word, lines 1-6 the counters (member 0's posted, reduced, done, then
+// member 1's), data from byte 7*128 = 896; a slot is 2 heads x 64 = 128 bytes, a buffer 8 slots =
+// 1024 bytes, each member an up and a down buffer (NCCL's 2 x buffSize x nHeads per rank).
+func TestNVLSLayout(t *testing.T) {
+	l := NVLSLayout{Members: 2, StepBytes: 64}
+	assert.Equal(t, 128, l.SlotBytes())
+	assert.Equal(t, 1024, l.BufferBytes())
+	assert.Equal(t, []int{896, 1920, 2944, 3968}, []int{l.UpOffset(0), l.DownOffset(0), l.UpOffset(1), l.DownOffset(1)})
+	assert.Equal(t, 896+4*1024, l.Size())
+	assert.Equal(t, []int{128, 256, 384, 512, 640, 768}, []int{
+		l.CounterOffset(0, NVLSPosted), l.CounterOffset(0, NVLSReduced), l.CounterOffset(0, NVLSDone),
+		l.CounterOffset(1, NVLSPosted), l.CounterOffset(1, NVLSReduced), l.CounterOffset(1, NVLSDone)})
+	assert.Equal(t, "nvls/0/3", NVLSRegion(0, 3))
+}

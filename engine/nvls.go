@@ -38,8 +38,8 @@ import (
 //     localRanks <= 32; at least 2 GPUs; across nodes NCCL runs NVLS only with CollNet (NVLS_TREE
 //     is the multi-node algorithm), so here NVLS is one virtual node of every rank;
 //   - the chunk (calcCollChunking): nvlsChunkSize, shrunk to 64 KiB when nBytes < 64*ops*chunk,
-//     to 32 KiB when < 8*ops*chunk, to 16 KiB when < 2*ops*chunk (ops = nChannels*nHeads, nChannels being the work piece's, 1; each
-//     only when the chunk is still larger).
+//     to 32 KiB when < 8*ops*chunk, to 16 KiB when < 2*ops*chunk (ops = nChannels*nHeads, where
+//     nChannels is the work piece's, 1; each only when the chunk is still larger).
 //
 // The engine scales the step to its buffers: nvlsStep = min(NVLSChunk, Simple/NCCL_STEPS), so
 // tests with tiny buffers wrap the NVLS slots as they wrap the connections. The CUDA kernel of

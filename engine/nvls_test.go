@@ -11,6 +11,7 @@ import (
 
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/kernels"
+	"github.com/collplan/collplan/planner"
 )
 
 // TestNVLSAllReduceRuns is the regression test of issue 13 item 1: an NVLS-pinned AllReduce was
@@ -390,4 +391,45 @@ func TestNVLSLayout(t *testing.T) {
 		l.CounterOffset(0, NVLSPosted), l.CounterOffset(0, NVLSReduced), l.CounterOffset(0, NVLSDone),
 		l.CounterOffset(1, NVLSPosted), l.CounterOffset(1, NVLSReduced), l.CounterOffset(1, NVLSDone)})
 	assert.Equal(t, "nvls/0/3", NVLSRegion(0, 3))
+}
+
+// TestNVLSChunk checks the NVLS chunk against calcCollChunking's rule worked by hand, with NCCL's
+// default buffers (nvlsChunkSize 128 KiB, under a 512 KiB Simple slot) on 4 ranks (ops = 4):
+//   - 64 MiB: not below 64*4*128K = 32 MiB: 128 KiB;
+//   - 16 MiB: below 32 MiB: 64 KiB; not below 8*4*64K = 2 MiB: 64 KiB;
+//   - 1 MiB: 64 KiB; below 2 MiB: 32 KiB; not below 2*4*32K = 256 KiB: 32 KiB;
+//   - 100 KiB: 64 KiB, 32 KiB, below 256 KiB: 16 KiB;
+//   - AllGather of 256 KiB per rank is 1 MiB of model bytes: 32 KiB.
+//
+// A chunk from the plan is kept, capped at the step.
+func TestNVLSChunk(t *testing.T) {
+	comms, err := NewInProcess(4, Config{Override: Pin(costmodel.NVLS, costmodel.Simple)})
+	require.NoError(t, err)
+	defer closeAll(comms)
+	c := comms[0]
+	for _, tc := range []struct {
+		coll  costmodel.Coll
+		bytes int
+		want  int64
+	}{
+		{costmodel.AllReduce, 64 << 20, 128 << 10},
+		{costmodel.AllReduce, 16 << 20, 64 << 10},
+		{costmodel.AllReduce, 1 << 20, 32 << 10},
+		{costmodel.AllReduce, 100 << 10, 16 << 10},
+		{costmodel.AllGather, 256 << 10, 32 << 10},
+	} {
+		p, err := c.resolve(tc.coll, kernels.Float32, kernels.Sum, tc.bytes/4)
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, p.ChunkBytes, "%v of %d bytes", tc.coll, tc.bytes)
+		assert.Equal(t, int(tc.want)/4, p.chunkElems)
+	}
+	planned := func(costmodel.Coll, int64) planner.Decision {
+		return planner.Decision{Algo: costmodel.NVLS, Proto: costmodel.Simple, Channels: 2, ChunkBytes: 48 << 10}
+	}
+	pc, err := NewInProcess(2, Config{Plan: planned})
+	require.NoError(t, err)
+	defer closeAll(pc)
+	p, err := pc[0].resolve(costmodel.AllReduce, kernels.Float32, kernels.Sum, 1<<20)
+	require.NoError(t, err)
+	assert.Equal(t, int64(48<<10), p.ChunkBytes, "the plan's chunk")
 }

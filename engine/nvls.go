@@ -89,23 +89,26 @@ const (
 
 const nvlsCtrOff = lineBytes
 
-// SlotBytes is one step's slot of a member's up or down buffer: a step per head.
+// SlotBytes = Members x StepBytes: one step's slot of a member's up or down buffer, a step per
+// head (nHeads = localRanks in one node, ncclNvlsBufferSetup).
 func (l NVLSLayout) SlotBytes() int { return l.Members * l.StepBytes }
 
-// BufferBytes is a member's up or down buffer: NCCL_STEPS slots.
+// BufferBytes = NCCL_STEPS x SlotBytes: a member's up or down buffer (NCCL's buffSize =
+// nvlsChunkSize x NCCL_STEPS per head).
 func (l NVLSLayout) BufferBytes() int { return NCCLSteps * l.SlotBytes() }
 
-// Size is the region's size in bytes.
+// Size = 128 x (1 + 3 Members) + 2 x Members x BufferBytes: the region's bytes (a layout line and
+// three counter lines per member, then every member's up and down buffers).
 func (l NVLSLayout) Size() int { return l.dataOff() + 2*l.Members*l.BufferBytes() }
 
-// UpOffset is the byte offset of member m's up buffer.
+// UpOffset = 128 x (1 + 3 Members) + 2m x BufferBytes: the byte offset of member m's up buffer.
 func (l NVLSLayout) UpOffset(m int) int { return l.dataOff() + 2*m*l.BufferBytes() }
 
-// DownOffset is the byte offset of member m's down buffer.
+// DownOffset = UpOffset(m) + BufferBytes: the byte offset of member m's down buffer.
 func (l NVLSLayout) DownOffset(m int) int { return l.UpOffset(m) + l.BufferBytes() }
 
-// CounterOffset is the byte offset of member m's counter k (NVLSPosted, NVLSReduced, NVLSDone): a
-// 64-bit word alone in its cache line.
+// CounterOffset = 128 x (1 + 3m + k): the byte offset of member m's counter k (NVLSPosted,
+// NVLSReduced, NVLSDone), a 64-bit word alone in its 128-byte line.
 func (l NVLSLayout) CounterOffset(m, k int) int { return nvlsCtrOff + (3*m+k)*lineBytes }
 
 func (l NVLSLayout) dataOff() int { return nvlsCtrOff + 3*l.Members*lineBytes }

@@ -44,6 +44,9 @@ type Comm struct {
 	ringEps [][2]*endpoint // per channel: the ring's receive and send endpoints, once mapped
 	pats    []*patRun      // per channel: PAT's endpoints and state, made by the first PAT call (pat.go)
 	workers [][2]*worker   // per channel: role 0 (ring, tree root, tree reduce-up), role 1 (tree broadcast-down)
+	nvls    []*nvlsGroup   // per channel: the multicast object of NVLS calls, once mapped (nvls.go)
+	nvlsWks []*nvlsWorker  // per channel: the NVLS worker
+	nvlsRun []*nvlsWorker  // the NVLS workers of the current call
 	tasks   []*worker      // the workers of the current call
 	cur     call           // the current call (kept here so that a call allocates nothing)
 	wg      sync.WaitGroup // the current call's extra workers
@@ -86,6 +89,12 @@ type ChannelStats struct {
 	PayloadBytes uint64 // payload bytes sent
 	WireBytes    uint64 // bytes written into peers' FIFO slots: payload plus LL/LL128 flags and padding
 	RecvBytes    uint64 // payload bytes received
+
+	// NVLS (nvls.go): bytes this rank reduced with the multicast object's ldReduce, and bytes it
+	// stored with its st (counted once, whatever the number of members). Neither goes through a
+	// connection.
+	LdReduceBytes uint64
+	StBytes       uint64
 }
 
 func (s *ChannelStats) add(o ChannelStats) {
@@ -93,6 +102,8 @@ func (s *ChannelStats) add(o ChannelStats) {
 	s.PayloadBytes += o.PayloadBytes
 	s.WireBytes += o.WireBytes
 	s.RecvBytes += o.RecvBytes
+	s.LdReduceBytes += o.LdReduceBytes
+	s.StBytes += o.StBytes
 }
 
 const stateClosed = 1
@@ -148,7 +159,7 @@ func New(rank, n int, tr Transport, cfg Config) (*Comm, error) {
 	c.raceHidden = raceEnabled && !inproc
 	c.cores, c.procs = runtime.NumCPU(), runtime.GOMAXPROCS(0)
 	c.tuneLog = tuningWriter(rank, &cfg, os.Getenv)
-	cfgWord := layoutWord("config", uint64(n), uint64(cfg.RanksPerNode), uint64(b.LL), uint64(b.LL128), uint64(b.Simple))
+	cfgWord := layoutWord("config", uint64(n), uint64(cfg.RanksPerNode), uint64(b.LL), uint64(b.LL128), uint64(b.Simple), uint64(b.NVLSChunk))
 	c.tree[0], c.tree[1] = c.topo.trees()
 	size := ctrlSize(n)
 	ctrl, err := tr.Region(CtrlRegion, size)
@@ -584,6 +595,9 @@ func (c *Comm) worker(w *waiter, cl *call, ch, role int) *worker {
 // does), sets up each channel's connections and workers, and runs every worker on its own
 // goroutine (the first on the calling one).
 func (c *Comm) execute(w *waiter, cl *call) error {
+	if cl.plan.Algo == costmodel.NVLS {
+		return c.executeNVLS(w, cl)
+	}
 	total := cl.count
 	nc := cl.plan.Channels
 	per := roundUp(divUp(total, nc), alignElems(cl.es))

@@ -74,17 +74,40 @@
 // calcCollChunking caps them (and, on a cycling ring, at half the FIFO so every rank's first chunk
 // fits before it receives).
 //
+// NVLS, for AllReduce, AllGather and ReduceScatter with Simple in one virtual node of every rank
+// (nvls.go), as runNvls: each channel has a multicast object, region "nvls/NODE/CH", in which every
+// member (rank) has an up and a down buffer of NCCL_STEPS steps of one NVLS chunk per head
+// (nvlsChunkSize, NCCL_NVLS_CHUNKSIZE, capped at a Simple slot), as ncclNvlsBufferSetup lays
+// them out, and two operations that stand for the switch's multimem instructions: ldReduce (the
+// reduction of a range across every member's up buffer) and st (the same bytes into every member's
+// down buffer). AllReduce scatters each step's n shares of its input into its up buffer, ld_reduces
+// and st's its own share, and gathers the step out of its down buffer; AllGather st's its block and
+// gathers; ReduceScatter scatters the n blocks and ld_reduces its own into the output. Per-member
+// counters (posted, reduced, done) say when a step's data is in and when a slot is free again, with
+// the connections' 8-step discipline, so staging is fixed whatever the size. On CPU the rank that
+// issues ldReduce does the adds the switch would do (it reads every member's buffer), and st is a
+// copy per member; no byte moves through a point-to-point connection (ChannelStats counts
+// LdReduceBytes and StBytes instead). One goroutine per channel pipelines the steps through the
+// phases (NCCL runs them in separate warps): it runs whichever phase's next step is ready, so a
+// rank scatters up to NCCL_STEPS steps ahead while it waits for the others' shares.
+//
 // # Plans
 //
 // Each call's plan comes from Config.Plan (a function of collective and model byte count), else
 // the first matching Config.Tables (compiled planner.DecisionTables), else Ring/Simple on
 // Config.Channels; Config.Override (or SetOverride) pins the algorithm, protocol or channel count.
-// NVLS, NVLSTree and CollNet, and Tree outside AllReduce, are refused with ErrNotImplemented
-// ("not implemented in the engine") on every rank. PAT where NCCL would not run it (a collective
-// other than AllGather and ReduceScatter, more than one rank per node, LL or LL128, ReduceScatter
-// with avg or PreMulSum) is ErrInvalid on every rank; a PAT chunk is NCCL's (the Simple slot,
-// halved while chunk*channels*32, or 16 for ReduceScatter, exceeds the model bytes, floor 64 KiB)
-// and is also its FIFO step.
+// NVLSTree and CollNet, and Tree outside AllReduce, are refused with ErrNotImplemented ("not
+// implemented in the engine") on every rank. PAT where NCCL would not run it (a collective other
+// than AllGather and ReduceScatter, more than one rank per node, LL or LL128, ReduceScatter with avg
+// or PreMulSum) is ErrInvalid on every rank; a PAT chunk is NCCL's (the Simple slot, halved while
+// chunk*channels*32, or 16 for ReduceScatter, exceeds the model bytes, floor 64 KiB) and is also its
+// FIFO step. An NVLS plan NCCL would not run is ErrInvalid on every rank: a collective other than
+// AllReduce, AllGather or ReduceScatter; LL or LL128; one rank, or more than one virtual node
+// (across nodes NCCL needs CollNet or NVLS_TREE); AllGather or ReduceScatter on more than 32 ranks;
+// and, except for AllGather, an op/dtype the switch does not reduce (NCCL's ncclNvlsSupported: sum or
+// min/max on int32, uint32, int64, uint64, float16 and bfloat16, sum only on float32 and float64;
+// never int8, uint8, fp8, prod, avg or PreMulSum). Its chunk is NCCL's NVLS chunk, shrunk for small
+// calls as calcCollChunking does.
 //
 // # Failures
 //
@@ -98,7 +121,7 @@
 // # Transports
 //
 // Transport is the seam for other memories (see its documentation): regions named "ctrl" and
-// "conn/C/FROM-TO", zeroed, aligned, identical for every rank that asks, holding nothing but bytes
+// "conn/C/FROM-TO" (and "nvls/NODE/CH" for NVLS's multicast objects), zeroed, aligned, identical for every rank that asks, holding nothing but bytes
 // and 64-bit words used with sync/atomic, so they can live in a file mapped by several processes.
 //
 // # Shared memory

@@ -384,6 +384,10 @@ func runMatrixCase(t *testing.T, m matrixCase) {
 	n, dt, op, coll := m.n, m.do.dt, m.do.op, m.ca.coll
 	es := dt.Size()
 	count := matrixCount(m, int(comms[0].slotPayload(m.proto)))
+	if m.ca.algo == costmodel.NVLS && coll == costmodel.AllReduce && m.size == sizeWrap {
+		// An NVLS AllReduce step carries n chunks (one per head): n times the bytes for as many steps.
+		count = (32*n*comms[0].nvlsStepBytes()*m.channels)/es + 37
+	}
 	root := m.root()
 	reduces := coll == costmodel.AllReduce || coll == costmodel.ReduceScatter || coll == costmodel.Reduce
 	const seed = 7
@@ -435,8 +439,21 @@ func runMatrixCase(t *testing.T, m matrixCase) {
 	checkResults(fail, coll, dt, op, count, es, root, ins, recvs, scalars, true, nil)
 	b.checkUntouched(m, es, fail)
 
-	// Every FIFO in use wrapped its slots at least 3 times.
-	if m.size == sizeWrap && n > 1 {
+	// Every FIFO in use wrapped its slots at least 3 times. NVLS: every multicast object did, and
+	// no connection was used.
+	if m.ca.algo == costmodel.NVLS {
+		for _, c := range comms {
+			assert.Empty(t, c.eps, "rank %d: NVLS mapped connections", c.rank)
+			if m.size != sizeWrap {
+				continue
+			}
+			for ch, g := range c.nvls {
+				if g != nil {
+					assert.GreaterOrEqual(t, g.step, uint64(3*NCCLSteps), "rank %d channel %d: multicast object carried %d steps", c.rank, ch, g.step)
+				}
+			}
+		}
+	} else if m.size == sizeWrap && n > 1 {
 		used := 0
 		for _, c := range comms {
 			for k, e := range c.eps {

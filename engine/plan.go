@@ -26,7 +26,8 @@ type Config struct {
 
 	// Buffers are the per-connection buffer sizes of each protocol, each cut into NCCL_STEPS
 	// slots: Simple (NCCL_BUFFSIZE, 4 MiB), LL (NCCL_LL_BUFFSIZE, 512 KiB), LL128
-	// (NCCL_LL128_BUFFSIZE, 4.6875 MiB). Zero fields take NCCL's defaults; NVLSChunk is ignored. LL
+	// (NCCL_LL128_BUFFSIZE, 4.6875 MiB). NVLSChunk (NCCL_NVLS_CHUNKSIZE, 128 KiB) is NVLS's step
+	// per head, capped at a Simple slot (nvls.go). Zero fields take NCCL's defaults. LL
 	// must be a multiple of 8 x 16 bytes (whole lines per slot), LL128 of 8 x 128, Simple of 8 x 8.
 	// Tests make them tiny so that every call wraps the FIFOs.
 	Buffers planner.Buffers
@@ -96,6 +97,7 @@ func (cfg Config) normalize(n int) (Config, error) {
 		{"LL", b.LL, NCCLSteps * llLineBytes},
 		{"LL128", b.LL128, NCCLSteps * ll128LineBytes},
 		{"Simple", b.Simple, NCCLSteps * 8},
+		{"NVLSChunk", b.NVLSChunk, 8},
 	} {
 		if f.v < 0 || f.v%f.quant != 0 || f.v > 1<<30 {
 			return cfg, fmt.Errorf("%w: %s buffer of %d bytes: want a positive multiple of %d up to 1 GiB",
@@ -188,6 +190,10 @@ func (c *Comm) resolve(coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, cou
 	switch {
 	case d.Algo == costmodel.Ring:
 	case d.Algo == costmodel.Tree && coll == costmodel.AllReduce:
+	case d.Algo == costmodel.NVLS:
+		if err := c.nvlsCheck(coll, dt, op, d.Proto); err != nil {
+			return plan{}, err
+		}
 	case d.Algo == costmodel.Tree:
 		return plan{}, fmt.Errorf("engine: %v for %v: %w (NCCL runs Tree for AllReduce only)", d.Algo, coll, ErrNotImplemented)
 	case d.Algo == costmodel.PAT:
@@ -208,6 +214,12 @@ func (c *Comm) resolve(coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, cou
 		return plan{}, fmt.Errorf("%w: protocol %d", ErrInvalid, int(d.Proto))
 	}
 	d.Channels = min(max(d.Channels, 1), MaxChannels)
+	if d.Algo == costmodel.NVLS {
+		// One step carries a chunk per head (nvls.go): the chunk is the step.
+		ce := max(1, int(c.nvlsChunk(nBytes, d.ChunkBytes))/es)
+		d.ChunkBytes, d.SliceBytes = int64(ce*es), int64(ce*es)
+		return plan{Decision: d, chunkElems: ce, pieceElems: ce}, nil
+	}
 
 	// One FIFO step carries at most a slot's payload, and at most a slice.
 	payload := c.slotPayload(d.Proto)

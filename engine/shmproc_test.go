@@ -21,6 +21,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/kernels"
 )
 
@@ -31,6 +32,7 @@ const (
 	envShmGo      = "COLLPLAN_SHM_GO"          // rank: wait for this file after the first call, then finish
 	envShmLoop    = "COLLPLAN_SHM_LOOP"        // rank: call until the communicator fails
 	envShmBig     = "COLLPLAN_SHM_BIG"         // rank: NCCL's default buffers instead of tiny ones
+	envShmNVLS    = "COLLPLAN_SHM_NVLS"        // rank: pin NVLS/Simple, and report the traffic (NVLS line)
 	envShmOwner   = "COLLPLAN_SHM_OWNER"       // hold: create the job's lock first
 	envShmLastPid = "COLLPLAN_SHM_NS_LAST_PID" // nsdriver: where the namespace's pids start
 	helperLimit   = 60 * time.Second           // no helper waits longer for anything
@@ -102,6 +104,11 @@ func helperRank() (err error) {
 	if os.Getenv(envShmBig) == "1" {
 		cfg = Config{}
 	}
+	nvls := os.Getenv(envShmNVLS) == "1"
+	if nvls {
+		cfg.Override = Pin(costmodel.NVLS, costmodel.Simple)
+		cfg.Override.Channels = 2
+	}
 	h, err := ConfigHash(env.Size, cfg)
 	if err != nil {
 		return err
@@ -142,6 +149,14 @@ func helperRank() (err error) {
 	}
 	if err := allReduce(); err != nil {
 		return err
+	}
+	if nvls {
+		var tot ChannelStats
+		for _, s := range c.Stats() {
+			tot.add(s)
+		}
+		fmt.Printf("NVLS rank=%d algo=%v p2p=%d ld=%d st=%d\n", env.Rank, c.LastPlan().Algo,
+			tot.PayloadBytes+tot.RecvBytes+tot.WireBytes, tot.LdReduceBytes, tot.StBytes)
 	}
 	fmt.Printf("READY rank=%d pid=%d job=%s\n", env.Rank, os.Getpid(), job)
 	deadline := time.Now().Add(helperLimit)

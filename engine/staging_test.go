@@ -29,13 +29,18 @@ import (
 // ranks as processes over shared memory, and compares each rank's peak RSS (VmHWM) less its send
 // and receive buffers between a small and a large message.
 //
-// It allocates 2 x 1 GiB per rank on 2 ranks, so it runs only when COLLPLAN_STAGING_TEST=1 (and
-// never under -short or the race detector):
+// The NVLS cases pin NVLS/Simple on one channel (the multicast object, nvls.go, is that channel's
+// NCCL_STEPS steps of nvlsChunkSize per head, up and down, for every member: 6 MiB touched per rank
+// on 2 ranks, 14 MiB on 4) and run 1 MiB against 1 GiB on 2 and 4 ranks.
+//
+// It allocates 2 x 1 GiB per rank on up to 4 ranks, so it runs only when COLLPLAN_STAGING_TEST=1
+// (and never under -short or the race detector):
 //
 //	COLLPLAN_STAGING_TEST=1 go test -run TestStagingBounded -v ./engine/
 
 const (
 	stagingBytesEnv = "COLLPLAN_STAGING_BYTES" // set in the rank processes: the message size
+	stagingAlgoEnv  = "COLLPLAN_STAGING_ALGO"  // set in the rank processes: "nvls" pins NVLS/Simple on 1 channel
 	stagingSlack    = 16 << 20
 )
 
@@ -44,18 +49,25 @@ func TestStagingBounded(t *testing.T) {
 		t.Skip("-short")
 	}
 	if os.Getenv("COLLPLAN_STAGING_TEST") != "1" {
-		t.Skip("set COLLPLAN_STAGING_TEST=1 to run (allocates 4 GiB, about 30 s)")
+		t.Skip("set COLLPLAN_STAGING_TEST=1 to run (allocates up to 8 GiB, about a minute)")
 	}
 	for _, tc := range []struct {
 		n          int
 		small, big int64
+		algo       string
 	}{
-		{2, 1 << 20, 1 << 30},
-		{4, 1 << 20, 256 << 20},
+		{2, 1 << 20, 1 << 30, ""},
+		{4, 1 << 20, 256 << 20, ""},
+		{2, 1 << 20, 1 << 30, "nvls"},
+		{4, 1 << 20, 1 << 30, "nvls"},
 	} {
-		t.Run(fmt.Sprintf("ranks=%d", tc.n), func(t *testing.T) {
-			small := stagingRun(t, tc.n, tc.small)
-			big := stagingRun(t, tc.n, tc.big)
+		name := fmt.Sprintf("ranks=%d", tc.n)
+		if tc.algo != "" {
+			name += "/" + tc.algo
+		}
+		t.Run(name, func(t *testing.T) {
+			small := stagingRun(t, tc.n, tc.small, tc.algo)
+			big := stagingRun(t, tc.n, tc.big, tc.algo)
 			for r := 0; r < tc.n; r++ {
 				es, eb := small[r]-2*tc.small, big[r]-2*tc.big
 				t.Logf("rank %d: VmHWM %.1f MiB at %d MiB (%.1f MiB beyond the buffers), %.1f MiB at %d MiB (%.1f MiB beyond)",
@@ -72,14 +84,14 @@ func TestStagingBounded(t *testing.T) {
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
 // stagingRun launches n rank processes (this test binary, running TestStagingRank) on a message of
-// size bytes and returns each rank's VmHWM in bytes.
-func stagingRun(t *testing.T, n int, size int64) []int64 {
+// size bytes (algo: see stagingAlgoEnv) and returns each rank's VmHWM in bytes.
+func stagingRun(t *testing.T, n int, size int64, algo string) []int64 {
 	t.Helper()
 	var out, errb bytes.Buffer
 	l := &engine.Launcher{
 		N:      n,
 		Argv:   []string{os.Args[0], "-test.run=^TestStagingRank$", "-test.v"},
-		Env:    append(os.Environ(), stagingBytesEnv+"="+strconv.FormatInt(size, 10)),
+		Env:    append(os.Environ(), stagingBytesEnv+"="+strconv.FormatInt(size, 10), stagingAlgoEnv+"="+algo),
 		Stdout: &out, Stderr: &errb,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -124,6 +136,10 @@ func TestStagingRank(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Tables = []*planner.DecisionTable{dt}
+	if os.Getenv(stagingAlgoEnv) == "nvls" {
+		cfg.Override = engine.Pin(costmodel.NVLS, costmodel.Simple)
+		cfg.Override.Channels = 1
+	}
 	h, err := engine.ConfigHash(env.Size, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -16,7 +16,9 @@ import (
 //
 // The engine asks, from each rank, for the regions that rank touches: "ctrl" (the communicator's
 // control words, every rank) and, for each connection, "conn/C/FROM-TO" (channel C, sender rank
-// FROM, receiver rank TO; both endpoints ask). Names are ASCII: letters, digits, '/', '-'.
+// FROM, receiver rank TO; both endpoints ask) and, for NVLS calls, "nvls/NODE/CH" (the multicast
+// object of virtual node NODE on channel CH; every member asks). Names are ASCII: letters, digits,
+// '/', '-'.
 //
 // A Transport must guarantee, for every name:
 //   - every rank that asks gets the same bytes, of the size asked (all ranks ask for the same size;

@@ -1,0 +1,529 @@
+package engine
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/kernels"
+)
+
+// NVLS: NVLink SHARP, where the NVSwitch reduces. NCCL binds one buffer per GPU of a node into a
+// multicast object; a multimem.ld_reduce on the multicast address returns the reduction of that
+// address across every member's buffer (the switch does the adds), and a multimem.st writes the
+// same bytes into every member's buffer. The engine's multicast object (nvlsGroup) is a region of
+// the transport, "nvls/NODE/CH", holding every member's buffers, with the same two operations;
+// on CPU the rank that issues ldReduce does the adds the switch would do, reading every member's
+// buffer, and st is one copy per member. Every other byte of the algorithm is a rank's own load or
+// store into its own member buffer: nothing moves through a point-to-point connection.
+//
+// Facts from NCCL (src/transport/nvls.cc ncclNvlsBufferSetup, src/device/all_reduce.h runNvls,
+// all_gather.h and reduce_scatter.h's NVLS variants; reference §9 and §10):
+//   - the NVLS step is nvlsChunkSize (NCCL_NVLS_CHUNKSIZE, 128 KiB) and a head's buffer is
+//     NCCL_STEPS steps (buffSize = nvlsChunkSize * NCCL_STEPS); per channel and head a rank holds
+//     two of them, one for data going up to the switch (scatter, then ld_reduce) and one for data
+//     coming down (st, then gather): nvlsPerRankSize = nChannels * 2 * buffSize, times nHeads;
+//   - in one node every rank is a head (nHeads = localRanks), and head h reduces share h of every
+//     step: AllReduce scatters each step's n shares of its input into the up buffers, each rank
+//     ld_reduces its share and st's the result into every member's down buffer, and each rank
+//     gathers the whole step out of its own down buffer; AllGather st's a rank's block into every
+//     member's down buffer, and ReduceScatter scatters the n blocks and ld_reduces its own block
+//     straight into its output;
+//   - legality (nvlsSupport, ncclNvlsSupported): Simple only; AllReduce, AllGather and
+//     ReduceScatter; sum or min/max on int32, uint32, int64, uint64, float16 and bfloat16, sum
+//     only on float32 and float64; no int8, uint8, fp8, prod, avg (either device form) or
+//     PreMulSum; AllGather skips the op and dtype check; AllGather and ReduceScatter need
+//     localRanks <= 32; at least 2 GPUs; across nodes NCCL runs NVLS only with CollNet (NVLS_TREE
+//     is the multi-node algorithm), so here NVLS is one virtual node of every rank;
+//   - the chunk (calcCollChunking): nvlsChunkSize, shrunk to 64 KiB when nBytes < 64*ops*chunk,
+//     to 32 KiB when < 8*ops*chunk, to 16 KiB when < 2*ops*chunk (ops = nChannels*nHeads, where
+//     nChannels is the work piece's, 1; each only when the chunk is still larger).
+//
+// The engine scales the step to its buffers: nvlsStep = min(NVLSChunk, Simple/NCCL_STEPS), so
+// tests with tiny buffers wrap the NVLS slots as they wrap the connections. The CUDA kernel of
+// the same algorithm (multimem instructions) is to share the step rule and NVLSLayout.
+//
+// Region layout ("nvls/NODE/CH", n members, S = the step's bytes per head):
+//
+//	line 0              layout word (n and S)
+//	line 1+3m           member m's posted counter: steps whose input m has scattered (stage in)
+//	line 2+3m           member m's reduced counter: steps whose share m has ld_reduced and st'd
+//	line 3+3m           member m's done counter: steps m has finished (gathered, and its reads of
+//	                    every member's up buffer over): the slot is free again
+//	then per member m   up buffer:   NCCL_STEPS slots of n*S bytes (share h at h*S)
+//	                    down buffer: NCCL_STEPS slots of n*S bytes
+//
+// Step s uses slot s mod NCCL_STEPS of every buffer. A rank scatters step s once every member's
+// ldReduce of step s-NCCL_STEPS is over (the same 8-step discipline as a connection's head) and
+// publishes posted; ld_reduces and st's its share once every member has posted s and gathered
+// s-NCCL_STEPS, and publishes reduced; gathers once every member has reduced s, and publishes
+// done (see run and blocked). The step count carries on across calls.
+
+// NVLSRegion returns the name of the multicast object of virtual node node on channel ch:
+// "nvls/NODE/CH".
+func NVLSRegion(node, ch int) string {
+	b := make([]byte, 0, 16)
+	b = append(b, "nvls/"...)
+	b = strconv.AppendInt(b, int64(node), 10)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, int64(ch), 10)
+	return string(b)
+}
+
+// NVLSLayout is the geometry of a multicast object's region (the layout above), shared with any
+// other implementation of the same algorithm (a CUDA kernel with multimem instructions binds the
+// same buffers and counters): Members members, StepBytes bytes per head per step.
+type NVLSLayout struct {
+	Members   int
+	StepBytes int
+}
+
+// The counters of a member, in the order of its three lines.
+const (
+	NVLSPosted  = iota // steps whose input the member has scattered
+	NVLSReduced        // steps whose share the member has ld_reduced and st'd
+	NVLSDone           // steps the member has finished: their slots are free
+)
+
+const nvlsCtrOff = lineBytes
+
+// SlotBytes = Members x StepBytes: one step's slot of a member's up or down buffer, a step per
+// head (nHeads = localRanks in one node, ncclNvlsBufferSetup).
+func (l NVLSLayout) SlotBytes() int { return l.Members * l.StepBytes }
+
+// BufferBytes = NCCL_STEPS x SlotBytes: a member's up or down buffer (NCCL's buffSize =
+// nvlsChunkSize x NCCL_STEPS per head).
+func (l NVLSLayout) BufferBytes() int { return NCCLSteps * l.SlotBytes() }
+
+// Size = 128 x (1 + 3 Members) + 2 x Members x BufferBytes: the region's bytes (a layout line and
+// three counter lines per member, then every member's up and down buffers).
+func (l NVLSLayout) Size() int { return l.dataOff() + 2*l.Members*l.BufferBytes() }
+
+// UpOffset = 128 x (1 + 3 Members) + 2m x BufferBytes: the byte offset of member m's up buffer.
+func (l NVLSLayout) UpOffset(m int) int { return l.dataOff() + 2*m*l.BufferBytes() }
+
+// DownOffset = UpOffset(m) + BufferBytes: the byte offset of member m's down buffer.
+func (l NVLSLayout) DownOffset(m int) int { return l.UpOffset(m) + l.BufferBytes() }
+
+// CounterOffset = 128 x (1 + 3m + k): the byte offset of member m's counter k (NVLSPosted,
+// NVLSReduced, NVLSDone), a 64-bit word alone in its 128-byte line.
+func (l NVLSLayout) CounterOffset(m, k int) int { return nvlsCtrOff + (3*m+k)*lineBytes }
+
+func (l NVLSLayout) dataOff() int { return nvlsCtrOff + 3*l.Members*lineBytes }
+func (l NVLSLayout) word() uint64 {
+	return layoutWord("nvls", uint64(l.Members), uint64(l.StepBytes))
+}
+
+// nvlsStepBytes is the NVLS step (one head's bytes per step) of buffers b: NCCL's nvlsChunkSize,
+// at most a Simple FIFO slot.
+func (c *Comm) nvlsStepBytes() int {
+	b := c.cfg.Buffers
+	return int(min(b.NVLSChunk, b.Simple/NCCLSteps))
+}
+
+// nvlsGroup is this rank's view of one channel's multicast object.
+type nvlsGroup struct {
+	l       NVLSLayout
+	me      int
+	up, dn  [][]byte  // per member: the whole up and down buffers
+	posted  []*uint64 // per member
+	reduced []*uint64
+	done    []*uint64
+	step    uint64 // this rank's next step (the same on every member)
+}
+
+func newNVLSGroup(r []byte, l NVLSLayout, me int) *nvlsGroup {
+	g := &nvlsGroup{l: l, me: me}
+	for m := 0; m < l.Members; m++ {
+		g.up = append(g.up, r[l.UpOffset(m):l.UpOffset(m)+l.BufferBytes()])
+		g.dn = append(g.dn, r[l.DownOffset(m):l.DownOffset(m)+l.BufferBytes()])
+		g.posted = append(g.posted, wordAt(r, l.CounterOffset(m, NVLSPosted)))
+		g.reduced = append(g.reduced, wordAt(r, l.CounterOffset(m, NVLSReduced)))
+		g.done = append(g.done, wordAt(r, l.CounterOffset(m, NVLSDone)))
+	}
+	return g
+}
+
+// slotAt returns bytes [off, off+nb) of member m's up (down when dn) slot of step s.
+func (g *nvlsGroup) slotAt(s uint64, m int, dn bool, off, nb int) []byte {
+	o := int(s%NCCLSteps)*g.l.SlotBytes() + off
+	if dn {
+		return g.dn[m][o : o+nb : o+nb]
+	}
+	return g.up[m][o : o+nb : o+nb]
+}
+
+// ldReduce stores into dst the reduction with red of bytes [off, off+len(dst)) of step s's up
+// slots across every member: multimem.ld_reduce, with this rank doing the switch's adds.
+func (g *nvlsGroup) ldReduce(red kernels.Reducer, s uint64, dst []byte, off int) {
+	nb := len(dst)
+	if nb == 0 {
+		return
+	}
+	if g.l.Members == 1 {
+		copy(dst, g.slotAt(s, 0, false, off, nb))
+		return
+	}
+	red.Reduce(dst, g.slotAt(s, 0, false, off, nb), g.slotAt(s, 1, false, off, nb))
+	for m := 2; m < g.l.Members; m++ {
+		red.Reduce(dst, dst, g.slotAt(s, m, false, off, nb))
+	}
+}
+
+// st writes data into bytes [off, off+len(data)) of step s's down slot of every member:
+// multimem.st. (A member whose slot is data already is skipped.)
+func (g *nvlsGroup) st(s uint64, data []byte, off int) {
+	for m := 0; m < g.l.Members; m++ {
+		if d := g.slotAt(s, m, true, off, len(data)); !sameBytes(d, data) {
+			copy(d, data)
+		}
+	}
+}
+
+// nvlsWorker runs one channel's NVLS share of a call on one goroutine.
+type nvlsWorker struct {
+	w      waiter
+	g      *nvlsGroup
+	cl     *call
+	ch     int
+	lo, hi int
+	stats  ChannelStats
+	err    error
+}
+
+// nvlsCheck returns the error of an NVLS plan that NCCL would not run (see the facts above):
+// ErrInvalid, the same on every rank.
+func (c *Comm) nvlsCheck(coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, proto costmodel.Proto) error {
+	switch {
+	case coll != costmodel.AllReduce && coll != costmodel.AllGather && coll != costmodel.ReduceScatter:
+		return fmt.Errorf("%w: NVLS for %v (NCCL runs it for AllReduce, AllGather and ReduceScatter)", ErrInvalid, coll)
+	case proto != costmodel.Simple:
+		return fmt.Errorf("%w: NVLS with %v (NCCL runs NVLS with Simple only)", ErrInvalid, proto)
+	case c.n < 2:
+		return fmt.Errorf("%w: NVLS on %d rank (it needs at least 2)", ErrInvalid, c.n)
+	case c.cfg.RanksPerNode != c.n:
+		return fmt.Errorf("%w: NVLS across %d virtual nodes of %d ranks (NVLS runs in one node; across nodes NCCL needs CollNet or NVLS_TREE)",
+			ErrInvalid, divUp(c.n, c.cfg.RanksPerNode), c.cfg.RanksPerNode)
+	case coll != costmodel.AllReduce && c.n > 32:
+		return fmt.Errorf("%w: NVLS %v on %d local ranks (NCCL allows at most 32)", ErrInvalid, coll, c.n)
+	case coll != costmodel.AllGather && !nvlsOpOK(dt, op):
+		return fmt.Errorf("%w: NVLS %v with %v %v (the switch reduces sum and min/max of 32- and 64-bit integers, float16 and bfloat16, and sum of float32 and float64)",
+			ErrInvalid, coll, dt, op)
+	}
+	return nil
+}
+
+// nvlsOpOK is NCCL's ncclNvlsSupported: which op and dtype the switch reduces.
+func nvlsOpOK(dt kernels.Dtype, op kernels.Op) bool {
+	switch dt {
+	case kernels.Int32, kernels.Uint32, kernels.Int64, kernels.Uint64, kernels.Float16, kernels.Bfloat16:
+		return op == kernels.Sum || op == kernels.Min || op == kernels.Max
+	case kernels.Float32, kernels.Float64:
+		return op == kernels.Sum
+	}
+	return false
+}
+
+// nvlsChunk is NCCL's NVLS chunk for a call of nBytes (the model byte count): the step, shrunk for small calls as calcCollChunking shrinks nvlsChunkSize. planned, when positive,
+// is the planner's chunk (capped at the step).
+func (c *Comm) nvlsChunk(nBytes, planned int64) int64 {
+	step := int64(c.nvlsStepBytes())
+	if planned > 0 {
+		return min(planned, step)
+	}
+	chunk := step
+	ops := int64(c.n) // nChannels is the work piece's, 1 per part (reference §10)
+	for _, s := range []struct{ mul, to int64 }{{64, 64 << 10}, {8, 32 << 10}, {2, 16 << 10}} {
+		if nBytes < s.mul*ops*chunk && chunk > s.to {
+			chunk = s.to
+		}
+	}
+	return chunk
+}
+
+// nvlsGroupFor returns channel ch's multicast object, mapping its region on first use.
+func (c *Comm) nvlsGroupFor(ch int) (*nvlsGroup, error) {
+	for len(c.nvls) <= ch {
+		c.nvls = append(c.nvls, nil)
+	}
+	if g := c.nvls[ch]; g != nil {
+		return g, nil
+	}
+	l := NVLSLayout{Members: c.n, StepBytes: c.nvlsStepBytes()}
+	name := NVLSRegion(0, ch)
+	size := l.Size()
+	r, err := c.tr.Region(name, size)
+	if err == nil {
+		err = checkRegion(r, name, size)
+	}
+	if err == nil {
+		err = claimLayout(r, name, l.word())
+	}
+	if err != nil {
+		return nil, err
+	}
+	g := newNVLSGroup(r, l, c.rank)
+	c.nvls[ch] = g
+	return g, nil
+}
+
+// executeNVLS is execute for an NVLS call: one worker per channel (contiguous element ranges, as
+// for the other algorithms), the first on the calling goroutine.
+func (c *Comm) executeNVLS(w *waiter, cl *call) error {
+	total := cl.count
+	nc := cl.plan.Channels
+	per := roundUp(divUp(total, nc), alignElems(cl.es))
+	tasks := c.nvlsRun[:0]
+	for ch := 0; ch < nc; ch++ {
+		lo := ch * per
+		if lo >= total {
+			break
+		}
+		g, err := c.nvlsGroupFor(ch)
+		if err != nil {
+			c.setAbort(abortInternal)
+			return err
+		}
+		for len(c.nvlsWks) <= ch {
+			c.nvlsWks = append(c.nvlsWks, &nvlsWorker{})
+		}
+		wk := c.nvlsWks[ch]
+		*wk = nvlsWorker{w: *w, g: g, cl: cl, ch: ch, lo: lo, hi: min(total, lo+per)}
+		wk.w.bulk = cl.count*cl.es >= bulkBytes
+		tasks = append(tasks, wk)
+	}
+	c.nvlsRun = tasks
+	spin := c.spinFits(len(tasks))
+	for _, wk := range tasks {
+		wk.w.spin, wk.w.shared = spin, len(tasks) > 1
+	}
+	tasks[0].w.agree = true
+	wg := &c.wg
+	wg.Add(len(tasks) - 1)
+	for _, wk := range tasks[1:] {
+		go wk.runJob(wg)
+	}
+	tasks[0].runJob(nil)
+	var agreeErr error
+	if tasks[0].err == nil {
+		agreeErr = c.agreeWait(&tasks[0].w)
+	}
+	wg.Wait()
+
+	c.statsMu.Lock()
+	for _, wk := range tasks {
+		for len(c.stats) <= wk.ch {
+			c.stats = append(c.stats, ChannelStats{})
+		}
+		c.stats[wk.ch].add(wk.stats)
+	}
+	c.statsMu.Unlock()
+
+	if agreeErr != nil {
+		return agreeErr
+	}
+	var abortE error
+	for _, wk := range tasks {
+		switch {
+		case wk.err == nil:
+		case isAbort(wk.err):
+			abortE = wk.err
+		default:
+			return wk.err
+		}
+	}
+	return abortE
+}
+
+func (wk *nvlsWorker) runJob(wg *sync.WaitGroup) {
+	wk.err = wk.run()
+	if wg != nil {
+		wg.Done()
+	}
+}
+
+// The phases of a step. AllReduce: scatter, reduce (ldReduce and st of this rank's share),
+// gather. AllGather: st (this rank's chunk), gather. ReduceScatter: scatter, ldReduce (this
+// rank's block, into the output). What each phase of step s waits for, and publishes (every
+// counter holds s+1 once its phase of step s is done, across calls whatever the collective):
+//
+//	scatter   every member's reduced >= s-7 (their ldReduce of s-8 read this rank's up slot)
+//	          publishes posted
+//	reduce    every member's posted >= s+1 (the step's inputs are in) and done >= s-7 (its
+//	          gather of s-8 left the down slot that st writes); publishes reduced
+//	st (AG)   every member's done >= s-7; publishes posted and reduced
+//	gather    every member's reduced >= s+1 (every share is in); publishes done
+//	ldReduce  every member's posted >= s+1; publishes reduced and done (RS)
+const (
+	phScatter = iota
+	phReduce
+	phSt
+	phGather
+	phLdReduce
+)
+
+// nvlsPhases are the phases of AllReduce, AllGather and ReduceScatter, upstream first.
+var nvlsPhases = [...][]uint8{{phScatter, phReduce, phGather}, {phSt, phGather}, {phScatter, phLdReduce}}
+
+// run pipelines the call's steps through its phases on one goroutine, as NCCL's runNvls runs them
+// in separate warps: each round it runs, upstream first, every phase whose step is ready (a phase
+// never passes the one before it), so a rank scatters up to NCCL_STEPS steps ahead while it waits
+// for the others' shares. When no phase can move it idles as every wait does (wait.go: backoff,
+// abort, Close, context and watchdog), naming the member it last found behind.
+func (wk *nvlsWorker) run() error {
+	ph := nvlsPhases[0]
+	switch wk.cl.coll {
+	case costmodel.AllGather:
+		ph = nvlsPhases[1]
+	case costmodel.ReduceScatter:
+		ph = nvlsPhases[2]
+	}
+	g := wk.g
+	per := wk.cl.plan.chunkElems
+	if wk.cl.coll == costmodel.AllReduce {
+		per *= g.l.Members
+	}
+	steps := uint64(divUp(wk.hi-wk.lo, per))
+	base := g.step
+	var next [3]uint64 // per phase: the next step (from base)
+	last := len(ph) - 1
+	for i := 0; next[last] < steps; {
+		moved := false
+		peer := -1
+		for p, kind := range ph {
+			limit := steps
+			if p > 0 {
+				limit = next[p-1]
+			}
+			if next[p] >= limit {
+				continue
+			}
+			s := base + next[p]
+			if m := wk.blocked(kind, s); m >= 0 {
+				peer = m
+				continue
+			}
+			wk.act(kind, s, int(next[p]))
+			next[p]++
+			moved = true
+		}
+		if moved {
+			i = 0
+			continue
+		}
+		if err := wk.w.idle(i, peer); err != nil {
+			return err
+		}
+		i++
+	}
+	g.step = base + steps
+	return nil
+}
+
+// behind returns a member whose counter is below v, or -1 when none is.
+func behind(ctr []*uint64, v uint64) int {
+	for m, p := range ctr {
+		if atomic.LoadUint64(p) < v {
+			return m
+		}
+	}
+	return -1
+}
+
+// blocked returns a member that phase kind of step s waits for, or -1 when it may run.
+func (wk *nvlsWorker) blocked(kind uint8, s uint64) int {
+	g := wk.g
+	var free uint64 // the counters' value that frees slot s: s-7, or 0 for the first 8 steps
+	if s >= NCCLSteps {
+		free = s - NCCLSteps + 1
+	}
+	switch kind {
+	case phScatter:
+		return behind(g.reduced, free)
+	case phReduce:
+		if m := behind(g.posted, s+1); m >= 0 {
+			return m
+		}
+		return behind(g.done, free)
+	case phSt:
+		return behind(g.done, free)
+	case phGather:
+		return behind(g.reduced, s+1)
+	}
+	return behind(g.posted, s+1) // phLdReduce
+}
+
+// act runs phase kind of step s, the i-th step of the call on this channel.
+func (wk *nvlsWorker) act(kind uint8, s uint64, i int) {
+	cl, g := wk.cl, wk.g
+	n, es, me, S := g.l.Members, cl.es, g.me, g.l.StepBytes
+	ce := cl.plan.chunkElems
+	me64 := s + 1
+	if cl.coll == costmodel.AllReduce {
+		// Step i is up to n shares of ce elements from off; share h at h*S of the slot.
+		off := wk.lo + i*n*ce
+		rem := min(wk.hi-off, n*ce)
+		share := ce
+		if rem < n*ce {
+			share = min(roundUp(divUp(rem, n), alignElems(es)), ce)
+		}
+		switch kind {
+		case phScatter:
+			in := span(cl.send, off, rem, es)
+			for h := 0; h*share < rem; h++ {
+				e0, e1 := h*share, min((h+1)*share, rem)
+				copy(g.slotAt(s, me, false, h*S, (e1-e0)*es), in[e0*es:e1*es])
+			}
+			storeRelease(g.posted[me], me64)
+		case phReduce:
+			if e0 := me * share; e0 < rem {
+				e1 := min(e0+share, rem)
+				mine := g.slotAt(s, me, true, me*S, (e1-e0)*es)
+				g.ldReduce(cl.red, s, mine, me*S)
+				g.st(s, mine, me*S)
+				wk.stats.LdReduceBytes += uint64(len(mine))
+				wk.stats.StBytes += uint64(len(mine))
+			}
+			storeRelease(g.reduced[me], me64)
+		default: // phGather
+			out := span(cl.recv, off, rem, es)
+			for h := 0; h*share < rem; h++ {
+				e0, e1 := h*share, min((h+1)*share, rem)
+				copy(out[e0*es:e1*es], g.slotAt(s, me, true, h*S, (e1-e0)*es))
+			}
+			storeRelease(g.done[me], me64)
+		}
+		return
+	}
+	// AllGather and ReduceScatter: step i is ce elements at e0 of every block; block h is share h.
+	count := cl.count
+	e0 := wk.lo + i*ce
+	nel := min(ce, wk.hi-e0)
+	nb := nel * es
+	switch kind {
+	case phSt:
+		g.st(s, span(cl.send, e0, nel, es), me*S)
+		wk.stats.StBytes += uint64(nb)
+		storeRelease(g.posted[me], me64)
+		storeRelease(g.reduced[me], me64)
+	case phGather:
+		for h := 0; h < n; h++ {
+			if h != me || !cl.inPlace {
+				copy(span(cl.recv, h*count+e0, nel, es), g.slotAt(s, me, true, h*S, nb))
+			}
+		}
+		storeRelease(g.done[me], me64)
+	case phScatter:
+		for h := 0; h < n; h++ {
+			copy(g.slotAt(s, me, false, h*S, nb), span(cl.send, h*count+e0, nel, es))
+		}
+		storeRelease(g.posted[me], me64)
+	default: // phLdReduce
+		g.ldReduce(cl.red, s, span(cl.recv, e0, nel, es), me*S)
+		wk.stats.LdReduceBytes += uint64(nb)
+		storeRelease(g.reduced[me], me64)
+		storeRelease(g.done[me], me64)
+	}
+}

@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"context"
 	"encoding/binary"
+	"errors"
 	"math"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/kernels"
+	"github.com/collplan/collplan/planner"
 )
 
 // TestNVLSTreeAllReduceRuns is the regression test of issue 13 item 2: an NVLSTree-pinned
@@ -172,4 +175,98 @@ func TestNVLSTreeBytes(t *testing.T) {
 		}
 	}
 	checkNVLSTreeConns(t, comms, false)
+}
+
+// TestNVLSTreeChunk checks the NVLS_TREE chunk against calcCollChunking's rule worked by hand
+// (reference §10): chunk = min(step, 64 KiB on 4+ nodes), then 256K, 128K, 64K and 32K when
+// nBytes < 32, 16, 4 and 1 times ops*chunk, ops = nHeads = RanksPerNode (one channel per work
+// piece), each only while the chunk is larger.
+//   - 2 nodes of 2, NVLSChunk 512 KiB (the step: a default Simple slot is 512 KiB too), ops = 2:
+//     32 MiB stays 512K (not < 32*2*512K = 32M); 16 MiB < 32M gives 256K, not < 16*2*256K = 8M;
+//     4 MiB < 8M gives 128K, not < 4*2*128K = 1M; 512 KiB < 1M gives 64K, not < 1*2*64K = 128K;
+//     64 KiB < 128K gives 32K.
+//   - 4 nodes of 2, the default 128 KiB step, capped at 64K: 1 MiB and 128 KiB stay 64K (the
+//     thresholds above 64K do not apply; 128K is not < 1*2*64K); 64 KiB gives 32K.
+//   - a planned chunk is kept (capped at the step).
+func TestNVLSTreeChunk(t *testing.T) {
+	for _, tc := range []struct {
+		n, rpn int
+		nvls   int64
+		bytes  int
+		want   int64
+	}{
+		{4, 2, 512 << 10, 32 << 20, 512 << 10},
+		{4, 2, 512 << 10, 16 << 20, 256 << 10},
+		{4, 2, 512 << 10, 4 << 20, 128 << 10},
+		{4, 2, 512 << 10, 512 << 10, 64 << 10},
+		{4, 2, 512 << 10, 64 << 10, 32 << 10},
+		{8, 2, 0, 1 << 20, 64 << 10},
+		{8, 2, 0, 128 << 10, 64 << 10},
+		{8, 2, 0, 64 << 10, 32 << 10},
+	} {
+		cfg := Config{RanksPerNode: tc.rpn, Override: Pin(costmodel.NVLSTree, costmodel.Simple)}
+		cfg.Buffers.NVLSChunk = tc.nvls
+		comms, err := NewInProcess(tc.n, cfg)
+		require.NoError(t, err)
+		p, err := comms[0].resolve(costmodel.AllReduce, kernels.Float32, kernels.Sum, tc.bytes/4)
+		closeAll(comms)
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, p.ChunkBytes, "n %d rpn %d NVLSChunk %d, %d bytes", tc.n, tc.rpn, tc.nvls, tc.bytes)
+		assert.Equal(t, int(tc.want)/4, p.chunkElems)
+	}
+	planned := func(costmodel.Coll, int64) planner.Decision {
+		return planner.Decision{Algo: costmodel.NVLSTree, Proto: costmodel.Simple, Channels: 2, ChunkBytes: 48 << 10}
+	}
+	pc, err := NewInProcess(4, Config{RanksPerNode: 2, Plan: planned})
+	require.NoError(t, err)
+	defer closeAll(pc)
+	p, err := pc[0].resolve(costmodel.AllReduce, kernels.Float32, kernels.Sum, 1<<20)
+	require.NoError(t, err)
+	assert.Equal(t, int64(48<<10), p.ChunkBytes, "the plan's chunk")
+}
+
+// TestNVLSTreeFailures: NVLS_TREE's waits (on the multicast objects' counters and on the tree
+// connections) are the engine's: a rank that never joins is found by the watchdog, every live
+// rank naming it, whichever member or tree peer it waited for; and cancelling every rank in the
+// middle of a long call (tiny buffers) returns promptly on every rank with an error.
+func TestNVLSTreeFailures(t *testing.T) {
+	const n, rpn = 6, 2
+	t.Run("watchdog", func(t *testing.T) {
+		const absent = 3
+		cfg := Config{Buffers: tinyBuffers(), RanksPerNode: rpn, Timeout: 300 * time.Millisecond, Override: Pin(costmodel.NVLSTree, costmodel.Simple)}
+		comms, err := NewInProcess(n, cfg)
+		require.NoError(t, err)
+		defer closeAll(comms)
+		live := append(append([]*Comm(nil), comms[:absent]...), comms[absent+1:]...)
+		errs := runRanks(t, live, 10*time.Second, func(_ int, c *Comm) error {
+			b := make([]byte, 4096)
+			return c.AllReduce(bg, b, b, 1024, kernels.Float32, kernels.Sum)
+		})
+		for i, err := range errs {
+			var ae *AbortError
+			require.ErrorAs(t, err, &ae, "live rank %d", live[i].Rank())
+			assert.Equal(t, absent, ae.Rank, "rank %d: %v", live[i].Rank(), err)
+			assert.True(t, ae.Lost)
+		}
+	})
+	t.Run("cancel", func(t *testing.T) {
+		cfg := Config{Buffers: tinyBuffers(), RanksPerNode: rpn, Override: Pin(costmodel.NVLSTree, costmodel.Simple)}
+		cfg.Override.Channels = 3
+		comms, err := NewInProcess(n, cfg)
+		require.NoError(t, err)
+		defer closeAll(comms)
+		ctx, cancel := context.WithCancel(bg)
+		time.AfterFunc(20*time.Millisecond, cancel)
+		const count = 1 << 22 // far more than 20 ms of work through 64-byte steps
+		start := time.Now()
+		errs := runRanks(t, comms, 10*time.Second, func(r int, c *Comm) error {
+			b := make([]byte, count*4)
+			return c.AllReduce(ctx, b, b, count, kernels.Float32, kernels.Sum)
+		})
+		for r, err := range errs {
+			require.Error(t, err, "rank %d", r)
+			assert.True(t, errors.Is(err, context.Canceled) || errors.Is(err, ErrAborted), "rank %d: %v", r, err)
+		}
+		assert.Less(t, time.Since(start), 5*time.Second)
+	})
 }

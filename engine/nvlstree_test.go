@@ -270,3 +270,51 @@ func TestNVLSTreeFailures(t *testing.T) {
 		assert.Less(t, time.Since(start), 5*time.Second)
 	})
 }
+
+// TestNVLSTreeSequence runs a sequence of AllReduce calls on one communicator of 6 ranks in 3
+// nodes of 2: NVLS_TREE on 1-3 channels interleaved with Tree (whose node heads, local rank 0,
+// share the tree connections of NVLS_TREE's head 0) and Ring, so the multicast objects' and
+// the connections' step counters carry on across calls and algorithms. Values (int32, hand
+// derivation): rank r's element i is 1000r+i, summed over n ranks n*i+1000n(n-1)/2.
+func TestNVLSTreeSequence(t *testing.T) {
+	const n = 6
+	comms, err := NewInProcess(n, Config{Buffers: tinyBuffers(), RanksPerNode: 2})
+	require.NoError(t, err)
+	defer closeAll(comms)
+	le := binary.LittleEndian
+	seq := []struct {
+		algo  costmodel.Algo
+		ch    int
+		count int
+	}{
+		{costmodel.NVLSTree, 2, 3001},
+		{costmodel.Tree, 2, 777},
+		{costmodel.NVLSTree, 1, 17},
+		{costmodel.Ring, 3, 500},
+		{costmodel.NVLSTree, 3, 4000},
+		{costmodel.Tree, 3, 1234},
+		{costmodel.NVLSTree, 2, 5},
+		{costmodel.NVLSTree, 3, 9999},
+	}
+	for k, sc := range seq {
+		o := Pin(sc.algo, costmodel.Simple)
+		o.Channels = sc.ch
+		outs := make([][]byte, n)
+		errs := runRanks(t, comms, 10*time.Second, func(r int, c *Comm) error {
+			c.SetOverride(o)
+			outs[r] = make([]byte, 4*sc.count)
+			for i := 0; i < sc.count; i++ {
+				le.PutUint32(outs[r][4*i:], uint32(1000*r+i))
+			}
+			return c.AllReduce(bg, outs[r], outs[r], sc.count, kernels.Int32, kernels.Sum)
+		})
+		for r := 0; r < n; r++ {
+			require.NoError(t, errs[r], "call %d rank %d", k, r)
+			for i := 0; i < sc.count; i++ {
+				if got, want := int(int32(le.Uint32(outs[r][4*i:]))), n*i+1000*n*(n-1)/2; got != want {
+					t.Fatalf("call %d (%v, %d channels) rank %d element %d: %d, want %d", k, sc.algo, sc.ch, r, i, got, want)
+				}
+			}
+		}
+	}
+}

@@ -16,14 +16,15 @@ import (
 //     input into its up buffer of the node's multicast object, and gathers the whole step out of
 //     its down buffer;
 //   - every rank of a node is a head (nHeads = localRanks), and head h owns share h of every step
-//     in every channel: its reduce warps ld_reduce share h across the node (the multicast object is
-//     treeDown[1]), add the partial sums of share h received from its tree children, and send the
-//     result to its tree parent; its broadcast warps receive the final share from the parent, st
-//     it into every member's down buffer (multimem.st) and send it on to the children. At the
-//     root the reduce warps st the sum and send it down themselves. So the tree work is spread
-//     over the node's ranks by share, not given to one rank per node;
+//     in every channel (the kernel's offset + headRank*chunkSize): its reduce warps ld_reduce
+//     share h across the node (the multicast object is treeDown[0]), add the partial sums of
+//     share h received from its tree children, and send the result to its tree parent; its
+//     broadcast warps receive the final share from the parent, st it into every member's down
+//     buffer (multimem.st) and send it on to the children. At the root the reduce warps st the
+//     sum and send it down themselves. So the tree work is spread over the node's ranks by
+//     share, not given to one rank per node;
 //   - the tree of head h is the double binary tree over the nodes (ncclGetDtree) whose vertex for
-//     node k is node k's head h (connectNvls: treeUp = heads[parent], treeDown[0] and [2] =
+//     node k is node k's head h (connectNvls: treeUp = heads[parent], treeDown[1] and [2] =
 //     heads[children]); channel c runs on tree c%2;
 //   - legality: AllReduce only, Simple only, more than one node (NVLS_TREE is disabled at
 //     nNodes == 1), and NVLS's op/dtype rules (ncclNvlsSupported); nodes of equal size, here

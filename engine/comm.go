@@ -40,16 +40,17 @@ type Comm struct {
 	ringIx []int
 	tree   [2][]capabilities.TreeLinks
 
-	eps     map[epKey]*endpoint
-	ringEps [][2]*endpoint // per channel: the ring's receive and send endpoints, once mapped
-	pats    []*patRun      // per channel: PAT's endpoints and state, made by the first PAT call (pat.go)
-	workers [][2]*worker   // per channel: role 0 (ring, tree root, tree reduce-up), role 1 (tree broadcast-down)
-	nvls    []*nvlsGroup   // per channel: the multicast object of NVLS calls, once mapped (nvls.go)
-	nvlsWks []*nvlsWorker  // per channel: the NVLS worker
-	nvlsRun []*nvlsWorker  // the NVLS workers of the current call
-	tasks   []*worker      // the workers of the current call
-	cur     call           // the current call (kept here so that a call allocates nothing)
-	wg      sync.WaitGroup // the current call's extra workers
+	eps      map[epKey]*endpoint
+	ringEps  [][2]*endpoint   // per channel: the ring's receive and send endpoints, once mapped
+	pats     []*patRun        // per channel: PAT's endpoints and state, made by the first PAT call (pat.go)
+	workers  [][2]*worker     // per channel: role 0 (ring, tree root, tree reduce-up), role 1 (tree broadcast-down)
+	nvls     []*nvlsGroup     // per channel: the multicast object of NVLS calls, once mapped (nvls.go)
+	nvlsWks  []*nvlsWorker    // per channel: the NVLS worker
+	nvlsRun  []*nvlsWorker    // the NVLS workers of the current call
+	nvlsTree []*nvlsTreeLinks // per channel: the NVLS_TREE connections, once mapped (nvlstree.go)
+	tasks    []*worker        // the workers of the current call
+	cur      call             // the current call (kept here so that a call allocates nothing)
+	wg       sync.WaitGroup   // the current call's extra workers
 
 	callMu    sync.Mutex // one call at a time; held by Close while it tears down
 	closed    atomic.Bool
@@ -595,7 +596,7 @@ func (c *Comm) worker(w *waiter, cl *call, ch, role int) *worker {
 // does), sets up each channel's connections and workers, and runs every worker on its own
 // goroutine (the first on the calling one).
 func (c *Comm) execute(w *waiter, cl *call) error {
-	if cl.plan.Algo == costmodel.NVLS {
+	if cl.plan.Algo == costmodel.NVLS || cl.plan.Algo == costmodel.NVLSTree {
 		return c.executeNVLS(w, cl)
 	}
 	total := cl.count

@@ -91,13 +91,27 @@
 // phases (NCCL runs them in separate warps): it runs whichever phase's next step is ready, so a
 // rank scatters up to NCCL_STEPS steps ahead while it waits for the others' shares.
 //
+// NVLS_TREE, for AllReduce with Simple on 2 or more virtual nodes of the same size, at least 2
+// ranks each (nvlstree.go), as NCCL's NVLS_TREE kernel and connectNvls compose them: NVLS inside
+// each node (a multicast object per node and channel, "nvls/NODE/CH"; every rank scatters each
+// step's shares and gathers the step) and NCCL's double binary tree between the nodes. Every rank
+// of a node is a head and owns its share of every step, as NCCL's nHeads = localRanks: head h
+// ld_reduces share h across its node, adds the partial sums of share h from its tree children,
+// and sends the result to its tree parent; the final share comes back down, and head h st's it
+// into every member's down buffer and sends it on to its children (at the root the sum turns
+// around in one phase). The tree of head h joins the local ranks h of the nodes, over
+// capabilities.Dtree (even channels tree 0, odd channels tree 1), with ordinary Simple
+// connections, one share per FIFO step; no connection inside a node carries a byte. The tree
+// phases join the NVLS worker's pipeline on its goroutine, each running only when its counters
+// and connections are ready.
+//
 // # Plans
 //
 // Each call's plan comes from Config.Plan (a function of collective and model byte count), else
 // the first matching Config.Tables (compiled planner.DecisionTables), else Ring/Simple on
 // Config.Channels; Config.Override (or SetOverride) pins the algorithm, protocol or channel count.
-// NVLSTree and CollNet, and Tree outside AllReduce, are refused with ErrNotImplemented ("not
-// implemented in the engine") on every rank. PAT where NCCL would not run it (a collective other
+// CollNet, and Tree outside AllReduce, are refused with ErrNotImplemented ("not implemented in
+// the engine") on every rank. PAT where NCCL would not run it (a collective other
 // than AllGather and ReduceScatter, more than one rank per node, LL or LL128, ReduceScatter with avg
 // or PreMulSum) is ErrInvalid on every rank; a PAT chunk is NCCL's (the Simple slot, halved while
 // chunk*channels*32, or 16 for ReduceScatter, exceeds the model bytes, floor 64 KiB) and is also its
@@ -107,7 +121,11 @@
 // and, except for AllGather, an op/dtype the switch does not reduce (NCCL's ncclNvlsSupported: sum or
 // min/max on int32, uint32, int64, uint64, float16 and bfloat16, sum only on float32 and float64;
 // never int8, uint8, fp8, prod, avg or PreMulSum). Its chunk is NCCL's NVLS chunk, shrunk for small
-// calls as calcCollChunking does.
+// calls as calcCollChunking does. An NVLS_TREE plan NCCL would not run is ErrInvalid on every
+// rank: a collective other than AllReduce; LL or LL128; one virtual node, nodes of one rank, or
+// nodes of different sizes (RanksPerNode not dividing n); an op/dtype the switch does not reduce
+// (NVLS's rule). Its chunk is NCCL's NVLS_TREE chunk: the NVLS step, at most 64 KiB on 4 or more
+// nodes, shrunk to 256, 128, 64 and 32 KiB below 32, 16, 4 and 1 times RanksPerNode chunks.
 //
 // # Failures
 //

@@ -384,9 +384,10 @@ func runMatrixCase(t *testing.T, m matrixCase) {
 	n, dt, op, coll := m.n, m.do.dt, m.do.op, m.ca.coll
 	es := dt.Size()
 	count := matrixCount(m, int(comms[0].slotPayload(m.proto)))
-	if m.ca.algo == costmodel.NVLS && coll == costmodel.AllReduce && m.size == sizeWrap {
-		// An NVLS AllReduce step carries n chunks (one per head): n times the bytes for as many steps.
-		count = (32*n*comms[0].nvlsStepBytes()*m.channels)/es + 37
+	if (m.ca.algo == costmodel.NVLS || m.ca.algo == costmodel.NVLSTree) && coll == costmodel.AllReduce && m.size == sizeWrap {
+		// An NVLS (NVLS_TREE) AllReduce step carries a chunk per head, the node's ranks: that many
+		// times the bytes for as many steps.
+		count = (32*comms[0].topo.rpn*comms[0].nvlsStepBytes()*m.channels)/es + 37
 	}
 	root := m.root()
 	reduces := coll == costmodel.AllReduce || coll == costmodel.ReduceScatter || coll == costmodel.Reduce
@@ -453,7 +454,10 @@ func runMatrixCase(t *testing.T, m matrixCase) {
 				}
 			}
 		}
-	} else if m.size == sizeWrap && n > 1 {
+	} else if m.ca.algo == costmodel.NVLSTree {
+		checkNVLSTreeConns(t, comms, m.size == sizeWrap)
+	}
+	if m.ca.algo != costmodel.NVLS && m.size == sizeWrap && n > 1 {
 		used := 0
 		for _, c := range comms {
 			for k, e := range c.eps {

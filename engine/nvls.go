@@ -126,7 +126,8 @@ func (c *Comm) nvlsStepBytes() int {
 // nvlsGroup is this rank's view of one channel's multicast object.
 type nvlsGroup struct {
 	l       NVLSLayout
-	me      int
+	me      int       // this rank's member index (its local rank in the node)
+	rank0   int       // the rank of member 0
 	up, dn  [][]byte  // per member: the whole up and down buffers
 	posted  []*uint64 // per member
 	reduced []*uint64
@@ -134,8 +135,8 @@ type nvlsGroup struct {
 	step    uint64 // this rank's next step (the same on every member)
 }
 
-func newNVLSGroup(r []byte, l NVLSLayout, me int) *nvlsGroup {
-	g := &nvlsGroup{l: l, me: me}
+func newNVLSGroup(r []byte, l NVLSLayout, me, rank0 int) *nvlsGroup {
+	g := &nvlsGroup{l: l, me: me, rank0: rank0}
 	for m := 0; m < l.Members; m++ {
 		g.up = append(g.up, r[l.UpOffset(m):l.UpOffset(m)+l.BufferBytes()])
 		g.dn = append(g.dn, r[l.DownOffset(m):l.DownOffset(m)+l.BufferBytes()])
@@ -189,6 +190,7 @@ type nvlsWorker struct {
 	cl     *call
 	ch     int
 	lo, hi int
+	tree   *nvlsTreeLinks // NVLS_TREE (nvlstree.go): this rank's tree connections on the channel
 	stats  ChannelStats
 	err    error
 }
@@ -243,7 +245,8 @@ func (c *Comm) nvlsChunk(nBytes, planned int64) int64 {
 	return chunk
 }
 
-// nvlsGroupFor returns channel ch's multicast object, mapping its region on first use.
+// nvlsGroupFor returns channel ch's multicast object of this rank's virtual node, mapping its
+// region on first use. (NVLS runs in one node of every rank; NVLS_TREE in each of several.)
 func (c *Comm) nvlsGroupFor(ch int) (*nvlsGroup, error) {
 	for len(c.nvls) <= ch {
 		c.nvls = append(c.nvls, nil)
@@ -251,8 +254,10 @@ func (c *Comm) nvlsGroupFor(ch int) (*nvlsGroup, error) {
 	if g := c.nvls[ch]; g != nil {
 		return g, nil
 	}
-	l := NVLSLayout{Members: c.n, StepBytes: c.nvlsStepBytes()}
-	name := NVLSRegion(0, ch)
+	rpn := c.topo.rpn
+	node := c.rank / rpn
+	l := NVLSLayout{Members: rpn, StepBytes: c.nvlsStepBytes()}
+	name := NVLSRegion(node, ch)
 	size := l.Size()
 	r, err := c.tr.Region(name, size)
 	if err == nil {
@@ -264,13 +269,13 @@ func (c *Comm) nvlsGroupFor(ch int) (*nvlsGroup, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := newNVLSGroup(r, l, c.rank)
+	g := newNVLSGroup(r, l, c.rank-node*rpn, node*rpn)
 	c.nvls[ch] = g
 	return g, nil
 }
 
-// executeNVLS is execute for an NVLS call: one worker per channel (contiguous element ranges, as
-// for the other algorithms), the first on the calling goroutine.
+// executeNVLS is execute for an NVLS or NVLS_TREE call: one worker per channel (contiguous
+// element ranges, as for the other algorithms), the first on the calling goroutine.
 func (c *Comm) executeNVLS(w *waiter, cl *call) error {
 	total := cl.count
 	nc := cl.plan.Channels
@@ -291,6 +296,12 @@ func (c *Comm) executeNVLS(w *waiter, cl *call) error {
 		}
 		wk := c.nvlsWks[ch]
 		*wk = nvlsWorker{w: *w, g: g, cl: cl, ch: ch, lo: lo, hi: min(total, lo+per)}
+		if cl.plan.Algo == costmodel.NVLSTree {
+			if wk.tree, err = c.nvlsTreeLinksFor(ch); err != nil {
+				c.setAbort(abortInternal)
+				return err
+			}
+		}
 		wk.w.bulk = cl.count*cl.es >= bulkBytes
 		tasks = append(tasks, wk)
 	}
@@ -356,16 +367,23 @@ func (wk *nvlsWorker) runJob(wg *sync.WaitGroup) {
 //	st (AG)   every member's done >= s-7; publishes posted and reduced
 //	gather    every member's reduced >= s+1 (every share is in); publishes done
 //	ldReduce  every member's posted >= s+1; publishes reduced and done (RS)
+//
+// NVLS_TREE AllReduce replaces reduce by tree-up and tree-down (nvlstree.go, which says what
+// they wait for).
 const (
 	phScatter = iota
 	phReduce
 	phSt
 	phGather
 	phLdReduce
+	phTreeUp
+	phTreeDown
 )
 
-// nvlsPhases are the phases of AllReduce, AllGather and ReduceScatter, upstream first.
-var nvlsPhases = [...][]uint8{{phScatter, phReduce, phGather}, {phSt, phGather}, {phScatter, phLdReduce}}
+// nvlsPhases are the phases of AllReduce, AllGather and ReduceScatter, upstream first, then
+// NVLS_TREE AllReduce's at a tree's root and elsewhere.
+var nvlsPhases = [...][]uint8{{phScatter, phReduce, phGather}, {phSt, phGather}, {phScatter, phLdReduce},
+	{phScatter, phTreeUp, phGather}, {phScatter, phTreeUp, phTreeDown, phGather}}
 
 // run pipelines the call's steps through its phases on one goroutine, as NCCL's runNvls runs them
 // in separate warps: each round it runs, upstream first, every phase whose step is ready (a phase
@@ -380,6 +398,12 @@ func (wk *nvlsWorker) run() error {
 	case costmodel.ReduceScatter:
 		ph = nvlsPhases[2]
 	}
+	if wk.tree != nil {
+		ph = nvlsPhases[3]
+		if wk.tree.toUp != nil {
+			ph = nvlsPhases[4]
+		}
+	}
 	g := wk.g
 	per := wk.cl.plan.chunkElems
 	if wk.cl.coll == costmodel.AllReduce {
@@ -387,7 +411,7 @@ func (wk *nvlsWorker) run() error {
 	}
 	steps := uint64(divUp(wk.hi-wk.lo, per))
 	base := g.step
-	var next [3]uint64 // per phase: the next step (from base)
+	var next [4]uint64 // per phase: the next step (from base)
 	last := len(ph) - 1
 	for i := 0; next[last] < steps; {
 		moved := false
@@ -401,7 +425,7 @@ func (wk *nvlsWorker) run() error {
 				continue
 			}
 			s := base + next[p]
-			if m := wk.blocked(kind, s); m >= 0 {
+			if m := wk.blocked(kind, s, int(next[p])); m >= 0 {
 				peer = m
 				continue
 			}
@@ -422,18 +446,19 @@ func (wk *nvlsWorker) run() error {
 	return nil
 }
 
-// behind returns a member whose counter is below v, or -1 when none is.
-func behind(ctr []*uint64, v uint64) int {
+// behind returns the rank of a member whose counter is below v, or -1 when none is.
+func (g *nvlsGroup) behind(ctr []*uint64, v uint64) int {
 	for m, p := range ctr {
 		if atomic.LoadUint64(p) < v {
-			return m
+			return g.rank0 + m
 		}
 	}
 	return -1
 }
 
-// blocked returns a member that phase kind of step s waits for, or -1 when it may run.
-func (wk *nvlsWorker) blocked(kind uint8, s uint64) int {
+// blocked returns the rank that phase kind of step s, the i-th step of the call on this channel,
+// waits for, or -1 when it may run.
+func (wk *nvlsWorker) blocked(kind uint8, s uint64, i int) int {
 	g := wk.g
 	var free uint64 // the counters' value that frees slot s: s-7, or 0 for the first 8 steps
 	if s >= NCCLSteps {
@@ -441,18 +466,34 @@ func (wk *nvlsWorker) blocked(kind uint8, s uint64) int {
 	}
 	switch kind {
 	case phScatter:
-		return behind(g.reduced, free)
+		return g.behind(g.reduced, free)
 	case phReduce:
-		if m := behind(g.posted, s+1); m >= 0 {
+		if m := g.behind(g.posted, s+1); m >= 0 {
 			return m
 		}
-		return behind(g.done, free)
+		return g.behind(g.done, free)
 	case phSt:
-		return behind(g.done, free)
+		return g.behind(g.done, free)
 	case phGather:
-		return behind(g.reduced, s+1)
+		return g.behind(g.reduced, s+1)
+	case phTreeUp, phTreeDown:
+		return wk.treeBlocked(kind, s, i, free)
 	}
-	return behind(g.posted, s+1) // phLdReduce
+	return g.behind(g.posted, s+1) // phLdReduce
+}
+
+// arStep returns AllReduce's step i on this channel: rem elements from element off, in shares of
+// share elements (the last one shorter, or empty), share h at h*S of the slot. A full step is n
+// shares of a chunk; a shorter last step is cut into n aligned shares.
+func (wk *nvlsWorker) arStep(i int) (off, rem, share int) {
+	n, ce := wk.g.l.Members, wk.cl.plan.chunkElems
+	off = wk.lo + i*n*ce
+	rem = min(wk.hi-off, n*ce)
+	share = ce
+	if rem < n*ce {
+		share = min(roundUp(divUp(rem, n), alignElems(wk.cl.es)), ce)
+	}
+	return off, rem, share
 }
 
 // act runs phase kind of step s, the i-th step of the call on this channel.
@@ -462,13 +503,7 @@ func (wk *nvlsWorker) act(kind uint8, s uint64, i int) {
 	ce := cl.plan.chunkElems
 	me64 := s + 1
 	if cl.coll == costmodel.AllReduce {
-		// Step i is up to n shares of ce elements from off; share h at h*S of the slot.
-		off := wk.lo + i*n*ce
-		rem := min(wk.hi-off, n*ce)
-		share := ce
-		if rem < n*ce {
-			share = min(roundUp(divUp(rem, n), alignElems(es)), ce)
-		}
+		off, rem, share := wk.arStep(i)
 		switch kind {
 		case phScatter:
 			in := span(cl.send, off, rem, es)
@@ -487,6 +522,12 @@ func (wk *nvlsWorker) act(kind uint8, s uint64, i int) {
 				wk.stats.StBytes += uint64(len(mine))
 			}
 			storeRelease(g.reduced[me], me64)
+		case phTreeUp, phTreeDown:
+			nb := 0
+			if e0 := me * share; e0 < rem {
+				nb = (min(e0+share, rem) - e0) * es
+			}
+			wk.treeAct(kind, s, nb)
 		default: // phGather
 			out := span(cl.recv, off, rem, es)
 			for h := 0; h*share < rem; h++ {

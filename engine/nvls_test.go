@@ -105,16 +105,7 @@ func TestNVLSCoreProduct(t *testing.T) {
 // AllReduce afterwards succeeds.
 func TestNVLSInvalid(t *testing.T) {
 	f32, i8 := kernels.Float32, kernels.Int8
-	cases := []struct {
-		name  string
-		n     int
-		rpn   int
-		coll  costmodel.Coll
-		proto costmodel.Proto
-		dt    kernels.Dtype
-		op    kernels.Op
-		want  string
-	}{
+	cases := []invalidCase{
 		{"broadcast", 3, 0, costmodel.Broadcast, costmodel.Simple, f32, kernels.Sum, "NVLS for Broadcast"},
 		{"reduce", 3, 0, costmodel.Reduce, costmodel.Simple, f32, kernels.Sum, "NVLS for Reduce"},
 		{"LL", 3, 0, costmodel.AllReduce, costmodel.LL, f32, kernels.Sum, "Simple only"},
@@ -130,9 +121,30 @@ func TestNVLSInvalid(t *testing.T) {
 		{"fp8 sum", 2, 0, costmodel.AllReduce, costmodel.Simple, kernels.Fp8E4M3, kernels.Sum, "fp8e4m3 sum"},
 		{"premulsum", 3, 0, costmodel.AllReduce, costmodel.Simple, f32, kernels.PreMulSum, "float32 premulsum"},
 	}
+	runInvalidCases(t, costmodel.NVLS, cases)
+}
+
+// invalidCase is a call on n ranks in virtual nodes of rpn (0: one node) that the pinned
+// algorithm must refuse with ErrInvalid, with an error containing want.
+type invalidCase struct {
+	name  string
+	n     int
+	rpn   int
+	coll  costmodel.Coll
+	proto costmodel.Proto
+	dt    kernels.Dtype
+	op    kernels.Op
+	want  string
+}
+
+// runInvalidCases runs each case pinned to algo and proto: ErrInvalid on every rank (never a
+// hang), the same error, naming the reason; and the communicator stays usable (every rank rejected
+// the call): a Ring AllReduce afterwards succeeds.
+func runInvalidCases(t *testing.T, algo costmodel.Algo, cases []invalidCase) {
+	f32 := kernels.Float32
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			comms, err := NewInProcess(tc.n, Config{Buffers: tinyBuffers(), RanksPerNode: tc.rpn, Override: Pin(costmodel.NVLS, tc.proto)})
+			comms, err := NewInProcess(tc.n, Config{Buffers: tinyBuffers(), RanksPerNode: tc.rpn, Override: Pin(algo, tc.proto)})
 			require.NoError(t, err)
 			defer closeAll(comms)
 			const count = 10

@@ -194,6 +194,10 @@ func (c *Comm) resolve(coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, cou
 		if err := c.nvlsCheck(coll, dt, op, d.Proto); err != nil {
 			return plan{}, err
 		}
+	case d.Algo == costmodel.NVLSTree:
+		if err := c.nvlsTreeCheck(coll, dt, op, d.Proto); err != nil {
+			return plan{}, err
+		}
 	case d.Algo == costmodel.Tree:
 		return plan{}, fmt.Errorf("engine: %v for %v: %w (NCCL runs Tree for AllReduce only)", d.Algo, coll, ErrNotImplemented)
 	case d.Algo == costmodel.PAT:
@@ -214,9 +218,13 @@ func (c *Comm) resolve(coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, cou
 		return plan{}, fmt.Errorf("%w: protocol %d", ErrInvalid, int(d.Proto))
 	}
 	d.Channels = min(max(d.Channels, 1), MaxChannels)
-	if d.Algo == costmodel.NVLS {
-		// One step carries a chunk per head (nvls.go): the chunk is the step.
-		ce := max(1, int(c.nvlsChunk(nBytes, d.ChunkBytes))/es)
+	if d.Algo == costmodel.NVLS || d.Algo == costmodel.NVLSTree {
+		// One step carries a chunk per head (nvls.go, nvlstree.go): the chunk is the step.
+		chunk := c.nvlsChunk(nBytes, d.ChunkBytes)
+		if d.Algo == costmodel.NVLSTree {
+			chunk = c.nvlsTreeChunk(nBytes, d.ChunkBytes)
+		}
+		ce := max(1, int(chunk)/es)
 		d.ChunkBytes, d.SliceBytes = int64(ce*es), int64(ce*es)
 		return plan{Decision: d, chunkElems: ce, pieceElems: ce}, nil
 	}

@@ -125,7 +125,7 @@ func TestNotImplemented(t *testing.T) {
 		algo costmodel.Algo
 	}
 	var cases []tc
-	for _, a := range []costmodel.Algo{costmodel.NVLSTree, costmodel.CollNetDirect, costmodel.CollNetChain} {
+	for _, a := range []costmodel.Algo{costmodel.CollNetDirect, costmodel.CollNetChain} {
 		cases = append(cases, tc{costmodel.AllReduce, a}, tc{costmodel.AllGather, a})
 	}
 	cases = append(cases, tc{costmodel.AllGather, costmodel.Tree}, tc{costmodel.Broadcast, costmodel.Tree})

@@ -28,14 +28,15 @@ import (
 // The shared-memory tests run ranks and lock holders as processes: this test binary, re-run with
 // envShmHelper naming what to be (TestShmHelperProcess).
 const (
-	envShmHelper  = "COLLPLAN_SHM_HELPER"      // rank, hold or nsdriver
-	envShmGo      = "COLLPLAN_SHM_GO"          // rank: wait for this file after the first call, then finish
-	envShmLoop    = "COLLPLAN_SHM_LOOP"        // rank: call until the communicator fails
-	envShmBig     = "COLLPLAN_SHM_BIG"         // rank: NCCL's default buffers instead of tiny ones
-	envShmNVLS    = "COLLPLAN_SHM_NVLS"        // rank: pin NVLS/Simple, and report the traffic (NVLS line)
-	envShmOwner   = "COLLPLAN_SHM_OWNER"       // hold: create the job's lock first
-	envShmLastPid = "COLLPLAN_SHM_NS_LAST_PID" // nsdriver: where the namespace's pids start
-	helperLimit   = 60 * time.Second           // no helper waits longer for anything
+	envShmHelper   = "COLLPLAN_SHM_HELPER"      // rank, hold or nsdriver
+	envShmGo       = "COLLPLAN_SHM_GO"          // rank: wait for this file after the first call, then finish
+	envShmLoop     = "COLLPLAN_SHM_LOOP"        // rank: call until the communicator fails
+	envShmBig      = "COLLPLAN_SHM_BIG"         // rank: NCCL's default buffers instead of tiny ones
+	envShmNVLS     = "COLLPLAN_SHM_NVLS"        // rank: pin NVLS/Simple, and report the traffic (NVLS line)
+	envShmNVLSTree = "COLLPLAN_SHM_NVLSTREE"    // rank: pin NVLSTree/Simple in nodes of 2 ranks, and report the traffic (NVLS line)
+	envShmOwner    = "COLLPLAN_SHM_OWNER"       // hold: create the job's lock first
+	envShmLastPid  = "COLLPLAN_SHM_NS_LAST_PID" // nsdriver: where the namespace's pids start
+	helperLimit    = 60 * time.Second           // no helper waits longer for anything
 )
 
 // TestShmHelperProcess is a helper process of the shared-memory tests; it skips unless started as
@@ -107,6 +108,12 @@ func helperRank() (err error) {
 	nvls := os.Getenv(envShmNVLS) == "1"
 	if nvls {
 		cfg.Override = Pin(costmodel.NVLS, costmodel.Simple)
+		cfg.Override.Channels = 2
+	}
+	if os.Getenv(envShmNVLSTree) == "1" {
+		nvls = true
+		cfg.RanksPerNode = 2
+		cfg.Override = Pin(costmodel.NVLSTree, costmodel.Simple)
 		cfg.Override.Channels = 2
 	}
 	h, err := ConfigHash(env.Size, cfg)

@@ -200,7 +200,7 @@ func newFlags(name string) (*options, *flag.FlagSet) {
 	fs.IntVar(&o.rpn, "ranks-per-node", 0, "ranks per virtual node (0: one node)")
 	fs.StringVar(&o.transport, "transport", "shm", "shm (ranks are processes) or inproc (goroutines)")
 	fs.StringVar(&o.bindTo, "bind-to", "auto", "shm ranks on CPUs: auto (rank r on the (r mod c)-th of c CPUs when ranks outnumber them) or none")
-	fs.StringVar(&o.algo, "algo", "", "pin the algorithm (NCCL_ALGO; Ring, Tree for allreduce, PAT for allgather and reducescatter at --ranks-per-node 1 with Simple, NVLS for allreduce, allgather and reducescatter on one node with Simple)")
+	fs.StringVar(&o.algo, "algo", "", "pin the algorithm (NCCL_ALGO; Ring, Tree for allreduce, PAT for allgather and reducescatter at --ranks-per-node 1 with Simple, NVLS for allreduce, allgather and reducescatter on one node with Simple, NVLS_TREE for allreduce on 2+ equal nodes of 2+ ranks with Simple)")
 	fs.StringVar(&o.proto, "proto", "", "pin the protocol (NCCL_PROTO; LL, LL128, Simple)")
 	fs.IntVar(&o.channels, "channels", 0, "pin the channel count")
 	fs.BoolVar(&o.usePlan, "planner", true, "plan calls with the planner's DecisionTable for the cpu node table (unless pinned)")

@@ -197,19 +197,19 @@ type nvlsWorker struct {
 
 // nvlsCheck returns the error of an NVLS plan that NCCL would not run (see the facts above):
 // ErrInvalid, the same on every rank.
-func (c *Comm) nvlsCheck(coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, proto costmodel.Proto) error {
+func nvlsCheck(n, rpn int, coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, proto costmodel.Proto) error {
 	switch {
 	case coll != costmodel.AllReduce && coll != costmodel.AllGather && coll != costmodel.ReduceScatter:
 		return fmt.Errorf("%w: NVLS for %v (NCCL runs it for AllReduce, AllGather and ReduceScatter)", ErrInvalid, coll)
 	case proto != costmodel.Simple:
 		return fmt.Errorf("%w: NVLS with %v (NCCL runs NVLS with Simple only)", ErrInvalid, proto)
-	case c.n < 2:
-		return fmt.Errorf("%w: NVLS on %d rank (it needs at least 2)", ErrInvalid, c.n)
-	case c.cfg.RanksPerNode != c.n:
+	case n < 2:
+		return fmt.Errorf("%w: NVLS on %d rank (it needs at least 2)", ErrInvalid, n)
+	case rpn != n:
 		return fmt.Errorf("%w: NVLS across %d virtual nodes of %d ranks (NVLS runs in one node; across nodes NCCL needs CollNet or NVLS_TREE)",
-			ErrInvalid, divUp(c.n, c.cfg.RanksPerNode), c.cfg.RanksPerNode)
-	case coll != costmodel.AllReduce && c.n > 32:
-		return fmt.Errorf("%w: NVLS %v on %d local ranks (NCCL allows at most 32)", ErrInvalid, coll, c.n)
+			ErrInvalid, divUp(n, rpn), rpn)
+	case coll != costmodel.AllReduce && n > 32:
+		return fmt.Errorf("%w: NVLS %v on %d local ranks (NCCL allows at most 32)", ErrInvalid, coll, n)
 	case coll != costmodel.AllGather && !nvlsOpOK(dt, op):
 		return fmt.Errorf("%w: NVLS %v with %v %v (the switch reduces sum and min/max of 32- and 64-bit integers, float16 and bfloat16, and sum of float32 and float64)",
 			ErrInvalid, coll, dt, op)

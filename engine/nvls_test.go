@@ -177,6 +177,10 @@ func runInvalidCases(t *testing.T, algo costmodel.Algo, cases []invalidCase) {
 				assert.Contains(t, err.Error(), tc.want, "rank %d", r)
 				assert.Equal(t, errs[0].Error(), err.Error(), "rank %d: not the same error as rank 0", r)
 			}
+			// A launcher's check before any rank starts says the same (PinError).
+			pinErr := PinError(tc.coll, algo, tc.proto, tc.n, tc.rpn, tc.dt, tc.op)
+			require.ErrorIs(t, pinErr, ErrInvalid)
+			assert.Contains(t, errs[0].Error(), pinErr.Error(), "PinError and the call")
 			errs = runRanks(t, comms, 10*time.Second, func(r int, c *Comm) error {
 				c.SetOverride(Override{})
 				b := make([]byte, 4*count)

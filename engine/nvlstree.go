@@ -58,16 +58,15 @@ type nvlsTreeLinks struct {
 
 // nvlsTreeCheck returns the error of an NVLS_TREE plan that NCCL would not run (see the facts
 // above): ErrInvalid, the same on every rank.
-func (c *Comm) nvlsTreeCheck(coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, proto costmodel.Proto) error {
-	rpn := c.topo.rpn
+func nvlsTreeCheck(n, rpn int, coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, proto costmodel.Proto) error {
 	switch {
 	case coll != costmodel.AllReduce:
 		return fmt.Errorf("%w: NVLS_TREE for %v (NCCL runs it for AllReduce only)", ErrInvalid, coll)
 	case proto != costmodel.Simple:
 		return fmt.Errorf("%w: NVLS_TREE with %v (NCCL runs NVLS_TREE with Simple only)", ErrInvalid, proto)
-	case rpn < 2 || c.n%rpn != 0 || c.n/rpn < 2:
+	case rpn < 2 || n%rpn != 0 || n/rpn < 2:
 		return fmt.Errorf("%w: NVLS_TREE on %d ranks in virtual nodes of %d (it needs at least 2 virtual nodes of the same size, at least 2 ranks each)",
-			ErrInvalid, c.n, rpn)
+			ErrInvalid, n, rpn)
 	case !nvlsOpOK(dt, op):
 		return fmt.Errorf("%w: NVLS_TREE %v with %v %v (the switch reduces sum and min/max of 32- and 64-bit integers, float16 and bfloat16, and sum of float32 and float64)",
 			ErrInvalid, coll, dt, op)

@@ -70,12 +70,12 @@ import (
 // n = 8 and 5), and NCCL moves them in fewer, fuller slots when a chunk is under half a slot.
 
 // patLegal returns the ErrInvalid error for a PAT plan NCCL would not run, nil when it runs.
-func (c *Comm) patLegal(coll costmodel.Coll, op kernels.Op, proto costmodel.Proto) error {
+func patLegal(rpn int, coll costmodel.Coll, op kernels.Op, proto costmodel.Proto) error {
 	switch {
 	case coll != costmodel.AllGather && coll != costmodel.ReduceScatter:
 		return fmt.Errorf("%w: PAT for %v (NCCL runs PAT for AllGather and ReduceScatter only)", ErrInvalid, coll)
-	case c.cfg.RanksPerNode != 1:
-		return fmt.Errorf("%w: PAT with %d ranks per node (NCCL runs PAT at one rank per node)", ErrInvalid, c.cfg.RanksPerNode)
+	case rpn != 1:
+		return fmt.Errorf("%w: PAT with %d ranks per node (NCCL runs PAT at one rank per node)", ErrInvalid, rpn)
 	case proto != costmodel.Simple:
 		return fmt.Errorf("%w: PAT with %v (NCCL runs PAT with Simple only)", ErrInvalid, proto)
 	case coll == costmodel.ReduceScatter && (op == kernels.Avg || op == kernels.PreMulSum):

@@ -277,6 +277,10 @@ func TestPATInvalid(t *testing.T) {
 				assert.Contains(t, err.Error(), k.want, "rank %d", r)
 				assert.Equal(t, errs[0].Error(), err.Error(), "rank %d", r)
 			}
+			// A launcher's check before any rank starts says the same (PinError).
+			pinErr := PinError(k.coll, costmodel.PAT, k.proto, n, k.rpn, k.dt, k.op)
+			require.ErrorIs(t, pinErr, ErrInvalid)
+			assert.Contains(t, errs[0].Error(), pinErr.Error(), "PinError and the call")
 			if k.rpn != 1 {
 				return
 			}

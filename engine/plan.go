@@ -187,32 +187,15 @@ func (c *Comm) resolve(coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, cou
 	if !planned || d.Algo != base.Algo || d.Proto != base.Proto {
 		d.ChunkBytes, d.SliceBytes = 0, 0
 	}
-	switch {
-	case d.Algo == costmodel.Ring:
-	case d.Algo == costmodel.Tree && coll == costmodel.AllReduce:
-	case d.Algo == costmodel.NVLS:
-		if err := c.nvlsCheck(coll, dt, op, d.Proto); err != nil {
-			return plan{}, err
-		}
-	case d.Algo == costmodel.NVLSTree:
-		if err := c.nvlsTreeCheck(coll, dt, op, d.Proto); err != nil {
-			return plan{}, err
-		}
-	case d.Algo == costmodel.Tree:
-		return plan{}, fmt.Errorf("engine: %v for %v: %w (NCCL runs Tree for AllReduce only)", d.Algo, coll, ErrNotImplemented)
-	case d.Algo == costmodel.PAT:
-		if err := c.patLegal(coll, op, d.Proto); err != nil {
-			return plan{}, err
-		}
+	if err := algoError(coll, d.Algo, d.Proto, c.n, c.topo.rpn, dt, op); err != nil {
+		return plan{}, err
+	}
+	if d.Algo == costmodel.PAT {
 		// One op is one FIFO step: the chunk (NCCL's PAT rule, pat.go) is also the step.
 		d.Channels = min(max(d.Channels, 1), MaxChannels)
 		ce := int(patChunk(coll, nBytes, c.slotPayload(d.Proto), d.ChunkBytes, d.Channels, es)) / es
 		d.ChunkBytes, d.SliceBytes = int64(ce*es), int64(ce*es)
 		return plan{Decision: d, chunkElems: ce, pieceElems: ce}, nil
-	case d.Algo >= 0 && d.Algo < costmodel.NumAlgos:
-		return plan{}, fmt.Errorf("engine: algorithm %v for %v: %w", d.Algo, coll, ErrNotImplemented)
-	default:
-		return plan{}, fmt.Errorf("%w: algorithm %d", ErrInvalid, int(d.Algo))
 	}
 	if d.Proto < 0 || d.Proto >= costmodel.NumProtos {
 		return plan{}, fmt.Errorf("%w: protocol %d", ErrInvalid, int(d.Proto))
@@ -259,6 +242,47 @@ func (c *Comm) resolve(coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, cou
 	d.ChunkBytes, d.SliceBytes = int64(ce*es), int64(p.pieceElems*es)
 	p.Decision = d
 	return p, nil
+}
+
+// algoError is the error of a call of coll planned with algorithm a and protocol p, dtype dt and
+// op on n ranks in virtual nodes of rpn (normalized as Config.normalize does): nil where the engine
+// runs it; ErrInvalid where NCCL would not run it (pat.go, nvls.go, nvlstree.go say why);
+// ErrNotImplemented for a path the engine lacks. Every rank of a call computes the same error.
+func algoError(coll costmodel.Coll, a costmodel.Algo, p costmodel.Proto, n, rpn int, dt kernels.Dtype, op kernels.Op) error {
+	switch {
+	case a == costmodel.Ring:
+	case a == costmodel.Tree && coll == costmodel.AllReduce:
+	case a == costmodel.NVLS:
+		return nvlsCheck(n, rpn, coll, dt, op, p)
+	case a == costmodel.NVLSTree:
+		return nvlsTreeCheck(n, rpn, coll, dt, op, p)
+	case a == costmodel.Tree:
+		return fmt.Errorf("engine: %v for %v: %w (NCCL runs Tree for AllReduce only)", a, coll, ErrNotImplemented)
+	case a == costmodel.PAT:
+		return patLegal(rpn, coll, op, p)
+	case a >= 0 && a < costmodel.NumAlgos:
+		return fmt.Errorf("engine: algorithm %v for %v: %w", a, coll, ErrNotImplemented)
+	default:
+		return fmt.Errorf("%w: algorithm %d", ErrInvalid, int(a))
+	}
+	return nil
+}
+
+// PinError is the error every rank of a communicator of n ranks, rpn per virtual node (0: one
+// node), would return for a call of coll pinned to algorithm a and protocol p with dtype dt and op:
+// nil where the engine runs it, else ErrInvalid (NCCL would not run it) or ErrNotImplemented. A
+// launcher checks its pins with it before any rank starts.
+func PinError(coll costmodel.Coll, a costmodel.Algo, p costmodel.Proto, n, rpn int, dt kernels.Dtype, op kernels.Op) error {
+	if n < 1 {
+		return fmt.Errorf("%w: %d ranks", ErrInvalid, n)
+	}
+	if rpn <= 0 || rpn > n {
+		rpn = n
+	}
+	if p < 0 || p >= costmodel.NumProtos {
+		return fmt.Errorf("%w: protocol %d", ErrInvalid, int(p))
+	}
+	return algoError(coll, a, p, n, rpn, dt, op)
 }
 
 // slotPayload is the payload bytes of one FIFO slot: Simple carries the slot, LL half of it (the

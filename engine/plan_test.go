@@ -152,8 +152,29 @@ func TestNotImplemented(t *testing.T) {
 				require.ErrorIs(t, err, ErrNotImplemented, "rank %d", r)
 				assert.Contains(t, err.Error(), "not implemented in the engine")
 			}
+			pinErr := PinError(k.coll, k.algo, costmodel.Simple, 3, 0, kernels.Float32, kernels.Sum)
+			require.ErrorIs(t, pinErr, ErrNotImplemented)
+			assert.Contains(t, errs[0].Error(), pinErr.Error(), "PinError and the call")
 		})
 	}
+}
+
+// TestPinErrorRuns: PinError is nil for the pins the engine runs (each such call is run by the
+// matrix tests).
+func TestPinErrorRuns(t *testing.T) {
+	for _, tc := range []struct {
+		coll   costmodel.Coll
+		algo   costmodel.Algo
+		n, rpn int
+	}{
+		{costmodel.AllReduce, costmodel.Ring, 3, 0}, {costmodel.Broadcast, costmodel.Ring, 2, 1},
+		{costmodel.AllReduce, costmodel.Tree, 4, 2}, {costmodel.AllGather, costmodel.PAT, 5, 1},
+		{costmodel.ReduceScatter, costmodel.NVLS, 4, 0}, {costmodel.AllReduce, costmodel.NVLSTree, 6, 3},
+	} {
+		assert.NoError(t, PinError(tc.coll, tc.algo, costmodel.Simple, tc.n, tc.rpn, kernels.Float32, kernels.Sum), "%+v", tc)
+	}
+	require.ErrorIs(t, PinError(costmodel.AllReduce, costmodel.Ring, costmodel.Simple, 0, 0, kernels.Float32, kernels.Sum), ErrInvalid, "0 ranks")
+	require.ErrorIs(t, PinError(costmodel.AllReduce, costmodel.Ring, costmodel.Proto(7), 2, 0, kernels.Float32, kernels.Sum), ErrInvalid, "protocol 7")
 }
 
 // TestPlanFuncBytes: the PlanFunc sees NCCL's model byte count (x n for AllGather and

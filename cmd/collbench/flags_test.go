@@ -62,6 +62,13 @@ func TestFlags(t *testing.T) {
 		{"memory", []string{"allreduce", "-b", "64G", "-e", "64G"}, "-e 64 GiB needs about 256.1 GiB of memory for 2 ranks here"},
 		{"negative timeout", []string{"allreduce", "--timeout", "-1s"}, "--timeout -1s"},
 		{"tuner with a pinned plan", []string{"allreduce", "--tuner", "rules", "--algo", "ring", "--proto", "simple", "--channels", "2"}, "--tuner and --ab need the planner's tables"},
+		// A pin the engine would refuse on every rank is refused once, before any rank starts.
+		{"PAT at 2 ranks per node", []string{"allgather", "-np", "4", "--ranks-per-node", "2", "--algo", "PAT"}, "--algo PAT: engine: invalid argument: PAT with 2 ranks per node"},
+		{"NVLS with LL", []string{"allreduce", "-np", "3", "--algo", "NVLS", "--proto", "LL"}, "--algo NVLS: engine: invalid argument: NVLS with LL"},
+		{"NVLSTree on one node", []string{"allreduce", "-np", "4", "--algo", "NVLSTree"}, "--algo NVLSTree: engine: invalid argument: NVLS_TREE on 4 ranks in virtual nodes of 4"},
+		{"Tree broadcast", []string{"broadcast", "--algo", "Tree"}, "--algo Tree: engine: TREE for Broadcast: not implemented in the engine"},
+		{"CollNet", []string{"allreduce", "-np", "4", "--ranks-per-node", "2", "--algo", "CollNetDirect"}, "--algo CollNetDirect: engine: algorithm COLLNET_DIRECT for AllReduce: not implemented in the engine"},
+		{"two algorithms", []string{"allreduce", "--algo", "Ring,Tree"}, `--algo (or NCCL_ALGO) "Ring,Tree": collbench pins one algorithm`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.name == "memory" {

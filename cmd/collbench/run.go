@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/engine"
 	"github.com/collplan/collplan/internal/bytesize"
@@ -323,11 +324,11 @@ func (o *options) setCombo(dt, op string) {
 func (o *options) engineConfig(n int) (engine.Config, string, error) {
 	cfg := engine.Config{RanksPerNode: o.rpn, Buffers: o.buffers, Timeout: o.timeout}
 	if o.algo != "" {
-		a, err := parseEnum(o.algo, "algorithm", costmodel.NumAlgos, func(i int) string { return costmodel.Algo(i).String() })
+		a, err := parseAlgo(o.algo, "algorithm")
 		if err != nil {
 			return cfg, "", err
 		}
-		cfg.Override.Algo, cfg.Override.PinAlgo = costmodel.Algo(a), true
+		cfg.Override.Algo, cfg.Override.PinAlgo = a, true
 	}
 	if o.proto != "" {
 		p, err := parseEnum(o.proto, "protocol", costmodel.NumProtos, func(i int) string { return costmodel.Proto(i).String() })
@@ -357,14 +358,25 @@ func (o *options) engineConfig(n int) (engine.Config, string, error) {
 // validate finds what engineConfig and abTables would refuse for n ranks, without compiling: the
 // pins' names, and each tuner's flags (the binary resolves, its configuration is a text file).
 func (o *options) validate(n int) error {
+	algo, proto := -1, int(costmodel.Simple) // every path the engine has runs Simple
 	if o.algo != "" {
-		if _, err := parseEnum(o.algo, "--algo (or NCCL_ALGO)", costmodel.NumAlgos, func(i int) string { return costmodel.Algo(i).String() }); err != nil {
+		a, err := parseAlgo(o.algo, "--algo (or NCCL_ALGO)")
+		if err != nil {
 			return err
 		}
+		algo = int(a)
 	}
 	if o.proto != "" {
-		if _, err := parseEnum(o.proto, "--proto (or NCCL_PROTO)", costmodel.NumProtos, func(i int) string { return costmodel.Proto(i).String() }); err != nil {
+		p, err := parseEnum(o.proto, "--proto (or NCCL_PROTO)", costmodel.NumProtos, func(i int) string { return costmodel.Proto(i).String() })
+		if err != nil {
 			return err
+		}
+		proto = p
+	}
+	// A pinned algorithm the engine would refuse on every rank is refused here, once.
+	if algo >= 0 {
+		if err := engine.PinError(o.coll, costmodel.Algo(algo), costmodel.Proto(proto), n, o.rpn, o.dt, o.op); err != nil {
+			return fmt.Errorf("--algo %s: %w", o.algo, err)
 		}
 	}
 	pinnedAll := o.algo != "" && o.proto != "" && o.channels > 0
@@ -393,6 +405,16 @@ func (o *options) abTables(n int) ([2]*planner.DecisionTable, error) {
 		ts[i] = dt
 	}
 	return ts, nil
+}
+
+// parseAlgo reads one algorithm by NCCL_ALGO's names (Ring, Tree, CollNetDirect, CollNetChain,
+// NVLS, NVLSTree, PAT) or the log's (NVLS_TREE, COLLNET_DIRECT, ...), case-insensitively.
+func parseAlgo(s, what string) (costmodel.Algo, error) {
+	a, err := capabilities.ParseAlgo(s)
+	if err != nil || strings.Contains(s, ",") {
+		return 0, fmt.Errorf("%s %q: collbench pins one algorithm (Ring, Tree, CollNetDirect, CollNetChain, NVLS, NVLSTree or PAT)", what, s)
+	}
+	return costmodel.Algo(a), nil
 }
 
 func parseEnum(s, what string, num int, name func(int) string) (int, error) {

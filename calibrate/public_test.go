@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -45,38 +46,35 @@ var commitRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
 // group the stored files (by reference, ../../FILE) and state what the files do not say.
 const publicSetsDir = "sets"
 
-// TestPublicSources checks that testdata/public holds only files SOURCES.toml accounts for, none
-// of them from a kept-back repository, and that together they cover what the calibrator's
-// validation needs.
-func TestPublicSources(t *testing.T) {
-	dir := filepath.Join("testdata", "public")
+// checkSources checks the SOURCES.toml of dir (rel is dir's name in messages, "testdata/public"):
+// every key known, every file of dir (but SOURCES.toml and the subdirectories in skip) named by
+// exactly one entry and every entry by a file, each entry saying where it comes from (repository,
+// commit with path, or url; licence; what), none from a kept-back repository. It returns the
+// entries.
+func checkSources(t *testing.T, dir, rel string, skip ...string) []publicSource {
+	t.Helper()
 	var doc struct {
 		File []publicSource `toml:"file"`
 	}
 	md, err := toml.DecodeFile(filepath.Join(dir, "SOURCES.toml"), &doc)
 	require.NoError(t, err)
-	assert.Empty(t, md.Undecoded(), "keys SOURCES.toml has but the test does not know")
+	assert.Empty(t, md.Undecoded(), "keys %s/SOURCES.toml has but the test does not know", rel)
 	require.NotEmpty(t, doc.File)
 
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	onDisk := map[string]bool{}
 	for _, e := range entries {
-		if e.Name() == "SOURCES.toml" || (e.IsDir() && (e.Name() == publicSetsDir || e.Name() == "logs")) {
-			continue // sets/ holds manifests (TestPublicSets); logs/ has its own SOURCES.toml (TestPublicLogSources)
+		if e.Name() == "SOURCES.toml" || (e.IsDir() && slices.Contains(skip, e.Name())) {
+			continue
 		}
-		require.False(t, e.IsDir(), "%s: no directories in testdata/public but %s/ and logs/", e.Name(), publicSetsDir)
+		require.False(t, e.IsDir(), "%s: no directories in %s but %v", e.Name(), rel, skip)
 		onDisk[e.Name()] = true
 	}
-
-	known := map[string]bool{"pcie-pinned": true, "nvswitch-ring": true, "nvswitch-default": true,
-		"multinode-scaling": true, "nccl-log": true}
 	named := map[string]int{}
-	repos := map[string]bool{}
-	covered := map[string]bool{}
 	for _, f := range doc.File {
 		named[f.Name]++
-		assert.True(t, onDisk[f.Name], "%s: named in SOURCES.toml but not in testdata/public", f.Name)
+		assert.True(t, onDisk[f.Name], "%s: named in %s/SOURCES.toml but not in %s", f.Name, rel, rel)
 		assert.NotEmpty(t, strings.TrimSpace(f.Repository), "%s: no repository", f.Name)
 		assert.True(t, f.Commit != "" || f.URL != "", "%s: neither commit nor url", f.Name)
 		if f.Commit != "" {
@@ -96,17 +94,32 @@ func TestPublicSources(t *testing.T) {
 					"%s: %s is kept back for independent validation", f.Name, src)
 			}
 		}
+	}
+	for name := range onDisk {
+		assert.Equal(t, 1, named[name], "%s: must have exactly one %s/SOURCES.toml entry", name, rel)
+	}
+	for name, n := range named {
+		assert.LessOrEqual(t, n, 1, "%s: named %d times", name, n)
+	}
+	return doc.File
+}
+
+// TestPublicSources checks that testdata/public holds only files SOURCES.toml accounts for, none
+// of them from a kept-back repository, and that together they cover what the calibrator's
+// validation needs. sets/ holds manifests (TestPublicSets); logs/ has its own SOURCES.toml
+// (TestPublicLogSources).
+func TestPublicSources(t *testing.T) {
+	files := checkSources(t, filepath.Join("testdata", "public"), "testdata/public", publicSetsDir, "logs")
+	known := map[string]bool{"pcie-pinned": true, "nvswitch-ring": true, "nvswitch-default": true,
+		"multinode-scaling": true, "nccl-log": true}
+	repos := map[string]bool{}
+	covered := map[string]bool{}
+	for _, f := range files {
 		repos[strings.ToLower(f.Repository)] = true
 		for _, c := range f.Covers {
 			assert.True(t, known[c], "%s: unknown covers value %q", f.Name, c)
 			covered[c] = true
 		}
-	}
-	for name := range onDisk {
-		assert.Equal(t, 1, named[name], "%s: must have exactly one SOURCES.toml entry", name)
-	}
-	for name, n := range named {
-		assert.LessOrEqual(t, n, 1, "%s: named %d times", name, n)
 	}
 	for _, c := range []string{"pcie-pinned", "nvswitch-ring", "nvswitch-default", "multinode-scaling"} {
 		assert.True(t, covered[c], "no file covers %s", c)
@@ -171,54 +184,7 @@ func TestPublicSets(t *testing.T) {
 // testdata/public: every file has exactly one entry in logs/SOURCES.toml, none is from a kept-back
 // repository, and each entry says where it is from and covers nccl-log.
 func TestPublicLogSources(t *testing.T) {
-	dir := filepath.Join("testdata", "public", "logs")
-	var doc struct {
-		File []publicSource `toml:"file"`
-	}
-	md, err := toml.DecodeFile(filepath.Join(dir, "SOURCES.toml"), &doc)
-	require.NoError(t, err)
-	assert.Empty(t, md.Undecoded(), "keys logs/SOURCES.toml has but the test does not know")
-	require.NotEmpty(t, doc.File)
-
-	entries, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	onDisk := map[string]bool{}
-	for _, e := range entries {
-		if e.Name() == "SOURCES.toml" {
-			continue
-		}
-		require.False(t, e.IsDir(), "%s: no directories in testdata/public/logs", e.Name())
-		onDisk[e.Name()] = true
-	}
-	named := map[string]int{}
-	for _, f := range doc.File {
-		named[f.Name]++
-		assert.True(t, onDisk[f.Name], "%s: named in logs/SOURCES.toml but not in testdata/public/logs", f.Name)
-		assert.NotEmpty(t, strings.TrimSpace(f.Repository), "%s: no repository", f.Name)
-		assert.True(t, f.Commit != "" || f.URL != "", "%s: neither commit nor url", f.Name)
-		if f.Commit != "" {
-			assert.Regexp(t, commitRE, f.Commit, "%s: commit", f.Name)
-			assert.NotEmpty(t, f.Path, "%s: a commit without a path", f.Name)
-		}
-		assert.NotEmpty(t, f.Licence, "%s: licence (\"not stated\" where none is)", f.Name)
-		assert.NotEmpty(t, f.What, "%s: what", f.Name)
+	for _, f := range checkSources(t, filepath.Join("testdata", "public", "logs"), "testdata/public/logs") {
 		assert.Equal(t, []string{"nccl-log"}, f.Covers, "%s: covers", f.Name)
-		for _, src := range []string{f.Repository, f.URL} {
-			low := strings.ToLower(strings.TrimSuffix(strings.TrimSpace(src), "/"))
-			if low == "" {
-				continue
-			}
-			for _, kb := range keptBack {
-				assert.False(t, low == kb || strings.HasSuffix(low, "/"+kb) || strings.Contains(low, kb+"/") ||
-					strings.HasSuffix(low, "github.com/"+kb),
-					"%s: %s is kept back for independent validation", f.Name, src)
-			}
-		}
-	}
-	for name := range onDisk {
-		assert.Equal(t, 1, named[name], "%s: must have exactly one logs/SOURCES.toml entry", name)
-	}
-	for name, n := range named {
-		assert.LessOrEqual(t, n, 1, "%s: named %d times", name, n)
 	}
 }

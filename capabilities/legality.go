@@ -70,7 +70,7 @@ func forcedDisable(t *Topology, a Algo) string {
 		return "multi-node NVLS needs CollNet (collnet_enable = false)"
 	case a == CollNetChain && !t.CollNetChainSupport:
 		return "CollNetChain not supported (collnet_chain_support = false)"
-	case a == CollNetDirect && t.NVSCount == 0:
+	case a == CollNetDirect && t.NVSCount == 0 && !t.Emulated.MulticastSwitch:
 		return "CollNetDirect needs an NVSwitch (nvs_count = 0)"
 	}
 	return ""

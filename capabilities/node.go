@@ -18,6 +18,9 @@ import (
 //     a present graph an empty type_intra or type_inter means LOC, as in a topology file.
 //   - The CPU, NVSwitch, NVLS and CollNet fields come from [node] unchanged (collnet_enable and
 //     nvls_support are not cleared for one node or empty graphs: the table is trusted).
+//   - An emulated node's [emulation] (tables.Emulation) is copied to Emulated, and turns on what
+//     it emulates: multicast_switch sets NVLSSupport, reducing_network sets CollNetEnable. The
+//     compute capability and the other [node] facts stay the table's.
 //     net_device_type "" means host, cudart_version 0 means 12080, max_tree_pattern 0 means 1.
 //   - With a fabric composed in (tables.WithFabric, n.Fabric), net_device_type is the fabric's
 //     for nNodes > 1; the graphs already carry its inter-node values.
@@ -100,6 +103,12 @@ func fromNode(n *tables.Node, nNodes int) (Topology, error) {
 		MaxLocalRanks:       ni.GPUsPerNode,
 		LocalRanks:          ni.GPUsPerNode,
 		CUDARTVersion:       ni.CUDARTVersion,
+	}
+	if em := n.Emulation; em != nil {
+		t.Emulated = Emulation{MulticastSwitch: em.MulticastSwitch, NVLSEfficiency: em.NVLSEfficiency,
+			ReducingNetwork: em.ReducingNetwork}
+		t.NVLSSupport = t.NVLSSupport || em.MulticastSwitch
+		t.CollNetEnable = t.CollNetEnable || em.ReducingNetwork
 	}
 	if t.MaxTreePattern == 0 {
 		t.MaxTreePattern = defaultMaxTreePattern

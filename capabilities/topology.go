@@ -140,6 +140,24 @@ type Topology struct {
 	CUDARTVersion               int // e.g. 12080
 	Env                         Env
 	Graphs                      Graphs
+	// Emulated is what collplan's CPU engine emulates on this node (a node table's [emulation]);
+	// the zero value, real hardware, for every topology file and GPU table.
+	Emulated Emulation
+}
+
+// Emulation is the part of a Topology that an emulated node's [emulation] table sets (tables.Emulation
+// says what each key means). FromNode folds multicast_switch into NVLSSupport and reducing_network
+// into CollNetEnable, so NCCL's rules read them unchanged; what stays here is what those flags
+// cannot say.
+type Emulation struct {
+	// MulticastSwitch: an emulated NVSwitch with multicast. It is the NVSwitch CollNetDirect needs
+	// (nvs_count stays the host's 0).
+	MulticastSwitch bool
+	// NVLSEfficiency, when > 0, replaces tuning.cc's nvlsEfficiency[compCapIndex] in NVLS's and
+	// NVLS_TREE's bandwidth (costmodel).
+	NVLSEfficiency float64
+	// ReducingNetwork: an emulated reducing network (CollNet's aggregation endpoint).
+	ReducingNetwork bool
 }
 
 // PPN returns ranks per node as NCCL's float ppn = nRanks/nNodes.
@@ -197,6 +215,9 @@ func (t *Topology) Validate() error {
 		if f.v < 0 {
 			bad(f.name, "must not be negative, got %d", f.v)
 		}
+	}
+	if e := t.Emulated.NVLSEfficiency; e != 0 && !(e > 0 && e <= 1) {
+		bad("emulated.nvls_efficiency", "must be 0 < e <= 1 (or 0: NCCL's per-architecture value), got %v", e)
 	}
 	if t.LocalRanks > t.MaxLocalRanks {
 		bad("local_ranks", "%d exceeds max_local_ranks %d", t.LocalRanks, t.MaxLocalRanks)

@@ -202,7 +202,11 @@ func busBandwidth(t *capabilities.Topology, k *Constants, c Coll, a Algo, p Prot
 		bw = f32(g.BwIntra)
 	}
 	if a == NVLS || a == NVLSTree {
-		intraBw := f32(float64(f32(g.BwIntra)) * nvlsEfficiency(cc) * float64(nCh-1) / float64(nCh))
+		eff := nvlsEfficiency(cc)
+		if e := t.Emulated.NVLSEfficiency; e > 0 { // an emulated switch's own (capabilities.Emulation)
+			eff = e
+		}
+		intraBw := f32(float64(f32(g.BwIntra)) * eff * float64(nCh-1) / float64(nCh))
 		if c == AllReduce {
 			intraBw *= 2
 		} else {

@@ -46,6 +46,10 @@ func topologyToProto(t *capabilities.Topology) *pb.Topology {
 		CollnetDirect: graphToProto(&t.Graphs.CollNetDirect), CollnetChain: graphToProto(&t.Graphs.CollNetChain),
 		Nvls: graphToProto(&t.Graphs.NVLS),
 	}
+	if e := t.Emulated; e != (capabilities.Emulation{}) {
+		out.Emulation = &pb.Emulation{MulticastSwitch: e.MulticastSwitch, NvlsEfficiency: e.NVLSEfficiency,
+			ReducingNetwork: e.ReducingNetwork}
+	}
 	for _, s := range t.CollNetSupport {
 		out.CollnetSupport = append(out.CollnetSupport, &pb.OpDtype{Op: int64(s.Op), Dtype: int64(s.Dtype)})
 	}
@@ -99,6 +103,8 @@ func topologyFromProto(p *pb.Topology) (capabilities.Topology, error) {
 			CollNetDirect: graphFromProto(p.CollnetDirect), CollNetChain: graphFromProto(p.CollnetChain),
 			NVLS: graphFromProto(p.Nvls),
 		},
+		Emulated: capabilities.Emulation{MulticastSwitch: p.GetEmulation().GetMulticastSwitch(),
+			NVLSEfficiency: p.GetEmulation().GetNvlsEfficiency(), ReducingNetwork: p.GetEmulation().GetReducingNetwork()},
 	}
 	for _, s := range p.CollnetSupport {
 		t.CollNetSupport = append(t.CollNetSupport, capabilities.OpDtype{Op: capabilities.Op(s.GetOp()), Dtype: capabilities.Dtype(s.GetDtype())})

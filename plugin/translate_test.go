@@ -35,14 +35,17 @@ func TestTopologyRoundTrip(t *testing.T) {
 		}
 		require.Equal(t, in, out)
 	}
-	n, err := tables.Load("h100")
-	require.NoError(t, err)
-	topo, err := capabilities.FromNode(n, 2)
-	require.NoError(t, err)
-	out, err := topologyFromProto(topologyToProto(&topo))
-	require.NoError(t, err)
-	assert.Equal(t, topo, out)
-	_, err = topologyFromProto(&pb.Topology{})
+	// h100 (real hardware) and cpu (an emulated node: its [emulation] crosses too).
+	for _, name := range []string{"h100", "cpu"} {
+		n, err := tables.Load(name)
+		require.NoError(t, err)
+		topo, err := capabilities.FromNode(n, 2)
+		require.NoError(t, err)
+		out, err := topologyFromProto(topologyToProto(&topo))
+		require.NoError(t, err)
+		assert.Equal(t, topo, out, name)
+	}
+	_, err := topologyFromProto(&pb.Topology{})
 	assert.ErrorContains(t, err, "n_nodes")
 }
 

@@ -10,6 +10,7 @@ type Node struct {
 	Scale       map[string]Scale `toml:"scale"` // keys "1", "2", "4": 1 node, 2 nodes, 3 or more (NCCL's index2; ScaleFor)
 	Corrections *Corrections     `toml:"corrections"`
 	Fit         *Fit             `toml:"fit"`
+	Emulation   *Emulation       `toml:"emulation"`
 	Provenance  Provenance       `toml:"provenance"`
 
 	// Name is the table's name (file name without .toml); File is where it was read from.
@@ -52,6 +53,29 @@ const CPUGPU = "cpu"
 // IsCPU reports whether the table describes CPU ranks of collplan's engine (gpu = "cpu") rather
 // than GPUs: only such a table can be measured here with collbench.
 func (i *NodeInfo) IsCPU() bool { return i.GPU == CPUGPU }
+
+// Emulation is the optional [emulation] table of an emulated node: what collplan's CPU engine runs
+// in software that the [node] facts say the host lacks. Only an emulated node has one, and a node is
+// emulated when its ranks are the engine's CPU ranks: node.gpu = "cpu" (NodeInfo.IsCPU); the
+// validator refuses the table on any other. The [node] facts stay the host's (nvs_count = 0,
+// nvls_support = false, collnet_enable = false, the compute capability that gates LL128, the
+// Ring/Simple plateau and the ceilings rows): the emulated paths are declared here, beside them.
+type Emulation struct {
+	// MulticastSwitch declares an emulated NVSwitch with multicast (the engine's multicast object:
+	// ldReduce and st over every local rank's buffer, the issuing rank doing the switch's adds). It
+	// makes NVLS and NVLS_TREE legal where nvls_support = true would (NCCL's rules otherwise:
+	// Simple only, the ncclNvlsSupported op/dtype rule, multi-node NVLS only with CollNet), allows
+	// nvls_channels and an nvls graph in [scale.N], and counts as the NVSwitch CollNetDirect needs.
+	MulticastSwitch bool `toml:"multicast_switch"`
+	// NVLSEfficiency is the emulated switch's efficiency, 0 < e <= 1, which the model reads in
+	// place of tuning.cc's nvlsEfficiency[compCapIndex] (0 below sm_90, so NCCL's own row would
+	// price NVLS at bandwidth 0 here). Required with multicast_switch; source-tagged.
+	NVLSEfficiency float64 `toml:"nvls_efficiency"`
+	// ReducingNetwork declares an emulated reducing network (the engine's CollNet aggregation
+	// endpoint): CollNet is legal as collnet_enable = true makes it, for the (op, dtype) pairs of
+	// node.collnet_support, which must then list what the endpoint reduces.
+	ReducingNetwork bool `toml:"reducing_network"`
+}
 
 // Scale is [scale.N]: what NCCL's topology search gives at this node count.
 type Scale struct {

@@ -36,8 +36,8 @@ func TestEveryEmbeddedTableLoads(t *testing.T) {
 				assert.Equal(t, fmt.Sprint(nodes), key)
 				assert.Contains(t, s.Graphs, "ring", "scale.%s has a ring graph", key)
 				assert.Contains(t, s.Graphs, "tree", "scale.%s has a tree graph", key)
-				if !n.Node.NVLSSupport {
-					assert.NotContains(t, s.Graphs, "nvls", "no NVLS graph without NVLS support")
+				if !n.Node.NVLSSupport && (n.Emulation == nil || !n.Emulation.MulticastSwitch) {
+					assert.NotContains(t, s.Graphs, "nvls", "no NVLS graph without NVLS support or an emulated multicast switch")
 				}
 			}
 		})
@@ -217,7 +217,9 @@ func TestTableFacts(t *testing.T) {
 		{name: "l40s-4", cc: 89, arch: "x86", vend: "intel", nvs: 0, nvlsCh: map[string]int{"1": 0, "2": 0, "4": 0}, typeIntra1: "PXB", gpusPerNode: 4},
 		// §0.1 / addendum 3: SM100 nvlsChannels 24 on one node, 32 multi-node (24 for > 2 nodes when nicBw >= 48).
 		{name: "b200", cc: 100, arch: "x86", vend: "intel", nvs: 2, nvls: true, nvlsCh: map[string]int{"1": 24, "2": 32, "4": 24}, typeIntra1: "NVL", gpusPerNode: 8},
-		{name: "cpu", cc: 60, arch: "x86", vend: "intel", nvs: 0, nvlsCh: map[string]int{"1": 0, "2": 0, "4": 0}, typeIntra1: "PHB", gpusPerNode: 2, overlay: "cpu.fit.toml"},
+		// cpu: the host has no NVSwitch (nvs 0, nvls_support false); its NVLS channels are the
+		// emulated switch's ([emulation] multicast_switch).
+		{name: "cpu", cc: 60, arch: "x86", vend: "intel", nvs: 0, nvlsCh: map[string]int{"1": 1, "2": 1, "4": 1}, typeIntra1: "PHB", gpusPerNode: 2, overlay: "cpu.fit.toml"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -235,6 +237,10 @@ func TestTableFacts(t *testing.T) {
 			assert.Equal(t, c.typeIntra1, n.Scale["1"].Graphs["ring"].TypeIntra)
 			assert.Equal(t, c.overlay, n.Overlay, "only cpu ships a fitted overlay (fitted on this project's host)")
 			assert.False(t, n.Node.CollNetEnable, "no table assumes CollNet/SHARP")
+			if n.Emulation != nil {
+				assert.Equal(t, "cpu", c.name, "only the emulated cpu table declares [emulation]")
+				assert.False(t, n.Emulation.ReducingNetwork, "the emulated reducing network stays off until the engine's CollNet lands")
+			}
 			for k, s := range n.Scale {
 				assert.NotContains(t, s.Graphs, "collnet_direct", k)
 				assert.NotContains(t, s.Graphs, "collnet_chain", k)
@@ -317,6 +323,18 @@ func TestDecodeBadInputs(t *testing.T) {
 		{"bad_nvls_cc.toml", []string{"line 9: node.nvls_support: NVLS needs compute capability >= 90 (have 80)"}},
 		{"bad_nvls_channels.toml", []string{"line 16: scale.1.nvls_channels: 16 but node.nvls_support is false"}},
 		{"bad_comm_channels.toml", []string{"line 15: scale.1.comm_n_channels: 0 out of range 1..64"}},
+		// [emulation] only on an emulated node (gpu = "cpu"): each key a GPU table sets is named at
+		// its line, the table header when it sets none.
+		{"bad_emulation_gpu.toml", []string{
+			`line 33: emulation.multicast_switch: only an emulated node (node.gpu = "cpu", collplan's CPU engine) declares what it emulates; node.gpu is "test-gpu"`,
+			"line 34: emulation.nvls_efficiency: only an emulated node"}},
+		{"bad_emulation_gpu_empty.toml", []string{`line 32: emulation: only an emulated node (node.gpu = "cpu"`}},
+		{"bad_emulation_no_efficiency.toml", []string{"line 32: emulation.nvls_efficiency: 0: emulation.multicast_switch needs 0 < nvls_efficiency <= 1"}},
+		{"bad_emulation_efficiency.toml", []string{"line 34: emulation.nvls_efficiency: 1.5: emulation.multicast_switch needs 0 < nvls_efficiency <= 1"}},
+		{"bad_emulation_keys.toml", []string{
+			"line 33: emulation.nvls_efficiency: 0.5 without emulation.multicast_switch = true",
+			`line 34: emulation.reducing_network: needs node.collnet_support: the "op:dtype" pairs the emulated network reduces`}},
+		{"bad_emulation_nvls_channels.toml", []string{"line 16: scale.1.nvls_channels: 1 but node.nvls_support is false and no emulation.multicast_switch"}},
 		{"bad_negative_counts.toml", []string{
 			"line 10: node.cudart_version: -1 must be >= 0",
 			"line 12: node.nvs_count: -2 must be >= 0",
@@ -540,6 +558,7 @@ func TestApplyOverlayErrors(t *testing.T) {
 			"tables: bad_value.fit.toml: line 4: scale.1.graphs.tree.n_channels: 99 out of range 0..64",
 			"tables: bad_value.fit.toml: line 4: scale.1.graphs.tree.n_channels: 99 differs from ring's 16",
 		}},
+		{"emulation_on_gpu.fit.toml", []string{`tables: emulation_on_gpu.fit.toml: line 5: emulation.multicast_switch: only an emulated node (node.gpu = "cpu", collplan's CPU engine) declares what it emulates; node.gpu is "test-gpu"`}},
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {

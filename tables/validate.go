@@ -119,6 +119,7 @@ func validate(n *Node) []problem {
 	if ni.NVSCount < 0 {
 		v.add("node.nvs_count", "%d must be >= 0", ni.NVSCount)
 	}
+	em := validateEmulation(v, n)
 	if ni.NVLSSupport && ni.NVSCount == 0 {
 		v.add("node.nvls_support", "NVLS needs an NVSwitch (nvs_count is 0)")
 	}
@@ -146,7 +147,7 @@ func validate(n *Node) []problem {
 		v.add("scale", "at least one of [scale.1], [scale.2], [scale.4] is needed")
 	}
 	for _, k := range sortedKeys(n.Scale) {
-		validateScale(v, "scale."+k, k, n.Scale[k], ni.NVLSSupport)
+		validateScale(v, "scale."+k, k, n.Scale[k], ni.NVLSSupport || em.MulticastSwitch)
 	}
 	if c := n.Constants; c != nil {
 		validateConstants(v, c)
@@ -161,6 +162,45 @@ func validate(n *Node) []problem {
 	return v.ps
 }
 
+// validateEmulation checks [emulation] and returns it (the zero value when absent). Only an
+// emulated node (node.gpu = "cpu") may have the table: on any other each key it sets is an error
+// (the table itself when it sets none). nvls_efficiency is 0 < e <= 1 and goes with
+// multicast_switch; reducing_network needs node.collnet_support.
+func validateEmulation(v *validator, n *Node) Emulation {
+	if n.Emulation == nil {
+		return Emulation{}
+	}
+	em := *n.Emulation
+	if !n.Node.IsCPU() {
+		why := fmt.Sprintf("only an emulated node (node.gpu = %q, collplan's CPU engine) declares what it emulates; node.gpu is %q", CPUGPU, n.Node.GPU)
+		keys := 0
+		for _, f := range []struct {
+			key string
+			set bool
+		}{{"multicast_switch", em.MulticastSwitch}, {"nvls_efficiency", em.NVLSEfficiency != 0}, {"reducing_network", em.ReducingNetwork}} {
+			if f.set {
+				v.add("emulation."+f.key, "%s", why)
+				keys++
+			}
+		}
+		if keys == 0 {
+			v.add("emulation", "%s", why)
+		}
+		return Emulation{}
+	}
+	e := em.NVLSEfficiency
+	switch {
+	case em.MulticastSwitch && (math.IsNaN(e) || e <= 0 || e > 1):
+		v.add("emulation.nvls_efficiency", "%v: emulation.multicast_switch needs 0 < nvls_efficiency <= 1 (NCCL's nvlsEfficiency row for compute capability %d does not price an emulated switch)", e, n.Node.ComputeCapability)
+	case !em.MulticastSwitch && e != 0:
+		v.add("emulation.nvls_efficiency", "%v without emulation.multicast_switch = true", e)
+	}
+	if em.ReducingNetwork && len(n.Node.CollNetSupport) == 0 {
+		v.add("emulation.reducing_network", "needs node.collnet_support: the \"op:dtype\" pairs the emulated network reduces")
+	}
+	return em
+}
+
 func validateScale(v *validator, key, k string, s Scale, nvls bool) {
 	if !oneOf(scaleKeys, k) {
 		v.add(key, "scale key %q is not one of %s (1 node, 2 nodes, 4 or more)", k, words(scaleKeys))
@@ -169,7 +209,7 @@ func validateScale(v *validator, key, k string, s Scale, nvls bool) {
 	v.intRange(key+".comm_n_channels", s.CommNChannels, 1, maxChannels)
 	v.intRange(key+".nvls_channels", s.NVLSChannels, 0, maxChannels)
 	if !nvls && s.NVLSChannels != 0 {
-		v.add(key+".nvls_channels", "%d but node.nvls_support is false (NCCL zeroes it)", s.NVLSChannels)
+		v.add(key+".nvls_channels", "%d but node.nvls_support is false and no emulation.multicast_switch (NCCL zeroes it)", s.NVLSChannels)
 	}
 	for _, g := range sortedKeys(s.Graphs) {
 		gk := key + ".graphs." + g

@@ -34,6 +34,7 @@ func TestCompileTableUsesOverlay(t *testing.T) {
 	}
 	cfg.Factors = correction.Default(&topo)
 	require.NoError(t, cfg.Factors.Apply(nt))
+	cfg.Constants = tableConstants(t, nt)
 	cls := planner.Class{Coll: costmodel.AllReduce, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1}
 	compile := func(cfg planner.Config) *planner.DecisionTable {
 		pl, err := planner.New(&topo, cfg)
@@ -50,6 +51,15 @@ func TestCompileTableUsesOverlay(t *testing.T) {
 	assert.Equal(t, tableHash(withFit), tableHash(got), "collbench: %s", describeTable(got, tunerSpec{}))
 }
 
+// tableConstants is NCCL's constants with the node table's [constants] applied (the cpu table sets
+// the emulated switch's NVLS latencies).
+func tableConstants(t *testing.T, n *tables.Node) *costmodel.Constants {
+	t.Helper()
+	k := costmodel.DefaultConstants()
+	require.NoError(t, k.Apply(n.Constants))
+	return &k
+}
+
 // TestCompileTableNoOverlay: --no-overlay plans with cpu.toml alone (the table a planner over the
 // base table compiles), and the plans line says which overlay applied, or that none did.
 func TestCompileTableNoOverlay(t *testing.T) {
@@ -59,7 +69,7 @@ func TestCompileTableNoOverlay(t *testing.T) {
 	base.Node.GPUsPerNode = 2
 	topo, err := capabilities.FromNode(base, 1)
 	require.NoError(t, err)
-	pl, err := planner.New(&topo, planner.Config{})
+	pl, err := planner.New(&topo, planner.Config{Constants: tableConstants(t, base)})
 	require.NoError(t, err)
 	want, err := pl.Compile(context.Background(), planner.Class{Coll: costmodel.AllReduce, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1})
 	require.NoError(t, err)

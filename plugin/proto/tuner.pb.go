@@ -452,8 +452,12 @@ type Topology struct {
 	CollnetDirect               *Graph                 `protobuf:"bytes,26,opt,name=collnet_direct,json=collnetDirect,proto3" json:"collnet_direct,omitempty"`
 	CollnetChain                *Graph                 `protobuf:"bytes,27,opt,name=collnet_chain,json=collnetChain,proto3" json:"collnet_chain,omitempty"`
 	Nvls                        *Graph                 `protobuf:"bytes,28,opt,name=nvls,proto3" json:"nvls,omitempty"`
-	unknownFields               protoimpl.UnknownFields
-	sizeCache                   protoimpl.SizeCache
+	// What collplan's CPU engine emulates on this node (capabilities.Emulation, a node table's
+	// [emulation]); absent on real hardware. A plugin that ignores it prices the emulated NVLS cells
+	// with NCCL's nvlsEfficiency and finds the host's menu different.
+	Emulation     *Emulation `protobuf:"bytes,29,opt,name=emulation,proto3" json:"emulation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Topology) Reset() {
@@ -682,6 +686,74 @@ func (x *Topology) GetNvls() *Graph {
 	return nil
 }
 
+func (x *Topology) GetEmulation() *Emulation {
+	if x != nil {
+		return x.Emulation
+	}
+	return nil
+}
+
+// Emulation mirrors capabilities.Emulation field for field.
+type Emulation struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	MulticastSwitch bool                   `protobuf:"varint,1,opt,name=multicast_switch,json=multicastSwitch,proto3" json:"multicast_switch,omitempty"`
+	NvlsEfficiency  float64                `protobuf:"fixed64,2,opt,name=nvls_efficiency,json=nvlsEfficiency,proto3" json:"nvls_efficiency,omitempty"` // replaces nvlsEfficiency[compCapIndex] when > 0
+	ReducingNetwork bool                   `protobuf:"varint,3,opt,name=reducing_network,json=reducingNetwork,proto3" json:"reducing_network,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Emulation) Reset() {
+	*x = Emulation{}
+	mi := &file_tuner_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Emulation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Emulation) ProtoMessage() {}
+
+func (x *Emulation) ProtoReflect() protoreflect.Message {
+	mi := &file_tuner_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Emulation.ProtoReflect.Descriptor instead.
+func (*Emulation) Descriptor() ([]byte, []int) {
+	return file_tuner_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Emulation) GetMulticastSwitch() bool {
+	if x != nil {
+		return x.MulticastSwitch
+	}
+	return false
+}
+
+func (x *Emulation) GetNvlsEfficiency() float64 {
+	if x != nil {
+		return x.NvlsEfficiency
+	}
+	return 0
+}
+
+func (x *Emulation) GetReducingNetwork() bool {
+	if x != nil {
+		return x.ReducingNetwork
+	}
+	return false
+}
+
 type OpDtype struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Op            int64                  `protobuf:"varint,1,opt,name=op,proto3" json:"op,omitempty"`
@@ -692,7 +764,7 @@ type OpDtype struct {
 
 func (x *OpDtype) Reset() {
 	*x = OpDtype{}
-	mi := &file_tuner_proto_msgTypes[7]
+	mi := &file_tuner_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -704,7 +776,7 @@ func (x *OpDtype) String() string {
 func (*OpDtype) ProtoMessage() {}
 
 func (x *OpDtype) ProtoReflect() protoreflect.Message {
-	mi := &file_tuner_proto_msgTypes[7]
+	mi := &file_tuner_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -717,7 +789,7 @@ func (x *OpDtype) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpDtype.ProtoReflect.Descriptor instead.
 func (*OpDtype) Descriptor() ([]byte, []int) {
-	return file_tuner_proto_rawDescGZIP(), []int{7}
+	return file_tuner_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *OpDtype) GetOp() int64 {
@@ -745,7 +817,7 @@ type Setting struct {
 
 func (x *Setting) Reset() {
 	*x = Setting{}
-	mi := &file_tuner_proto_msgTypes[8]
+	mi := &file_tuner_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -757,7 +829,7 @@ func (x *Setting) String() string {
 func (*Setting) ProtoMessage() {}
 
 func (x *Setting) ProtoReflect() protoreflect.Message {
-	mi := &file_tuner_proto_msgTypes[8]
+	mi := &file_tuner_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -770,7 +842,7 @@ func (x *Setting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Setting.ProtoReflect.Descriptor instead.
 func (*Setting) Descriptor() ([]byte, []int) {
-	return file_tuner_proto_rawDescGZIP(), []int{8}
+	return file_tuner_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Setting) GetValue() string {
@@ -803,7 +875,7 @@ type Env struct {
 
 func (x *Env) Reset() {
 	*x = Env{}
-	mi := &file_tuner_proto_msgTypes[9]
+	mi := &file_tuner_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -815,7 +887,7 @@ func (x *Env) String() string {
 func (*Env) ProtoMessage() {}
 
 func (x *Env) ProtoReflect() protoreflect.Message {
-	mi := &file_tuner_proto_msgTypes[9]
+	mi := &file_tuner_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -828,7 +900,7 @@ func (x *Env) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Env.ProtoReflect.Descriptor instead.
 func (*Env) Descriptor() ([]byte, []int) {
-	return file_tuner_proto_rawDescGZIP(), []int{9}
+	return file_tuner_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Env) GetAlgo() *Setting {
@@ -902,7 +974,7 @@ type Graph struct {
 
 func (x *Graph) Reset() {
 	*x = Graph{}
-	mi := &file_tuner_proto_msgTypes[10]
+	mi := &file_tuner_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -914,7 +986,7 @@ func (x *Graph) String() string {
 func (*Graph) ProtoMessage() {}
 
 func (x *Graph) ProtoReflect() protoreflect.Message {
-	mi := &file_tuner_proto_msgTypes[10]
+	mi := &file_tuner_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -927,7 +999,7 @@ func (x *Graph) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Graph.ProtoReflect.Descriptor instead.
 func (*Graph) Descriptor() ([]byte, []int) {
-	return file_tuner_proto_rawDescGZIP(), []int{10}
+	return file_tuner_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Graph) GetNChannels() int64 {
@@ -993,7 +1065,7 @@ type Class struct {
 
 func (x *Class) Reset() {
 	*x = Class{}
-	mi := &file_tuner_proto_msgTypes[11]
+	mi := &file_tuner_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +1077,7 @@ func (x *Class) String() string {
 func (*Class) ProtoMessage() {}
 
 func (x *Class) ProtoReflect() protoreflect.Message {
-	mi := &file_tuner_proto_msgTypes[11]
+	mi := &file_tuner_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +1090,7 @@ func (x *Class) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Class.ProtoReflect.Descriptor instead.
 func (*Class) Descriptor() ([]byte, []int) {
-	return file_tuner_proto_rawDescGZIP(), []int{11}
+	return file_tuner_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Class) GetColl() int32 {
@@ -1077,7 +1149,7 @@ type MenuCell struct {
 
 func (x *MenuCell) Reset() {
 	*x = MenuCell{}
-	mi := &file_tuner_proto_msgTypes[12]
+	mi := &file_tuner_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1089,7 +1161,7 @@ func (x *MenuCell) String() string {
 func (*MenuCell) ProtoMessage() {}
 
 func (x *MenuCell) ProtoReflect() protoreflect.Message {
-	mi := &file_tuner_proto_msgTypes[12]
+	mi := &file_tuner_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1102,7 +1174,7 @@ func (x *MenuCell) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MenuCell.ProtoReflect.Descriptor instead.
 func (*MenuCell) Descriptor() ([]byte, []int) {
-	return file_tuner_proto_rawDescGZIP(), []int{12}
+	return file_tuner_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MenuCell) GetAlgo() int32 {
@@ -1177,7 +1249,7 @@ type Constants struct {
 
 func (x *Constants) Reset() {
 	*x = Constants{}
-	mi := &file_tuner_proto_msgTypes[13]
+	mi := &file_tuner_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1189,7 +1261,7 @@ func (x *Constants) String() string {
 func (*Constants) ProtoMessage() {}
 
 func (x *Constants) ProtoReflect() protoreflect.Message {
-	mi := &file_tuner_proto_msgTypes[13]
+	mi := &file_tuner_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1202,7 +1274,7 @@ func (x *Constants) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Constants.ProtoReflect.Descriptor instead.
 func (*Constants) Descriptor() ([]byte, []int) {
-	return file_tuner_proto_rawDescGZIP(), []int{13}
+	return file_tuner_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Constants) GetBaseLat() []float64 {
@@ -1268,7 +1340,7 @@ type CellFactors struct {
 
 func (x *CellFactors) Reset() {
 	*x = CellFactors{}
-	mi := &file_tuner_proto_msgTypes[14]
+	mi := &file_tuner_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1280,7 +1352,7 @@ func (x *CellFactors) String() string {
 func (*CellFactors) ProtoMessage() {}
 
 func (x *CellFactors) ProtoReflect() protoreflect.Message {
-	mi := &file_tuner_proto_msgTypes[14]
+	mi := &file_tuner_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1293,7 +1365,7 @@ func (x *CellFactors) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CellFactors.ProtoReflect.Descriptor instead.
 func (*CellFactors) Descriptor() ([]byte, []int) {
-	return file_tuner_proto_rawDescGZIP(), []int{14}
+	return file_tuner_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CellFactors) GetColl() int32 {
@@ -1342,7 +1414,7 @@ type Model struct {
 
 func (x *Model) Reset() {
 	*x = Model{}
-	mi := &file_tuner_proto_msgTypes[15]
+	mi := &file_tuner_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1354,7 +1426,7 @@ func (x *Model) String() string {
 func (*Model) ProtoMessage() {}
 
 func (x *Model) ProtoReflect() protoreflect.Message {
-	mi := &file_tuner_proto_msgTypes[15]
+	mi := &file_tuner_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,7 +1439,7 @@ func (x *Model) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Model.ProtoReflect.Descriptor instead.
 func (*Model) Descriptor() ([]byte, []int) {
-	return file_tuner_proto_rawDescGZIP(), []int{15}
+	return file_tuner_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Model) GetConstants() *Constants {
@@ -1396,7 +1468,7 @@ type Edit struct {
 
 func (x *Edit) Reset() {
 	*x = Edit{}
-	mi := &file_tuner_proto_msgTypes[16]
+	mi := &file_tuner_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1480,7 @@ func (x *Edit) String() string {
 func (*Edit) ProtoMessage() {}
 
 func (x *Edit) ProtoReflect() protoreflect.Message {
-	mi := &file_tuner_proto_msgTypes[16]
+	mi := &file_tuner_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1493,7 @@ func (x *Edit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Edit.ProtoReflect.Descriptor instead.
 func (*Edit) Descriptor() ([]byte, []int) {
-	return file_tuner_proto_rawDescGZIP(), []int{16}
+	return file_tuner_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Edit) GetKind() EditKind {
@@ -1463,7 +1535,7 @@ type Interval struct {
 
 func (x *Interval) Reset() {
 	*x = Interval{}
-	mi := &file_tuner_proto_msgTypes[17]
+	mi := &file_tuner_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1475,7 +1547,7 @@ func (x *Interval) String() string {
 func (*Interval) ProtoMessage() {}
 
 func (x *Interval) ProtoReflect() protoreflect.Message {
-	mi := &file_tuner_proto_msgTypes[17]
+	mi := &file_tuner_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1488,7 +1560,7 @@ func (x *Interval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Interval.ProtoReflect.Descriptor instead.
 func (*Interval) Descriptor() ([]byte, []int) {
-	return file_tuner_proto_rawDescGZIP(), []int{17}
+	return file_tuner_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Interval) GetLo() int64 {
@@ -1535,7 +1607,7 @@ const file_tuner_proto_rawDesc = "" +
 	"\x04menu\x18\x03 \x03(\v2\x1b.collplan.tuner.v1.MenuCellR\x04menu\x12:\n" +
 	"\tconstants\x18\x04 \x01(\v2\x1c.collplan.tuner.v1.ConstantsR\tconstants\"I\n" +
 	"\fTuneResponse\x129\n" +
-	"\tintervals\x18\x01 \x03(\v2\x1b.collplan.tuner.v1.IntervalR\tintervals\"\xbe\t\n" +
+	"\tintervals\x18\x01 \x03(\v2\x1b.collplan.tuner.v1.IntervalR\tintervals\"\xfa\t\n" +
 	"\bTopology\x12\x17\n" +
 	"\an_nodes\x18\x01 \x01(\x03R\x06nNodes\x12\x17\n" +
 	"\an_ranks\x18\x02 \x01(\x03R\x06nRanks\x12 \n" +
@@ -1569,7 +1641,12 @@ const file_tuner_proto_rawDesc = "" +
 	"\x04ring\x18\x19 \x01(\v2\x18.collplan.tuner.v1.GraphR\x04ring\x12?\n" +
 	"\x0ecollnet_direct\x18\x1a \x01(\v2\x18.collplan.tuner.v1.GraphR\rcollnetDirect\x12=\n" +
 	"\rcollnet_chain\x18\x1b \x01(\v2\x18.collplan.tuner.v1.GraphR\fcollnetChain\x12,\n" +
-	"\x04nvls\x18\x1c \x01(\v2\x18.collplan.tuner.v1.GraphR\x04nvls\"/\n" +
+	"\x04nvls\x18\x1c \x01(\v2\x18.collplan.tuner.v1.GraphR\x04nvls\x12:\n" +
+	"\temulation\x18\x1d \x01(\v2\x1c.collplan.tuner.v1.EmulationR\temulation\"\x8a\x01\n" +
+	"\tEmulation\x12)\n" +
+	"\x10multicast_switch\x18\x01 \x01(\bR\x0fmulticastSwitch\x12'\n" +
+	"\x0fnvls_efficiency\x18\x02 \x01(\x01R\x0envlsEfficiency\x12)\n" +
+	"\x10reducing_network\x18\x03 \x01(\bR\x0freducingNetwork\"/\n" +
 	"\aOpDtype\x12\x0e\n" +
 	"\x02op\x18\x01 \x01(\x03R\x02op\x12\x14\n" +
 	"\x05dtype\x18\x02 \x01(\x03R\x05dtype\"7\n" +
@@ -1665,7 +1742,7 @@ func file_tuner_proto_rawDescGZIP() []byte {
 }
 
 var file_tuner_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tuner_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_tuner_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_tuner_proto_goTypes = []any{
 	(EditKind)(0),             // 0: collplan.tuner.v1.EditKind
 	(*ConfigureRequest)(nil),  // 1: collplan.tuner.v1.ConfigureRequest
@@ -1675,58 +1752,60 @@ var file_tuner_proto_goTypes = []any{
 	(*TuneRequest)(nil),       // 5: collplan.tuner.v1.TuneRequest
 	(*TuneResponse)(nil),      // 6: collplan.tuner.v1.TuneResponse
 	(*Topology)(nil),          // 7: collplan.tuner.v1.Topology
-	(*OpDtype)(nil),           // 8: collplan.tuner.v1.OpDtype
-	(*Setting)(nil),           // 9: collplan.tuner.v1.Setting
-	(*Env)(nil),               // 10: collplan.tuner.v1.Env
-	(*Graph)(nil),             // 11: collplan.tuner.v1.Graph
-	(*Class)(nil),             // 12: collplan.tuner.v1.Class
-	(*MenuCell)(nil),          // 13: collplan.tuner.v1.MenuCell
-	(*Constants)(nil),         // 14: collplan.tuner.v1.Constants
-	(*CellFactors)(nil),       // 15: collplan.tuner.v1.CellFactors
-	(*Model)(nil),             // 16: collplan.tuner.v1.Model
-	(*Edit)(nil),              // 17: collplan.tuner.v1.Edit
-	(*Interval)(nil),          // 18: collplan.tuner.v1.Interval
+	(*Emulation)(nil),         // 8: collplan.tuner.v1.Emulation
+	(*OpDtype)(nil),           // 9: collplan.tuner.v1.OpDtype
+	(*Setting)(nil),           // 10: collplan.tuner.v1.Setting
+	(*Env)(nil),               // 11: collplan.tuner.v1.Env
+	(*Graph)(nil),             // 12: collplan.tuner.v1.Graph
+	(*Class)(nil),             // 13: collplan.tuner.v1.Class
+	(*MenuCell)(nil),          // 14: collplan.tuner.v1.MenuCell
+	(*Constants)(nil),         // 15: collplan.tuner.v1.Constants
+	(*CellFactors)(nil),       // 16: collplan.tuner.v1.CellFactors
+	(*Model)(nil),             // 17: collplan.tuner.v1.Model
+	(*Edit)(nil),              // 18: collplan.tuner.v1.Edit
+	(*Interval)(nil),          // 19: collplan.tuner.v1.Interval
 }
 var file_tuner_proto_depIdxs = []int32{
 	7,  // 0: collplan.tuner.v1.InitRequest.topology:type_name -> collplan.tuner.v1.Topology
-	16, // 1: collplan.tuner.v1.InitRequest.model:type_name -> collplan.tuner.v1.Model
-	14, // 2: collplan.tuner.v1.InitResponse.constants:type_name -> collplan.tuner.v1.Constants
-	15, // 3: collplan.tuner.v1.InitResponse.corrections:type_name -> collplan.tuner.v1.CellFactors
+	17, // 1: collplan.tuner.v1.InitRequest.model:type_name -> collplan.tuner.v1.Model
+	15, // 2: collplan.tuner.v1.InitResponse.constants:type_name -> collplan.tuner.v1.Constants
+	16, // 3: collplan.tuner.v1.InitResponse.corrections:type_name -> collplan.tuner.v1.CellFactors
 	7,  // 4: collplan.tuner.v1.TuneRequest.topology:type_name -> collplan.tuner.v1.Topology
-	12, // 5: collplan.tuner.v1.TuneRequest.class:type_name -> collplan.tuner.v1.Class
-	13, // 6: collplan.tuner.v1.TuneRequest.menu:type_name -> collplan.tuner.v1.MenuCell
-	14, // 7: collplan.tuner.v1.TuneRequest.constants:type_name -> collplan.tuner.v1.Constants
-	18, // 8: collplan.tuner.v1.TuneResponse.intervals:type_name -> collplan.tuner.v1.Interval
-	8,  // 9: collplan.tuner.v1.Topology.collnet_support:type_name -> collplan.tuner.v1.OpDtype
-	10, // 10: collplan.tuner.v1.Topology.env:type_name -> collplan.tuner.v1.Env
-	11, // 11: collplan.tuner.v1.Topology.tree:type_name -> collplan.tuner.v1.Graph
-	11, // 12: collplan.tuner.v1.Topology.ring:type_name -> collplan.tuner.v1.Graph
-	11, // 13: collplan.tuner.v1.Topology.collnet_direct:type_name -> collplan.tuner.v1.Graph
-	11, // 14: collplan.tuner.v1.Topology.collnet_chain:type_name -> collplan.tuner.v1.Graph
-	11, // 15: collplan.tuner.v1.Topology.nvls:type_name -> collplan.tuner.v1.Graph
-	9,  // 16: collplan.tuner.v1.Env.algo:type_name -> collplan.tuner.v1.Setting
-	9,  // 17: collplan.tuner.v1.Env.proto:type_name -> collplan.tuner.v1.Setting
-	9,  // 18: collplan.tuner.v1.Env.nthreads:type_name -> collplan.tuner.v1.Setting
-	9,  // 19: collplan.tuner.v1.Env.ll128_nthreads:type_name -> collplan.tuner.v1.Setting
-	9,  // 20: collplan.tuner.v1.Env.net_overhead:type_name -> collplan.tuner.v1.Setting
-	9,  // 21: collplan.tuner.v1.Env.pat_enable:type_name -> collplan.tuner.v1.Setting
-	9,  // 22: collplan.tuner.v1.Env.ll128_c2c:type_name -> collplan.tuner.v1.Setting
-	9,  // 23: collplan.tuner.v1.Env.thread_thresholds:type_name -> collplan.tuner.v1.Setting
-	14, // 24: collplan.tuner.v1.Model.constants:type_name -> collplan.tuner.v1.Constants
-	15, // 25: collplan.tuner.v1.Model.corrections:type_name -> collplan.tuner.v1.CellFactors
-	0,  // 26: collplan.tuner.v1.Edit.kind:type_name -> collplan.tuner.v1.EditKind
-	17, // 27: collplan.tuner.v1.Interval.edits:type_name -> collplan.tuner.v1.Edit
-	1,  // 28: collplan.tuner.v1.Tuner.Configure:input_type -> collplan.tuner.v1.ConfigureRequest
-	3,  // 29: collplan.tuner.v1.Tuner.Init:input_type -> collplan.tuner.v1.InitRequest
-	5,  // 30: collplan.tuner.v1.Tuner.Tune:input_type -> collplan.tuner.v1.TuneRequest
-	2,  // 31: collplan.tuner.v1.Tuner.Configure:output_type -> collplan.tuner.v1.ConfigureResponse
-	4,  // 32: collplan.tuner.v1.Tuner.Init:output_type -> collplan.tuner.v1.InitResponse
-	6,  // 33: collplan.tuner.v1.Tuner.Tune:output_type -> collplan.tuner.v1.TuneResponse
-	31, // [31:34] is the sub-list for method output_type
-	28, // [28:31] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	13, // 5: collplan.tuner.v1.TuneRequest.class:type_name -> collplan.tuner.v1.Class
+	14, // 6: collplan.tuner.v1.TuneRequest.menu:type_name -> collplan.tuner.v1.MenuCell
+	15, // 7: collplan.tuner.v1.TuneRequest.constants:type_name -> collplan.tuner.v1.Constants
+	19, // 8: collplan.tuner.v1.TuneResponse.intervals:type_name -> collplan.tuner.v1.Interval
+	9,  // 9: collplan.tuner.v1.Topology.collnet_support:type_name -> collplan.tuner.v1.OpDtype
+	11, // 10: collplan.tuner.v1.Topology.env:type_name -> collplan.tuner.v1.Env
+	12, // 11: collplan.tuner.v1.Topology.tree:type_name -> collplan.tuner.v1.Graph
+	12, // 12: collplan.tuner.v1.Topology.ring:type_name -> collplan.tuner.v1.Graph
+	12, // 13: collplan.tuner.v1.Topology.collnet_direct:type_name -> collplan.tuner.v1.Graph
+	12, // 14: collplan.tuner.v1.Topology.collnet_chain:type_name -> collplan.tuner.v1.Graph
+	12, // 15: collplan.tuner.v1.Topology.nvls:type_name -> collplan.tuner.v1.Graph
+	8,  // 16: collplan.tuner.v1.Topology.emulation:type_name -> collplan.tuner.v1.Emulation
+	10, // 17: collplan.tuner.v1.Env.algo:type_name -> collplan.tuner.v1.Setting
+	10, // 18: collplan.tuner.v1.Env.proto:type_name -> collplan.tuner.v1.Setting
+	10, // 19: collplan.tuner.v1.Env.nthreads:type_name -> collplan.tuner.v1.Setting
+	10, // 20: collplan.tuner.v1.Env.ll128_nthreads:type_name -> collplan.tuner.v1.Setting
+	10, // 21: collplan.tuner.v1.Env.net_overhead:type_name -> collplan.tuner.v1.Setting
+	10, // 22: collplan.tuner.v1.Env.pat_enable:type_name -> collplan.tuner.v1.Setting
+	10, // 23: collplan.tuner.v1.Env.ll128_c2c:type_name -> collplan.tuner.v1.Setting
+	10, // 24: collplan.tuner.v1.Env.thread_thresholds:type_name -> collplan.tuner.v1.Setting
+	15, // 25: collplan.tuner.v1.Model.constants:type_name -> collplan.tuner.v1.Constants
+	16, // 26: collplan.tuner.v1.Model.corrections:type_name -> collplan.tuner.v1.CellFactors
+	0,  // 27: collplan.tuner.v1.Edit.kind:type_name -> collplan.tuner.v1.EditKind
+	18, // 28: collplan.tuner.v1.Interval.edits:type_name -> collplan.tuner.v1.Edit
+	1,  // 29: collplan.tuner.v1.Tuner.Configure:input_type -> collplan.tuner.v1.ConfigureRequest
+	3,  // 30: collplan.tuner.v1.Tuner.Init:input_type -> collplan.tuner.v1.InitRequest
+	5,  // 31: collplan.tuner.v1.Tuner.Tune:input_type -> collplan.tuner.v1.TuneRequest
+	2,  // 32: collplan.tuner.v1.Tuner.Configure:output_type -> collplan.tuner.v1.ConfigureResponse
+	4,  // 33: collplan.tuner.v1.Tuner.Init:output_type -> collplan.tuner.v1.InitResponse
+	6,  // 34: collplan.tuner.v1.Tuner.Tune:output_type -> collplan.tuner.v1.TuneResponse
+	32, // [32:35] is the sub-list for method output_type
+	29, // [29:32] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_tuner_proto_init() }
@@ -1740,7 +1819,7 @@ func file_tuner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tuner_proto_rawDesc), len(file_tuner_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

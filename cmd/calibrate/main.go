@@ -82,6 +82,10 @@ Fits the cost model's per-cell latency and bandwidth (and per-bucket bandwidth c
 measured sweeps, nccl-tests or collbench tables, and writes the fitted overlay NAME.fit.toml that
 planner, collbench and the tuner plugins apply over the node table, with a report of the fit.
 --run measures the sweeps first with collbench (every legal pinned cell and the free choice);
+a cell is swept where the prior finds it legal and the engine runs it at the run's shape
+(engine.PinError, float sum): Ring and Tree, NVLS on one node (--np 2, or --np 4 --gpus-per-node
+4), NVLS_TREE on 2+ nodes of 2+ (--np 4 --gpus-per-node 2), PAT at one rank per node
+(--gpus-per-node 1), CollNet once the engine runs it; collbench pins each by NCCL_ALGO's name;
 --check DIR evaluates the overlay at --out against the sweeps in DIR without refitting. Output
 paths (--out, --svg, --sweeps-out) are checked before any work.
 
@@ -135,7 +139,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	date := fs.String("date", time.Now().UTC().Format("2006-01-02"), "provenance date")
 	svg := fs.String("svg", "", "write an SVG plot: measured points and fitted (solid) and prior (dashed) curves per cell")
 	check := fs.String("check", "", "evaluate the overlay at --out against the sweeps in DIR without refitting (with --run: measure them into DIR first)")
-	doRun := fs.Bool("run", false, "run collbench sweeps of every legal pinned cell and the free choice here, then fit them")
+	doRun := fs.Bool("run", false, "run collbench sweeps of every pinned cell legal in the prior that the engine runs at this shape (--np, --gpus-per-node) and the free choice here, then fit them")
 	quick := fs.Bool("quick", false, "with --run: a small sweep for CI (AllReduce, 8 B..1 MiB factor 4, -n 5 -w 2, inproc)")
 	np := fs.Int("np", 0, "with --run: ranks (default: the table's gpus_per_node x --nodes)")
 	sweepsOut := fs.String("sweeps-out", "", "with --run: directory for the sweeps and sweeps.toml (default: a new temp dir)")
@@ -280,9 +284,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		specs := planSweeps(menus, colls, *check == "")
+		specs := planSweeps(menus, colls, *check == "", *np, gpn)
 		if len(specs) == 0 {
-			return usagef("no cell of %s at %d nodes is both legal and implemented by the engine", *collList, nn)
+			return usagef("no cell of %s at %d nodes x %d ranks per node is both legal and run by the engine", *collList, nn, gpn)
 		}
 		bin, err := findCollbench(*collbench)
 		if err != nil {

@@ -86,8 +86,9 @@ func TestRunQuickEndToEnd(t *testing.T) {
 		_, err := os.Stat(filepath.Join(sweeps, e.File))
 		assert.NoError(t, err)
 	}
-	// The cpu table makes LL128 illegal (the auto gate at PHB); the engine has Tree for AllReduce.
-	assert.Equal(t, []string{"Tree/LL", "Tree/Simple", "Ring/LL", "Ring/Simple", "/"}, pins)
+	// The cpu table makes LL128 illegal (the auto gate at PHB); the engine has Tree for AllReduce
+	// and NVLS (Simple only) on one node of 2 ranks, the emulated multicast switch.
+	assert.Equal(t, []string{"Tree/LL", "Tree/Simple", "Ring/LL", "Ring/Simple", "NVLS/Simple", "/"}, pins)
 
 	data, err := os.ReadFile(overlay)
 	require.NoError(t, err)

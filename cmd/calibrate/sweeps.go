@@ -14,7 +14,9 @@ import (
 
 	"github.com/collplan/collplan/calibrate"
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine"
 	"github.com/collplan/collplan/internal/linescan"
+	"github.com/collplan/collplan/kernels"
 	"github.com/collplan/collplan/planner"
 )
 
@@ -39,31 +41,41 @@ type sweepConfig struct {
 	half   string
 }
 
-// engineAlgos are the algorithms collplan's engine implements per collective: Ring for all five,
-// Tree for AllReduce only. It implements every protocol (LL, LL128, Simple).
-func engineImplements(c costmodel.Coll, a costmodel.Algo) bool {
-	return a == costmodel.Ring || (a == costmodel.Tree && c == costmodel.AllReduce)
+// The dtype and op of every collbench sweep calibrate runs (collbench's defaults, -d float -o sum):
+// the class the fit's menus price (calibrate.Menus) and the one each pin's legality is asked for.
+const (
+	sweepDtype = kernels.Float32
+	sweepOp    = kernels.Sum
+)
+
+// engineRuns reports whether collplan's engine runs a call of coll pinned to (a, p) on np ranks,
+// rpn per virtual node, with the sweeps' dtype and op: engine.PinError is nil. It is the engine's
+// own legality check, so a path the engine gains (CollNet while it answers ErrNotImplemented)
+// joins the sweeps by itself.
+func engineRuns(c costmodel.Coll, a costmodel.Algo, p costmodel.Proto, np, rpn int) bool {
+	return engine.PinError(c, a, p, np, rpn, sweepDtype, sweepOp) == nil
 }
 
 var (
-	benchAlgo  = map[costmodel.Algo]string{costmodel.Ring: "Ring", costmodel.Tree: "Tree"}
 	benchProto = map[costmodel.Proto]string{costmodel.LL: "LL", costmodel.LL128: "LL128", costmodel.Simple: "Simple"}
 	benchColl  = map[costmodel.Coll]string{costmodel.AllReduce: "allreduce", costmodel.AllGather: "allgather",
 		costmodel.ReduceScatter: "reducescatter", costmodel.Broadcast: "broadcast", costmodel.Reduce: "reduce"}
 )
 
 // planSweeps lists, per collective, every cell that the prior's menu finds legal and the engine
-// implements (pinned), then the free choice (when free is set).
-func planSweeps(menus map[costmodel.Coll]*planner.Menu, colls []costmodel.Coll, free bool) []sweepSpec {
+// runs on np ranks of rpn per virtual node (engineRuns), pinned by collbench --algo with
+// NCCL_ALGO's name (Ring, Tree, NVLS, NVLSTree, PAT, CollNetDirect, CollNetChain) and --proto, then
+// the free choice (when free is set).
+func planSweeps(menus map[costmodel.Coll]*planner.Menu, colls []costmodel.Coll, free bool, np, rpn int) []sweepSpec {
 	var out []sweepSpec
 	for _, c := range colls {
 		m := menus[c]
 		for a := costmodel.Algo(0); a < costmodel.NumAlgos; a++ {
 			for p := costmodel.Proto(0); p < costmodel.NumProtos; p++ {
-				if !engineImplements(c, a) || m.Cells[a][p].Reason != "" || m.Cells[a][p].BWGBps <= 0 {
+				if m.Cells[a][p].Reason != "" || m.Cells[a][p].BWGBps <= 0 || !engineRuns(c, a, p, np, rpn) {
 					continue
 				}
-				an, pn := benchAlgo[a], benchProto[p]
+				an, pn := a.EnvName(), benchProto[p]
 				out = append(out, sweepSpec{coll: c, algo: an, proto: pn,
 					file: fmt.Sprintf("%s-%s-%s.txt", benchColl[c], strings.ToLower(an), strings.ToLower(pn))})
 			}

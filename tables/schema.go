@@ -66,15 +66,15 @@ type Emulation struct {
 	// makes NVLS and NVLS_TREE legal where nvls_support = true would (NCCL's rules otherwise:
 	// Simple only, the ncclNvlsSupported op/dtype rule, multi-node NVLS only with CollNet), allows
 	// nvls_channels and an nvls graph in [scale.N], and counts as the NVSwitch CollNetDirect needs.
-	MulticastSwitch bool `toml:"multicast_switch"`
+	MulticastSwitch bool `toml:"multicast_switch" json:"multicast_switch"`
 	// NVLSEfficiency is the emulated switch's efficiency, 0 < e <= 1, which the model reads in
 	// place of tuning.cc's nvlsEfficiency[compCapIndex] (0 below sm_90, so NCCL's own row would
 	// price NVLS at bandwidth 0 here). Required with multicast_switch; source-tagged.
-	NVLSEfficiency float64 `toml:"nvls_efficiency"`
+	NVLSEfficiency float64 `toml:"nvls_efficiency" json:"nvls_efficiency"`
 	// ReducingNetwork declares an emulated reducing network (the engine's CollNet aggregation
 	// endpoint): CollNet is legal as collnet_enable = true makes it, for the (op, dtype) pairs of
 	// node.collnet_support, which must then list what the endpoint reduces.
-	ReducingNetwork bool `toml:"reducing_network"`
+	ReducingNetwork bool `toml:"reducing_network" json:"reducing_network"`
 }
 
 // Scale is [scale.N]: what NCCL's topology search gives at this node count.

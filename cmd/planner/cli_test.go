@@ -178,6 +178,9 @@ func TestTablesJSON(t *testing.T) {
 			sources[k] = v
 		}
 		w["sources"] = sources
+		require.NotNil(t, n.Emulation, "cpu is an emulated node")
+		w["emulation"] = map[string]any{"multicast_switch": n.Emulation.MulticastSwitch,
+			"nvls_efficiency": n.Emulation.NVLSEfficiency, "reducing_network": n.Emulation.ReducingNetwork}
 		assert.Equal(t, w, one, args)
 	}
 	_, err = runCLI(t, "", "tables", "--json", "nope")

@@ -26,6 +26,8 @@ type tableJSON struct {
 	Fabric            string            `json:"fabric,omitempty"` // with NAME --fabric F: F's file
 	File              string            `json:"file,omitempty"`
 	Sources           map[string]string `json:"sources,omitempty"`
+	// Emulation is an emulated node's [emulation] (with NAME only; absent on real hardware).
+	Emulation *tables.Emulation `json:"emulation,omitempty"`
 }
 
 func newTableJSON(n *tables.Node) tableJSON {
@@ -73,7 +75,7 @@ func runTables(args []string, stdout, stderr io.Writer) error {
 		}
 		if *asJSON {
 			tj := newTableJSON(n)
-			tj.File, tj.Sources = n.File, n.Sources
+			tj.File, tj.Sources, tj.Emulation = n.File, n.Sources, n.Emulation
 			if n.Fabric != nil {
 				tj.Fabric = n.Fabric.File
 			}
@@ -170,6 +172,10 @@ func showTable(w io.Writer, n *tables.Node) error {
 	}
 	if n.Overlay != "" {
 		fmt.Fprintf(w, "  fitted overlay: %s\n", n.Overlay)
+	}
+	if e := n.Emulation; e != nil {
+		fmt.Fprintf(w, "  emulates: multicast switch %v (nvls_efficiency %g), reducing network %v\n",
+			e.MulticastSwitch, e.NVLSEfficiency, e.ReducingNetwork)
 	}
 	if n.Fabric != nil {
 		fmt.Fprintf(w, "  fabric: %s (%s): the inter-node values of every scale above 1\n", n.Fabric.File, n.Fabric.Fabric.Description)

@@ -982,6 +982,17 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
+// p90 is the 90th percentile of xs by nearest rank: the ceil(0.9 n)-th smallest of n values
+// (0 for none).
+func p90(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[(9*len(s)+9)/10-1]
+}
+
 func maxOf(xs []float64) float64 {
 	m := 0.0
 	for _, x := range xs {

@@ -203,6 +203,7 @@ func TestEvaluatePartialAndFree(t *testing.T) {
 		assert.Equal(t, w.name, p.Name)
 		assert.InDelta(t, w.median, p.RegretMedian, 1e-12, w.name)
 		assert.InDelta(t, w.max, p.RegretMax, 1e-12, w.name)
+		assert.InDelta(t, w.max, p.RegretP90, 1e-12, "%s: at 2 or 3 sizes the 90th percentile is the largest", w.name)
 		assert.Equal(t, w.sizes, p.RegretSizes, w.name)
 		assert.Equal(t, w.exact, p.RegretExactSizes, w.name)
 		assert.Equal(t, w.prox, p.RegretProxySizes, w.name)
@@ -288,4 +289,24 @@ func TestRepeatsNeverMixPins(t *testing.T) {
 	assert.False(t, proxy)
 	assert.Equal(t, 5.0, r.TimeUS)
 	assert.Equal(t, 4.0, srs[0].Best().TimeUS)
+}
+
+// TestP90: the 90th percentile by nearest rank is the ceil(0.9 n)-th smallest value: of 1..10 the
+// 9th (9), of 1..20 the 18th (18), of 1..11 the 10th (ceil(9.9) = 10), of one value that value.
+func TestP90(t *testing.T) {
+	seq := func(n int) []float64 {
+		var xs []float64
+		for i := n; i >= 1; i-- { // unsorted on purpose
+			xs = append(xs, float64(i))
+		}
+		return xs
+	}
+	for _, tc := range []struct {
+		xs   []float64
+		want float64
+	}{
+		{seq(10), 9}, {seq(20), 18}, {seq(11), 10}, {[]float64{0.25}, 0.25}, {nil, 0},
+	} {
+		assert.Equal(t, tc.want, p90(tc.xs), "%v", tc.xs)
+	}
 }

@@ -19,8 +19,19 @@ import (
 // cpuTable compiles the planner's AllReduce decision table for the CPU node table on 4 nodes of 2
 // ranks: Tree/LL at the smallest sizes, then Ring/LL on 1 and 2 channels, then Ring/Simple.
 func cpuTable(t *testing.T, coll costmodel.Coll) *planner.DecisionTable {
+	return cpuTableAt(t, coll, true)
+}
+
+// cpuTableAt compiles the cpu table's DecisionTable for coll at 4 nodes; without emulated, the
+// table's [emulation] is dropped, so that only Ring, Tree and PAT are legal (the menu before the
+// table declared its multicast switch).
+func cpuTableAt(t *testing.T, coll costmodel.Coll, emulated bool) *planner.DecisionTable {
 	node, err := tables.Load("cpu")
 	require.NoError(t, err)
+	require.NotNil(t, node.Emulation, "the cpu table declares what the engine emulates")
+	if !emulated {
+		node.Emulation = nil
+	}
 	topo, err := capabilities.FromNode(node, 4)
 	require.NoError(t, err)
 	pl, err := planner.New(&topo, planner.Config{})
@@ -32,14 +43,22 @@ func cpuTable(t *testing.T, coll costmodel.Coll) *planner.DecisionTable {
 
 // TestPlannerInTheLoop: a communicator given the planner's DecisionTable runs each call on the
 // table's plan for its size (algorithm, protocol, channels; chunk and slice as the planner sized
-// them, fitted to the connection buffers), and gets the right answer on every plan.
+// them, fitted to the connection buffers), and gets the right answer on every plan: every plan the
+// table holds up to 1 MiB runs. With the table's emulated switch NVLS_TREE is among them; without
+// it, Tree/LL and Ring/Simple, and Ring/Simple's chunk at 4 MiB is NCCL's default.
 func TestPlannerInTheLoop(t *testing.T) {
-	table := cpuTable(t, costmodel.AllReduce)
+	for _, emulated := range []bool{false, true} {
+		t.Run(fmt.Sprintf("emulated=%v", emulated), func(t *testing.T) { plannerInTheLoop(t, emulated) })
+	}
+}
+
+func plannerInTheLoop(t *testing.T, emulated bool) {
+	table := cpuTableAt(t, costmodel.AllReduce, emulated)
 	const n = 8
 	comms, err := NewInProcess(n, Config{RanksPerNode: 2, Tables: []*planner.DecisionTable{table}})
 	require.NoError(t, err)
 	defer closeAll(comms)
-	seen := map[planner.Decision]bool{}
+	seen, inTable := map[planner.Decision]bool{}, map[planner.Decision]bool{}
 	for _, e := range table.Entries() {
 		if e.Lo > 1<<20 {
 			break
@@ -50,6 +69,7 @@ func TestPlannerInTheLoop(t *testing.T) {
 				continue
 			}
 			want := table.Lookup(int64(count * 4))
+			inTable[planner.Decision{Algo: want.Algo, Proto: want.Proto}] = true
 			outs := make([][]byte, n)
 			errs := runRanks(t, comms, 30*time.Second, func(r int, c *Comm) error {
 				send := make([]byte, count*4)
@@ -78,7 +98,12 @@ func TestPlannerInTheLoop(t *testing.T) {
 			}
 		}
 	}
+	assert.Equal(t, inTable, seen, "every plan of the table up to 1 MiB ran")
 	assert.True(t, seen[planner.Decision{Algo: costmodel.Tree, Proto: costmodel.LL}], "the table's Tree/LL plan ran")
+	if emulated {
+		assert.True(t, seen[planner.Decision{Algo: costmodel.NVLSTree, Proto: costmodel.Simple}], "the table's NVLS_TREE plan ran")
+		return
+	}
 	assert.True(t, seen[planner.Decision{Algo: costmodel.Ring, Proto: costmodel.Simple}], "the table's Ring/Simple plan ran")
 
 	// The NCCL defaults: Ring/Simple runs NCCL's 2 MiB chunk in 512 KiB steps.

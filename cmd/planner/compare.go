@@ -97,11 +97,11 @@ func runCompare(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 	fmt.Fprintf(stdout, "%s, %s %s, pipe ops %d: tuner A = %s, tuner B = %s; ground truth: %d measured sizes (%s half) from %s\n",
-		s.source, cls.Dtype, cls.Op, cls.PipeOps, sides[0].name, sides[1].name, len(keys), half, *sweeps)
-	if line := s.overlayLine(sides[0].pl); line != "" {
+		s.Source, cls.Dtype, cls.Op, cls.PipeOps, sides[0].name, sides[1].name, len(keys), half, *sweeps)
+	if line := s.OverlayLine(sides[0].pl); line != "" {
 		fmt.Fprintf(stdout, "overlay: %s\n", line)
 	}
-	fmt.Fprintf(stdout, "assumed: %s\n", s.assumedLine())
+	fmt.Fprintf(stdout, "assumed: %s\n", s.AssumedLine())
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	head := "coll\tbytes\tmeasured best\tus\tA pick\tus\tA regret\tB pick\tus\tB regret\t"
 	if hasDefault {
@@ -208,7 +208,7 @@ func (sd *side) pick(ctx context.Context, cls planner.Class, k measureKey) (plan
 // chosen half of every row, each sweep's legal cells decided by its pin (calibrate.Points), so
 // pinned, algorithm-only, protocol-only and free runs are all scored.
 func groundTruth(ctx context.Context, sweeps []*calibrate.Sweep, s *setup, half string) ([]calibrate.SizeRuns, []string, error) {
-	t := &s.topo
+	t := &s.Topo
 	var skipped []string
 	var keep []*calibrate.Sweep
 	for _, sw := range sweeps {
@@ -224,9 +224,9 @@ func groundTruth(ctx context.Context, sweeps []*calibrate.Sweep, s *setup, half 
 		keep = append(keep, sw)
 	}
 	var cfg planner.Config
-	if s.node != nil {
+	if s.Node != nil {
 		var err error
-		if cfg, err = node.PlannerConfig(s.node, t); err != nil {
+		if cfg, err = node.PlannerConfig(s.Node, t); err != nil {
 			return nil, nil, usageError{err}
 		}
 	}

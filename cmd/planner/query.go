@@ -15,6 +15,7 @@ import (
 	"github.com/collplan/collplan/internal/bytesize"
 	"github.com/collplan/collplan/internal/linescan"
 	"github.com/collplan/collplan/planner"
+	"github.com/collplan/collplan/report"
 )
 
 // queryLine is one JSON-lines query; absent fields take the flags' defaults.
@@ -28,18 +29,18 @@ type queryLine struct {
 }
 
 type answerJSON struct {
-	Coll       string `json:"coll"`
-	Bytes      int64  `json:"bytes"`
-	Op         string `json:"op"`
-	Dtype      string `json:"dtype"`
-	PipeOps    int    `json:"pipe_ops"`
-	Algo       string `json:"algo"`
-	Proto      string `json:"proto"`
-	TimeUS     f32    `json:"time_us"`
-	Channels   int    `json:"channels"`
-	Threads    int    `json:"threads"`
-	ChunkBytes int64  `json:"chunk_bytes"`
-	SliceBytes int64  `json:"slice_bytes"`
+	Coll       string     `json:"coll"`
+	Bytes      int64      `json:"bytes"`
+	Op         string     `json:"op"`
+	Dtype      string     `json:"dtype"`
+	PipeOps    int        `json:"pipe_ops"`
+	Algo       string     `json:"algo"`
+	Proto      string     `json:"proto"`
+	TimeUS     report.F32 `json:"time_us"`
+	Channels   int        `json:"channels"`
+	Threads    int        `json:"threads"`
+	ChunkBytes int64      `json:"chunk_bytes"`
+	SliceBytes int64      `json:"slice_bytes"`
 	// Policy names what produced the row: the tuner's name when it answered for the row's class,
 	// "builtin" when there is no tuner or it failed (then TunerNote says why).
 	Policy    string `json:"policy"`
@@ -66,11 +67,11 @@ func runQuery(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if help || err != nil {
 		return err
 	}
-	if line := s.overlayLine(pl); line != "" && len(pl.Overlay().Skipped) > 0 {
+	if line := s.OverlayLine(pl); line != "" && len(pl.Overlay().Skipped) > 0 {
 		fmt.Fprintf(stderr, "planner: query: overlay %s\n", line)
 	}
-	if s.fabric != nil { // the rows carry no topology, so stderr names the fabric once
-		fmt.Fprintf(stderr, "planner: query: fabric %s\n", fabricLine(s.fabric, s.topo.NNodes))
+	if s.Fabric != nil { // the rows carry no topology, so stderr names the fabric once
+		fmt.Fprintf(stderr, "planner: query: fabric %s\n", report.FabricLine(s.Fabric, s.Topo.NNodes))
 	}
 	cf := &c.cf
 	// One prepared class and DecisionTable per class: the tuner is asked once per class, not per line.
@@ -133,7 +134,7 @@ func runQuery(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			return usagef("stdin:%d: %v", line, err)
 		}
 		a := answerJSON{Coll: cls.Coll.String(), Bytes: n, Op: cls.Op.String(), Dtype: cls.Dtype.String(),
-			PipeOps: cls.PipeOps, Algo: plan.Algo.String(), Proto: plan.Proto.String(), TimeUS: f32(plan.TimeUS),
+			PipeOps: cls.PipeOps, Algo: plan.Algo.String(), Proto: plan.Proto.String(), TimeUS: report.F32(plan.TimeUS),
 			Channels: plan.Channels, Threads: plan.Threads, ChunkBytes: plan.ChunkBytes, SliceBytes: plan.SliceBytes,
 			Policy: c.policy, TunerNote: c.note}
 		if d := c.dt.Lookup(n); d != plan.Decision {

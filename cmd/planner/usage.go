@@ -64,6 +64,21 @@ protocol-only run whose pin allows it, the one with the fewest legal cells; a ru
 is NCCL's default, shown in a column of its own as the baseline to beat, and measures no pick.
 Every time comes from the --half of each row (in place by default, as calibrate fits).
 `,
+	"serve": `usage: planner serve [--listen ADDR] [--topology FILE]... [--tuner NAME]... [flags]
+
+Serves the planner over HTTP/JSON (docs/service.md; the OpenAPI document at /v1/openapi.json):
+POST /v1/explain and /v1/plan (one query or a batch, the fields of planner explain's flags; an
+explain answer is planner explain --json's output for the same flags), POST /v1/map, GET
+/v1/tables and /v1/tables/NAME, /healthz, /readyz, /metrics (Prometheus). Queries name node
+tables (embedded), topologies (--topology FILE, by base name) and tuners (--tuner, by name) from
+the set given here, never a file or a binary. The service never reads its own NCCL_ALGO or
+NCCL_PROTO. It listens on 127.0.0.1:7480 and answers only loopback Host names and same-origin
+requests; a non-loopback --listen needs --token-file, --tls-cert and --tls-key, or it refuses to
+start. SIGHUP (or POST /v1/admin/reload with --admin-token-file) reloads the topologies and
+tuners: the new set is built first and swapped in whole; a failed reload keeps the old one.
+SIGTERM drains the requests in flight. A tuner that fails or hangs past --tuner-timeout never
+holds a request: the built-in policy answers, labelled "builtin".
+`,
 }
 
 // helpRequest is -h or --help: run prints usage, the command's usage and flags, to stdout and

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/collplan/collplan/service"
+	"github.com/collplan/collplan/tables"
+)
+
+// equalityCase is one query, as planner explain's flags and as the service's JSON.
+type equalityCase struct {
+	args  []string
+	query map[string]any
+}
+
+// serveHandler is a loopback service with the §13 topology files, named as the flags name them.
+func serveHandler(t *testing.T) http.Handler {
+	t.Helper()
+	srv, err := service.New(service.Config{Listen: "127.0.0.1:7480", Log: io.Discard,
+		Topologies: []string{topoDir + "s1.toml", topoDir + "s2.toml", topoDir + "s3.toml"}})
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	return srv.Handler()
+}
+
+func post(t *testing.T, h http.Handler, path string, body any) *httptest.ResponseRecorder {
+	t.Helper()
+	b, err := json.Marshal(body)
+	require.NoError(t, err)
+	req := httptest.NewRequest("POST", path, bytes.NewReader(b))
+	req.Host = "127.0.0.1:7480"
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// s13Cases are the reference §13 scenarios: every pick of planner/testdata/picks.txt and every
+// (scenario, collective) of costmodel/testdata/s13.txt at 1 MiB, on the topology files.
+func s13Cases(t *testing.T) []equalityCase {
+	var out []equalityCase
+	add := func(topo, coll, size string) {
+		out = append(out, equalityCase{
+			args:  []string{"--topology", topoDir + topo + ".toml", "--coll", coll, "--bytes", size},
+			query: map[string]any{"topology": topo, "coll": coll, "bytes": size}})
+	}
+	for _, v := range readVectors(t, "../../planner/testdata/picks.txt", 8) {
+		add(v[0], v[1], v[2])
+	}
+	seen := map[string]bool{}
+	for _, v := range readVectors(t, "../../costmodel/testdata/s13.txt", 6) {
+		k := strings.ToLower(v[0]) + " " + v[1]
+		if !seen[k] {
+			seen[k] = true
+			add(strings.ToLower(v[0]), v[1], "1M")
+		}
+	}
+	return out
+}
+
+// randomCases are n random queries over every embedded table: node counts, collectives, sizes,
+// types, ops, pipe ops, filters, fabrics, ranks per node and overlays drawn from a fixed seed.
+func randomCases(n int) []equalityCase {
+	r := rand.New(rand.NewPCG(14, 2026))
+	pick := func(xs ...string) string { return xs[r.IntN(len(xs))] }
+	names, fabrics := tables.Names(), tables.FabricNames()
+	var out []equalityCase
+	for i := 0; i < n; i++ {
+		name := names[i%len(names)]
+		nodes := []int{1, 2, 3, 4, 8, 16, 64, 512, 4096}[r.IntN(9)]
+		size := r.Int64N(1 << (3 + r.IntN(32)))
+		c := equalityCase{args: []string{"--node", name, "--nodes", strconv.Itoa(nodes), "--bytes", strconv.FormatInt(size, 10)},
+			query: map[string]any{"node": name, "nodes": nodes, "bytes": size}}
+		flag := func(f, k string, v any) {
+			c.args = append(c.args, "--"+f, fmt.Sprint(v))
+			c.query[k] = v
+		}
+		flag("coll", "coll", pick("allreduce", "allgather", "reducescatter", "broadcast", "reduce"))
+		flag("dtype", "dtype", pick("float32", "half", "bfloat16", "int8", "double", "fp8e4m3"))
+		flag("op", "op", pick("sum", "max", "avg", "prod"))
+		if r.IntN(3) == 0 {
+			flag("pipe-ops", "pipe_ops", 1+r.IntN(4))
+		}
+		if r.IntN(4) == 0 {
+			flag("algo", "algo", pick("ring", "tree", "^nvls", "ring,tree", "allreduce:tree;allgather:ring"))
+		}
+		if r.IntN(4) == 0 {
+			flag("proto", "proto", pick("simple", "ll,ll128", "^ll"))
+		}
+		if r.IntN(5) == 0 {
+			flag("fabric", "fabric", fabrics[r.IntN(len(fabrics))])
+		}
+		if r.IntN(6) == 0 {
+			flag("gpus-per-node", "gpus_per_node", []int{1, 2, 4, 8}[r.IntN(4)])
+		}
+		if r.IntN(5) == 0 {
+			c.args = append(c.args, "--no-overlay")
+			c.query["no_overlay"] = true
+		}
+		if r.IntN(5) == 0 {
+			c.args = append(c.args, "--reg-buff")
+			c.query["reg_buff"] = true
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// TestServeEqualsExplain: /v1/explain's body for a query is planner explain --json's stdout for
+// the same flags, byte for byte, in a clean environment; /v1/plan's answer has the same values
+// under the same keys, plus its policy; and a query the command refuses is a 400 with the
+// command's message. The service's own NCCL_ALGO/NCCL_PROTO are set to values that would change
+// the picks, and must not be read.
+func TestServeEqualsExplain(t *testing.T) {
+	clearNCCLEnv(t)
+	h := serveHandler(t)
+	cases := append(s13Cases(t), randomCases(300)...)
+	refused := 0
+	for i, c := range cases {
+		name := fmt.Sprintf("%d %s", i, strings.Join(c.args, " "))
+		os.Setenv("NCCL_ALGO", "COLLNET_DIRECT")
+		os.Setenv("NCCL_PROTO", "LL")
+		rec := post(t, h, "/v1/explain", c.query)
+		recPlan := post(t, h, "/v1/plan", c.query)
+		os.Unsetenv("NCCL_ALGO")
+		os.Unsetenv("NCCL_PROTO")
+		want, err := runCLI(t, "", append([]string{"explain", "--json"}, c.args...)...)
+		if err != nil {
+			refused++
+			var ue usageError
+			require.ErrorAs(t, err, &ue, name)
+			assert.Equal(t, 400, rec.Code, name)
+			var e service.Error
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &e), name)
+			assert.Equal(t, err.Error(), e.Error, name)
+			assert.Equal(t, 400, recPlan.Code, name)
+			continue
+		}
+		require.Equal(t, 200, rec.Code, "%s: %s", name, rec.Body.String())
+		assert.Equal(t, want, rec.Body.String(), name)
+
+		require.Equal(t, 200, recPlan.Code, name)
+		var full map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal([]byte(want), &full))
+		var plan map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal(recPlan.Body.Bytes(), &plan))
+		assert.Equal(t, `"builtin"`, string(plan["policy"]), name)
+		for k, v := range plan {
+			if k == "policy" {
+				continue
+			}
+			var compact bytes.Buffer
+			require.NoError(t, json.Compact(&compact, full[k]), "%s: key %s", name, k)
+			assert.Equal(t, compact.String(), string(v), "%s: key %s", name, k)
+		}
+	}
+	t.Logf("%d queries, %d refused by both", len(cases), refused)
+	assert.Less(t, refused, len(cases)/4, "most random queries must be answerable, or the test checks little")
+}

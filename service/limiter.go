@@ -1,0 +1,40 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+)
+
+// limiter bounds concurrent work: n at once, and q more waiting; beyond that it refuses at once.
+type limiter struct {
+	run, wait chan struct{}
+	n, q      int
+}
+
+func newLimiter(n, q int) *limiter {
+	return &limiter{run: make(chan struct{}, n), wait: make(chan struct{}, n+q), n: n, q: q}
+}
+
+// acquire takes a turn, waiting in the queue until ctx ends; release gives it back. A full queue
+// is a 429 naming the limits.
+func (l *limiter) acquire(ctx context.Context) error {
+	select {
+	case l.wait <- struct{}{}:
+	default:
+		return &apiError{status: http.StatusTooManyRequests,
+			msg: fmt.Sprintf("too many classes being priced: %d at once (max-compiles) and %d waiting (compile-queue); retry later", l.n, l.q)}
+	}
+	select {
+	case l.run <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		<-l.wait
+		return &apiError{status: http.StatusServiceUnavailable, msg: "the request ended while waiting for a compile turn"}
+	}
+}
+
+func (l *limiter) release() {
+	<-l.run
+	<-l.wait
+}

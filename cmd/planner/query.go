@@ -63,8 +63,19 @@ const builtinPolicy = "builtin"
 // at the end, since not every answer is the tuner's.
 func runQuery(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	c := newCommand("query", stderr, false)
-	s, _, pl, help, err := c.parse(args)
-	if help || err != nil {
+	server := c.fs.String("server", "", "send the queries to a running planner serve at this URL (http://127.0.0.1:7480) instead of planning here")
+	tokenFile := c.fs.String("token-file", "", "with --server: file holding the service's bearer token")
+	if err := parseFlags(c.fs, args); err != nil {
+		return err
+	}
+	if *server != "" {
+		return queryServer(ctx, c, *server, *tokenFile, stdin, stdout, stderr)
+	}
+	if *tokenFile != "" {
+		return usagef("--token-file applies to --server")
+	}
+	s, _, pl, err := c.built()
+	if err != nil {
 		return err
 	}
 	if line := s.OverlayLine(pl); line != "" && len(pl.Overlay().Skipped) > 0 {
@@ -83,10 +94,8 @@ func runQuery(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	var failed []string // "stdin:N: CLASS" of the classes the tuner failed for
 	cache := map[planner.Class]compiled{}
-	w := bufio.NewWriter(stdout)
-	defer w.Flush()
-	cw := csv.NewWriter(w)
-	headerDone := false
+	rw := newRowWriter(stdout)
+	defer rw.w.Flush()
 	sc := linescan.New("stdin", stdin)
 	for line := 1; sc.Scan(); line++ {
 		text := strings.TrimSpace(sc.Text())
@@ -140,23 +149,9 @@ func runQuery(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		if d := c.dt.Lookup(n); d != plan.Decision {
 			return fmt.Errorf("stdin:%d: decision table and planner disagree at %d bytes (%v vs %v)", line, n, d, plan.Decision)
 		}
-		if isJSON {
-			b, err := json.Marshal(a)
-			if err != nil {
-				return err
-			}
-			w.Write(append(b, '\n'))
-			continue
+		if err := rw.write(a, isJSON); err != nil {
+			return err
 		}
-		if !headerDone {
-			fmt.Fprintln(w, csvHeader)
-			headerDone = true
-		}
-		t, _ := a.TimeUS.MarshalJSON()
-		cw.Write([]string{a.Coll, strconv.FormatInt(n, 10), a.Op, a.Dtype, strconv.Itoa(a.PipeOps), a.Algo, a.Proto,
-			string(t), strconv.Itoa(a.Channels), strconv.Itoa(a.Threads), strconv.FormatInt(a.ChunkBytes, 10),
-			strconv.FormatInt(a.SliceBytes, 10), a.Policy})
-		cw.Flush()
 	}
 	if err := sc.Err(); err != nil {
 		var le *linescan.LongLineError
@@ -165,13 +160,47 @@ func runQuery(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		}
 		return fmt.Errorf("stdin: %w", err)
 	}
-	if err := cw.Error(); err != nil {
+	if err := rw.cw.Error(); err != nil {
 		return err
 	}
 	if len(failed) > 0 {
 		return usagef("the tuner failed for %d classes (first at %s): their rows came from the built-in policy", len(failed), failed[0])
 	}
 	return nil
+}
+
+// rowWriter writes query's answers: a JSON line for a JSON query, a CSV row (after the header,
+// once) for a CSV one.
+type rowWriter struct {
+	w          *bufio.Writer
+	cw         *csv.Writer
+	headerDone bool
+}
+
+func newRowWriter(stdout io.Writer) *rowWriter {
+	w := bufio.NewWriter(stdout)
+	return &rowWriter{w: w, cw: csv.NewWriter(w)}
+}
+
+func (rw *rowWriter) write(a answerJSON, isJSON bool) error {
+	if isJSON {
+		b, err := json.Marshal(a)
+		if err != nil {
+			return err
+		}
+		_, err = rw.w.Write(append(b, '\n'))
+		return err
+	}
+	if !rw.headerDone {
+		fmt.Fprintln(rw.w, csvHeader)
+		rw.headerDone = true
+	}
+	t, _ := a.TimeUS.MarshalJSON()
+	rw.cw.Write([]string{a.Coll, strconv.FormatInt(a.Bytes, 10), a.Op, a.Dtype, strconv.Itoa(a.PipeOps), a.Algo, a.Proto,
+		string(t), strconv.Itoa(a.Channels), strconv.Itoa(a.Threads), strconv.FormatInt(a.ChunkBytes, 10),
+		strconv.FormatInt(a.SliceBytes, 10), a.Policy})
+	rw.cw.Flush()
+	return rw.cw.Error()
 }
 
 func parseJSONQuery(text string, def *classFlags) (planner.Class, int64, error) {

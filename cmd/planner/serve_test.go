@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/collplan/collplan/plugin"
 	"github.com/collplan/collplan/service"
 	"github.com/collplan/collplan/tables"
 )
@@ -168,4 +171,68 @@ func TestServeEqualsExplain(t *testing.T) {
 	}
 	t.Logf("%d queries, %d refused by both", len(cases), refused)
 	assert.Less(t, refused, len(cases)/4, "most random queries must be answerable, or the test checks little")
+}
+
+// TestQueryServer: planner query --server URL prints what planner query prints for the same stdin
+// and flags, row for row, for CSV and JSON lines, a node table and a topology, with and without a
+// tuner; a line the service refuses is an error naming the stdin line.
+func TestQueryServer(t *testing.T) {
+	clearNCCLEnv(t)
+	conf := writeFile(t, "rules.conf", "allreduce,0,65536,ring,ll,4,-1,-1\n")
+	srv, err := service.New(service.Config{Listen: "127.0.0.1:7480", Log: io.Discard,
+		Topologies: []string{topoDir + "s2.toml"},
+		Tuners:     []plugin.Spec{{Name: filepath.Join(tunerBin, "tuner-rules"), Config: conf}}})
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	stdin := "coll,bytes\nallreduce,4K\nallgather,64M,sum,bfloat16\n# a comment\n" +
+		`{"coll":"allreduce","bytes":"1MiB"}` + "\n" + `{"coll":"reducescatter","bytes":65536,"dtype":"half","pipe_ops":2}` + "\n" +
+		"broadcast,1G,sum,float32,3\n"
+	for _, flags := range [][]string{
+		{"--node", "h100"},
+		{"--node", "h200", "--nodes", "4", "--proto", "^LL128"},
+		{"--node", "b200", "--nodes", "2", "--fabric", "ib-ndr", "--gpus-per-node", "4"},
+		{"--topology", topoDir + "s2.toml"},
+		{"--node", "h100", "--nodes", "2", "--tuner", "rules"},
+	} {
+		t.Run(strings.Join(flags, " "), func(t *testing.T) {
+			local := flags
+			if slices.Contains(flags, "rules") {
+				local = append(slices.Clone(flags[:len(flags)-1]), filepath.Join(tunerBin, "tuner-rules"), "--tuner-config", conf)
+			}
+			want, _, err := runTuner(t, stdin, append([]string{"query"}, local...)...)
+			require.NoError(t, err)
+			got, _, err := runTuner(t, stdin, append([]string{"query", "--server", ts.URL}, flags...)...)
+			require.NoError(t, err)
+			assert.Equal(t, want, got)
+			if slices.Contains(flags, "rules") {
+				assert.Contains(t, got, ",rules\n", "rows labelled with the tuner")
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name, stdin string
+		flags       []string
+		want        string
+	}{
+		{"refused line", "allreduce,4K\nallreduce,4K,sum,float32,100000\n", []string{"--node", "h100"}, "stdin:2: pipe_ops 100000: want 1..65536"},
+		{"bad line here", "allreduce\n", []string{"--node", "h100"}, "stdin:1: want coll,bytes"},
+		{"unknown topology", "allreduce,4K\n", []string{"--topology", topoDir + "s1.toml"}, `stdin:1: unknown topology "s1"`},
+		{"a table file", "allreduce,4K\n", []string{"--table", "../../tables/h100.toml"}, "the service has no --table FILE"},
+		{"a tuner path", "allreduce,4K\n", []string{"--node", "h100", "--tuner", "/bin/true"}, "--tuner names one of the service's tuners"},
+		{"not a URL", "allreduce,4K\n", []string{"--node", "h100", "--server", "localhost:7480"}, "want an http:// or https:// URL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"query", "--server", ts.URL}, tc.flags...)
+			_, _, err := runTuner(t, tc.stdin, args...)
+			require.Error(t, err)
+			var ue usageError
+			assert.ErrorAs(t, err, &ue)
+			assert.ErrorContains(t, err, tc.want)
+		})
+	}
+	t.Setenv("NCCL_ALGO", "ring")
+	_, _, err = runTuner(t, "allreduce,4K\n", "query", "--server", ts.URL, "--node", "h100")
+	assert.ErrorContains(t, err, `NCCL_ALGO="ring" is set here, and the service does not read this environment`)
 }

@@ -201,17 +201,24 @@ func (c *command) parse(args []string) (s *setup, cls planner.Class, pl *planner
 		var h helpRequest
 		return nil, cls, nil, errors.As(err, &h), err
 	}
+	s, cls, pl, err = c.built()
+	return s, cls, pl, false, err
+}
+
+// built is parse after the flags: the output files checked, then the topology, the default class
+// and the planner built.
+func (c *command) built() (s *setup, cls planner.Class, pl *planner.Planner, err error) {
 	for _, o := range c.outFiles {
 		if err = outpath.File("--"+o.name, *o.path); err != nil {
-			return nil, cls, nil, false, usageError{err}
+			return nil, cls, nil, usageError{err}
 		}
 	}
 	if s, err = c.tf.build(c.fs); err != nil {
-		return nil, cls, nil, false, err
+		return nil, cls, nil, err
 	}
 	if cls, err = c.cf.class(); err != nil {
-		return nil, cls, nil, false, err
+		return nil, cls, nil, err
 	}
 	pl, err = s.planner()
-	return s, cls, pl, false, err
+	return s, cls, pl, err
 }

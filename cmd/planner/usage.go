@@ -27,6 +27,10 @@ Answers a stream of queries on stdin, one a line: CSV "coll,bytes[,op[,dtype[,pi
 with a CSV row (a header line starting with "coll" is skipped), or a JSON object such as
 {"coll":"allreduce","bytes":"1MiB"} answered with a JSON line. Fields a line leaves out take the
 --coll, --op, --dtype, --pipe-ops and --reg-buff flags. A bad line stops with an error naming it.
+--server URL sends the queries, in batches, to a running planner serve and prints the same rows: the
+topology flags become the queries' fields (--topology FILE is named by its base name, --tuner NAME is
+one of the service's tuners; --table FILE and tuner paths are refused), and since the service reads
+no NCCL_ALGO/NCCL_PROTO, one set here without --algo/--proto is an error.
 `,
 	"map": `usage: planner map (--node NAME | --table FILE | --topology FILE) [--min SIZE] [--max SIZE] [--svg FILE]
 

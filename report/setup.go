@@ -21,6 +21,9 @@ type Spec struct {
 	Node, Table, Topology string
 	// TopologyData, when not nil, is the content of the file Topology names, read already.
 	TopologyData []byte
+	// Loaded, when not nil, is the node table already decoded (an upload, or a table with an
+	// uploaded overlay applied); Node or Table then only names it.
+	Loaded *tables.Node
 	// Fabric is a fabric table (an embedded name or a FILE.toml) composed into the node table.
 	Fabric string
 	// Nodes is the node count of a node table (NodesGiven: set explicitly, an error with Topology).
@@ -149,7 +152,9 @@ func Build(sp Spec, lookupEnv func(string) (string, bool)) (*Setup, error) {
 		if sp.GPUsPerNodeGiven && sp.GPUsPerNode < 1 {
 			return nil, fieldf("gpus-per-node", "--gpus-per-node %d: must be at least 1", sp.GPUsPerNode)
 		}
-		s.Node, err = LoadNode(sp.Node, sp.Table, sp.NoOverlay)
+		if s.Node = sp.Loaded; s.Node == nil {
+			s.Node, err = LoadNode(sp.Node, sp.Table, sp.NoOverlay)
+		}
 		s.Embedded, s.NoOverlay = sp.Node != "", sp.NoOverlay
 		if err != nil {
 			if sp.Node != "" {

@@ -157,6 +157,8 @@ func (s *Server) Handler() http.Handler {
 		{"POST", "/v1/explain", s.explain, false},
 		{"POST", "/v1/plan", s.plan, false},
 		{"POST", "/v1/map", s.mapClass, false},
+		{"POST", "/v1/compile", s.compile, false},
+		{"POST", "/v1/diff", s.diff, false},
 		{"GET", "/v1/tables", s.tablesList, false},
 		{"GET", "/v1/tables/{name}", s.table, false},
 		{"GET", "/v1/openapi.json", s.openapi, false},

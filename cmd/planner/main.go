@@ -28,6 +28,7 @@ commands:
   tables    list node tables, or show one: planner tables [--json] [NAME]
   compile   write the decision table of the NCCL tuner shim (docs/tuner-table.md)
   compare   score two tuners against pinned sweeps: each one's pick and regret per size
+  diff      two node tables or overlays, or one table under two tuners: where the pick changed
   serve     the planner as an HTTP/JSON service (docs/service.md)
 
 Run 'planner COMMAND -h' (or 'planner help COMMAND') for a command's flags.
@@ -71,6 +72,8 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return runCompile(ctx, args[1:], stdout, stderr)
 	case "compare":
 		return runCompare(ctx, args[1:], stdout, stderr)
+	case "diff":
+		return runDiff(ctx, args[1:], stdout, stderr)
 	case "serve":
 		return runServe(ctx, args[1:], stderr, serveStarted)
 	case "-h", "--help", "help":

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/collplan/collplan/plugin"
+	"github.com/collplan/collplan/plugin/shimtable"
 	"github.com/collplan/collplan/service"
 	"github.com/collplan/collplan/tables"
 )
@@ -235,4 +236,93 @@ func TestQueryServer(t *testing.T) {
 	t.Setenv("NCCL_ALGO", "ring")
 	_, _, err = runTuner(t, "allreduce,4K\n", "query", "--server", ts.URL, "--node", "h100")
 	assert.ErrorContains(t, err, `NCCL_ALGO="ring" is set here, and the service does not read this environment`)
+}
+
+// TestServeCompileEqualsCompile: /v1/compile's download is the file planner compile writes for the
+// same flags, byte for byte.
+func TestServeCompileEqualsCompile(t *testing.T) {
+	clearNCCLEnv(t)
+	h := serveHandler(t)
+	for _, tc := range []struct {
+		args []string
+		body map[string]any
+		name string
+	}{
+		{[]string{"--node", "h100", "--nodes", "1,2,8"}, map[string]any{"node": "h100", "node_counts": []int{1, 2, 8}}, "h100.cptt"},
+		{[]string{"--node", "cpu", "--nodes", "1,2", "--ranks-per-node", "2", "--pipe-ops", "2", "--ranked", "2", "--constants"},
+			map[string]any{"node": "cpu", "node_counts": []int{1, 2}, "ranks_per_node": []int{2}, "pipe_ops": 2, "ranked": 2, "constants": true}, "cpu.cptt"},
+		{[]string{"--node", "cpu", "--nodes", "2", "--no-overlay", "--fabric", "ib-ndr"},
+			map[string]any{"node": "cpu", "node_counts": []int{2}, "no_overlay": true, "fabric": "ib-ndr"}, "cpu.cptt"},
+		{[]string{"--topology", topoDir + "s2.toml"}, map[string]any{"topology": "s2"}, "topology.cptt"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "t.cptt")
+			_, err := runCLI(t, "", append([]string{"compile", "-o", out}, tc.args...)...)
+			require.NoError(t, err)
+			want, err := os.ReadFile(out)
+			require.NoError(t, err)
+			rec := post(t, h, "/v1/compile", tc.body)
+			require.Equal(t, 200, rec.Code, rec.Body.String())
+			assert.Equal(t, want, rec.Body.Bytes())
+			assert.Equal(t, "application/octet-stream", rec.Header().Get("Content-Type"))
+			assert.Equal(t, fmt.Sprintf("attachment; filename=%q", tc.name), rec.Header().Get("Content-Disposition"))
+			assert.Equal(t, fmt.Sprintf("%016x", shimtable.Checksum(want)), rec.Header().Get("Collplan-Checksum"))
+		})
+	}
+}
+
+// TestServeDiffEqualsDiff: /v1/diff answers planner diff --json for the same sides (compacted),
+// for two tables, an overlay against none, two tuners on one table, and uploads (a table file's
+// text and an overlay's), whose labels name the upload instead of the file.
+func TestServeDiffEqualsDiff(t *testing.T) {
+	clearNCCLEnv(t)
+	conf := writeFile(t, "rules.conf", "allreduce,0,65536,ring,ll,4,-1,-1\nallgather,0,1048576,ring,simple,-1,-1,-1\n")
+	srv, err := service.New(service.Config{Listen: "127.0.0.1:7480", Log: io.Discard,
+		Tuners: []plugin.Spec{{Name: filepath.Join(tunerBin, "tuner-rules"), Config: conf}}})
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	h := srv.Handler()
+	h100, err := os.ReadFile("../../tables/h100.toml")
+	require.NoError(t, err)
+	cpuFit, err := os.ReadFile("../../tables/cpu.fit.toml")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		body       map[string]any
+		sameLabels bool
+	}{
+		{"two tables", []string{"--a", "h100", "--b", "h200", "--coll", "allreduce,allgather", "--nodes", "1,2,4"},
+			map[string]any{"a": map[string]any{"node": "h100"}, "b": map[string]any{"node": "h200"}, "colls": []string{"allreduce", "allgather"}, "node_counts": []int{1, 2, 4}}, true},
+		{"overlay against none", []string{"--a", "cpu", "--b", "cpu", "--b-no-overlay", "--nodes", "1,2", "--min", "1K", "--max", "1G"},
+			map[string]any{"a": map[string]any{"node": "cpu"}, "b": map[string]any{"node": "cpu", "no_overlay": true}, "node_counts": []int{1, 2}, "min": "1K", "max": "1G"}, true},
+		{"two tuners", []string{"--a", "h100", "--b-tuner", filepath.Join(tunerBin, "tuner-rules"), "--b-tuner-config", conf, "--nodes", "1,2", "--dtype", "bfloat16"},
+			map[string]any{"a": map[string]any{"node": "h100"}, "b": map[string]any{"node": "h100", "tuner": "rules"}, "node_counts": []int{1, 2}, "dtype": "bfloat16"}, true},
+		{"filters on both", []string{"--a", "h100", "--b", "b200", "--proto", "^LL", "--nodes", "2", "--fabric", "ib-ndr"},
+			map[string]any{"a": map[string]any{"node": "h100"}, "b": map[string]any{"node": "b200"}, "proto": "^LL", "node_counts": []int{2}, "fabric": "ib-ndr"}, true},
+		{"an uploaded table", []string{"--a", "../../tables/h100.toml", "--b", "h200", "--coll", "allreduce", "--nodes", "1,2"},
+			map[string]any{"a": map[string]any{"table_toml": string(h100)}, "b": map[string]any{"node": "h200"}, "colls": []string{"allreduce"}, "node_counts": []int{1, 2}}, false},
+		{"an uploaded overlay", []string{"--a", "cpu", "--a-overlay", "../../tables/cpu.fit.toml", "--b", "cpu", "--b-no-overlay", "--nodes", "1"},
+			map[string]any{"a": map[string]any{"node": "cpu", "overlay_toml": string(cpuFit)}, "b": map[string]any{"node": "cpu", "no_overlay": true}, "node_counts": []int{1}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _, err := runTuner(t, "", append([]string{"diff", "--json"}, tc.args...)...)
+			require.NoError(t, err)
+			rec := post(t, h, "/v1/diff", tc.body)
+			require.Equal(t, 200, rec.Code, rec.Body.String())
+			var want, got map[string]any
+			require.NoError(t, json.Unmarshal([]byte(out), &want))
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &got))
+			if !tc.sameLabels {
+				assert.Contains(t, got["a"], "(uploaded)")
+				delete(want, "a")
+				delete(got, "a")
+			}
+			if tc.name == "two tuners" {
+				assert.Equal(t, "h100 under tuner rules", got["b"])
+			}
+			assert.Equal(t, want, got)
+			assert.Positive(t, got["changed"], "the cases are chosen so that picks change")
+		})
+	}
 }

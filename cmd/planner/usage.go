@@ -68,12 +68,22 @@ protocol-only run whose pin allows it, the one with the fewest legal cells; a ru
 is NCCL's default, shown in a column of its own as the baseline to beat, and measures no pick.
 Every time comes from the --half of each row (in place by default, as calibrate fits).
 `,
+	"diff": `usage: planner diff --a TABLE [--b TABLE] [--a-overlay FILE] [--b-no-overlay] [--a-tuner T] [--b-tuner T] [flags]
+
+Compares two node tables (an embedded NAME or a FILE.toml each), a table with and without its
+fitted overlay or with another overlay (--a-overlay FILE), or one table under two tuners (--b
+defaults to --a): for every collective (--coll) and node count (--nodes; default 1, 2, 4 ... 4096
+and the tables' scales), the size bands of [--min, --max] where the two picks differ, both picks,
+and the predicted time ratio B/A at each band's ends (each side's own model: below 1, B expects to
+be faster). A tuner that fails is an error. --json prints the answer of POST /v1/diff.
+`,
 	"serve": `usage: planner serve [--listen ADDR] [--topology FILE]... [--tuner NAME]... [flags]
 
 Serves the planner over HTTP/JSON (docs/service.md; the OpenAPI document at /v1/openapi.json):
 POST /v1/explain and /v1/plan (one query or a batch, the fields of planner explain's flags; an
 explain answer is planner explain --json's output for the same flags), POST /v1/map, GET
-/v1/tables and /v1/tables/NAME, /healthz, /readyz, /metrics (Prometheus). Queries name node
+/v1/tables and /v1/tables/NAME, POST /v1/compile (planner compile's table as a download), POST
+/v1/diff (planner diff --json), /healthz, /readyz, /metrics (Prometheus). Queries name node
 tables (embedded), topologies (--topology FILE, by base name) and tuners (--tuner, by name) from
 the set given here, never a file or a binary. The service never reads its own NCCL_ALGO or
 NCCL_PROTO. It listens on 127.0.0.1:7480 and answers only loopback Host names and same-origin

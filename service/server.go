@@ -159,6 +159,7 @@ func (s *Server) Handler() http.Handler {
 		{"POST", "/v1/map", s.mapClass, false},
 		{"POST", "/v1/compile", s.compile, false},
 		{"POST", "/v1/diff", s.diff, false},
+		{"POST", "/v1/compare", s.compare, false},
 		{"GET", "/v1/tables", s.tablesList, false},
 		{"GET", "/v1/tables/{name}", s.table, false},
 		{"GET", "/v1/openapi.json", s.openapi, false},

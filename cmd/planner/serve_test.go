@@ -326,3 +326,69 @@ func TestServeDiffEqualsDiff(t *testing.T) {
 		})
 	}
 }
+
+// TestServeCompareEqualsCompare: /v1/compare's report is planner compare's stdout for the same
+// flags and sweeps (run from a directory where the sweeps lie in upload/, as the service names its
+// uploads), and its notes are the command's stderr lines.
+func TestServeCompareEqualsCompare(t *testing.T) {
+	clearNCCLEnv(t)
+	abs := func(p string) string {
+		a, err := filepath.Abs(p)
+		require.NoError(t, err)
+		return a
+	}
+	ringSimple := abs("testdata/ring_simple.conf")
+	s1 := abs(topoDir + "s1.toml")
+	srv, err := service.New(service.Config{Listen: "127.0.0.1:7480", Log: io.Discard, Topologies: []string{s1},
+		Tuners: []plugin.Spec{{Name: filepath.Join(tunerBin, "tuner-rules"), Config: ringSimple}}})
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	h := srv.Handler()
+	t.Setenv("PATH", tunerBin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	for _, tc := range []struct {
+		name, dir string
+		args      []string
+		body      map[string]any
+	}{
+		{"compare", "testdata/compare", []string{"--topology", s1, "--b", "rules", "--b-config", ringSimple},
+			map[string]any{"topology": "s1", "b": "rules"}},
+		{"partial", "testdata/compare-partial", []string{"--topology", s1, "--a", "rules", "--a-config", ringSimple, "--half", "oop"},
+			map[string]any{"topology": "s1", "a": "rules", "half": "oop"}},
+		{"a node table", "testdata/compare", []string{"--node", "h100", "--b", "rules", "--b-config", ringSimple},
+			map[string]any{"node": "h100", "b": "rules"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sweeps := map[string]string{}
+			entries, err := os.ReadDir(tc.dir)
+			require.NoError(t, err)
+			work := t.TempDir()
+			require.NoError(t, os.Mkdir(filepath.Join(work, "upload"), 0o755))
+			for _, e := range entries {
+				b, err := os.ReadFile(filepath.Join(tc.dir, e.Name()))
+				require.NoError(t, err)
+				sweeps[e.Name()] = string(b)
+				require.NoError(t, os.WriteFile(filepath.Join(work, "upload", e.Name()), b, 0o644))
+			}
+			tc.body["sweeps"] = sweeps
+			rec := post(t, h, "/v1/compare", tc.body)
+			t.Chdir(work)
+			want, stderr, cmdErr := runTuner(t, "", append([]string{"compare", "--sweeps", "upload"}, tc.args...)...)
+			if cmdErr != nil {
+				assert.Equal(t, 400, rec.Code, rec.Body.String())
+				assert.Contains(t, rec.Body.String(), strings.TrimPrefix(cmdErr.Error(), "planner: "))
+				return
+			}
+			require.Equal(t, 200, rec.Code, rec.Body.String())
+			var got service.Compared
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &got))
+			assert.Equal(t, want, got.Report)
+			lines := []string{}
+			for _, l := range strings.Split(strings.TrimRight(stderr, "\n"), "\n") {
+				if l != "" {
+					lines = append(lines, l)
+				}
+			}
+			assert.Equal(t, lines, got.Notes)
+		})
+	}
+}

@@ -83,7 +83,7 @@ Serves the planner over HTTP/JSON (docs/service.md; the OpenAPI document at /v1/
 POST /v1/explain and /v1/plan (one query or a batch, the fields of planner explain's flags; an
 explain answer is planner explain --json's output for the same flags), POST /v1/map, GET
 /v1/tables and /v1/tables/NAME, POST /v1/compile (planner compile's table as a download), POST
-/v1/diff (planner diff --json), /healthz, /readyz, /metrics (Prometheus). Queries name node
+/v1/diff (planner diff --json), POST /v1/compare (planner compare on uploaded sweeps), /healthz, /readyz, /metrics (Prometheus). Queries name node
 tables (embedded), topologies (--topology FILE, by base name) and tuners (--tuner, by name) from
 the set given here, never a file or a binary. The service never reads its own NCCL_ALGO or
 NCCL_PROTO. It listens on 127.0.0.1:7480 and answers only loopback Host names and same-origin

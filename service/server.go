@@ -318,10 +318,10 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, full bool) error
 	st := s.acquire()
 	defer st.release()
 	plans := make([]*report.Plan, len(qs))
-	answers := make([]Answer, len(qs))
-	policy := ""
+	policies := make([]string, len(qs))
+	failed := map[string]string{} // tuner -> why, for the tuners that failed for a query of the batch
 	for i := range qs {
-		p, pol, err := s.one(r.Context(), st, &qs[i])
+		p, pol, err := s.one(r.Context(), st, &qs[i], false)
 		if err != nil {
 			if batch {
 				var ae *apiError
@@ -331,11 +331,37 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, full bool) error
 			}
 			return err
 		}
-		plans[i], policy = p, pol
+		plans[i], policies[i] = p, pol
+		if t := tunerOf(&qs[i]); t != "" && pol == builtinPolicy {
+			if _, ok := failed[t]; !ok {
+				failed[t] = p.TunerNote
+			}
+		}
+	}
+	// One policy per tuner per batch: when a tuner failed for one of its queries, the batch's other
+	// queries naming it are the built-in policy's too, and say why.
+	for i := range qs {
+		t := tunerOf(&qs[i])
+		why, ok := failed[t]
+		if !ok || policies[i] == builtinPolicy {
+			continue
+		}
+		p, pol, err := s.one(r.Context(), st, &qs[i], true)
+		if err != nil {
+			return inField(fmt.Sprintf("[%d]", i), &apiError{status: http.StatusBadRequest, msg: err.Error()})
+		}
+		p.Tuner = t
+		p.TunerNote = fmt.Sprintf("tuner %s failed for another query of this batch, so the built-in policy answers all of its queries here (%s)", t, why)
+		plans[i], policies[i] = p, pol
+	}
+	answers := make([]Answer, len(qs))
+	policy := ""
+	for i, p := range plans {
+		policy = policies[i]
 		if !full {
 			answers[i] = Answer{Query: p.Query, Algo: p.Algo, Proto: p.Proto, TimeUS: p.TimeUS, Forced: p.Forced,
 				ForcedBy: p.ForcedBy, Channels: p.Channels, Threads: p.Threads, Warps: p.Warps, ChunkBytes: p.ChunkBytes,
-				SliceBytes: p.SliceBytes, Tuner: p.Tuner, TunerNote: p.TunerNote, Policy: pol}
+				SliceBytes: p.SliceBytes, Tuner: p.Tuner, TunerNote: p.TunerNote, Policy: policy}
 		}
 	}
 	s.metrics.decisions.Add(float64(len(qs)))
@@ -360,11 +386,22 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, full bool) error
 	return nil
 }
 
-// one answers one query on st: its report and the policy that made it.
-func (s *Server) one(ctx context.Context, st *set, q *Query) (*report.Plan, string, error) {
+// tunerOf is the tuner a query names ("" for none).
+func tunerOf(q *Query) string {
+	if strings.EqualFold(q.Tuner, "none") {
+		return ""
+	}
+	return q.Tuner
+}
+
+// one answers one query on st (builtin: without its tuner): its report and the policy that made it.
+func (s *Server) one(ctx context.Context, st *set, q *Query, builtin bool) (*report.Plan, string, error) {
 	res, ae := st.resolve(q, true)
 	if ae != nil {
 		return nil, "", ae
+	}
+	if builtin {
+		res.tuner = ""
 	}
 	c, err := st.class(ctx, res, s.compiles)
 	if err != nil {

@@ -3,13 +3,11 @@ package service
 import (
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/plugin/shimtable"
 	"github.com/collplan/collplan/report"
-	"github.com/collplan/collplan/tables"
 )
 
 // CompileRequest is POST /v1/compile: planner compile's flags. Exactly one of Node (with its grid:
@@ -79,10 +77,10 @@ func (st *set) compileReq(r *CompileRequest) (shimtable.Request, string, *apiErr
 	case r.Node == "":
 		return req, "", badRequest("node", "give one of node (an embedded node table, GET /v1/tables) or topology")
 	}
-	if !slices.Contains(tables.Names(), r.Node) {
+	if !isTable(r.Node) {
 		return req, "", badRequest("node", "unknown node table %q (GET /v1/tables lists them)", r.Node)
 	}
-	if r.Fabric != "" && !slices.Contains(tables.FabricNames(), r.Fabric) {
+	if r.Fabric != "" && !isFabric(r.Fabric) {
 		return req, "", badRequest("fabric", "unknown fabric table %q (GET /v1/tables lists them)", r.Fabric)
 	}
 	n, err := report.LoadNode(r.Node, "", r.NoOverlay)

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -64,7 +63,7 @@ func (st *set) diffSide(prefix string, d *DiffSide, fabric string) (report.Side,
 		label = file + " (uploaded)"
 	case d.Node == "":
 		return sd, badRequest(prefix+".node", "give node (an embedded node table) or table_toml")
-	case !slices.Contains(tables.Names(), d.Node):
+	case !isTable(d.Node):
 		return sd, badRequest(prefix+".node", "unknown node table %q (GET /v1/tables lists them)", d.Node)
 	default:
 		// With an uploaded overlay, the table alone: the upload replaces its own overlay.
@@ -144,7 +143,7 @@ func (s *Server) diff(w http.ResponseWriter, r *http.Request) error {
 			return badRequest(fmt.Sprintf("node_counts[%d]", i), "node count %d: want 1..%d", n, maxNodes)
 		}
 	}
-	if req.Fabric != "" && !slices.Contains(tables.FabricNames(), req.Fabric) {
+	if req.Fabric != "" && !isFabric(req.Fabric) {
 		return badRequest("fabric", "unknown fabric table %q (GET /v1/tables lists them)", req.Fabric)
 	}
 	if req.GPUsPerNode != nil && (*req.GPUsPerNode < 1 || *req.GPUsPerNode > maxGPUsPerNode) {

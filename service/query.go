@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/internal/bytesize"
@@ -57,26 +58,57 @@ type resolved struct {
 	bytes int64
 }
 
-// key names the planner a query needs: its topology spec and tuner.
-func (r *resolved) key() string {
-	sp := r.spec
-	return fmt.Sprintf("%q %q %q %d %d %q %q %v %q", sp.Node, sp.Topology, sp.Fabric, sp.Nodes, sp.GPUsPerNode,
-		sp.Algo, sp.Proto, sp.NoOverlay, r.tuner)
+// plannerKey names the planner a query needs: its topology spec and tuner.
+type plannerKey struct {
+	node, topology, fabric string
+	nodes, gpn             int
+	algo, proto            string
+	noOverlay              bool
+	tuner                  string
 }
+
+func (r *resolved) key() plannerKey {
+	sp := &r.spec
+	return plannerKey{sp.Node, sp.Topology, sp.Fabric, sp.Nodes, sp.GPUsPerNode, sp.Algo, sp.Proto, sp.NoOverlay, r.tuner}
+}
+
+// The embedded node and fabric tables' names, read once (they are compiled in).
+var (
+	tableSet  = sync.OnceValue(func() map[string]bool { return setOf(tables.Names()) })
+	fabricSet = sync.OnceValue(func() map[string]bool { return setOf(tables.FabricNames()) })
+)
+
+func setOf(names []string) map[string]bool {
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		m[n] = true
+	}
+	return m
+}
+
+func isTable(name string) bool  { return tableSet()[name] }
+func isFabric(name string) bool { return fabricSet()[name] }
 
 // classOnly checks the class fields of q (coll, op, dtype, pipe ops, reg buff).
 func classOnly(q *Query) (planner.Class, *apiError) {
 	var cls planner.Class
 	var err error
 	coll, op, dtype := orDefault(q.Coll, "allreduce"), orDefault(q.Op, "sum"), orDefault(q.Dtype, "float32")
-	if cls.Coll, err = capabilities.ParseColl(coll); err != nil {
-		return cls, badRequest("coll", "%v", err)
+	var ok bool
+	if cls.Coll, ok = canonical().colls[coll]; !ok {
+		if cls.Coll, err = capabilities.ParseColl(coll); err != nil {
+			return cls, badRequest("coll", "%v", err)
+		}
 	}
-	if cls.Op, err = capabilities.ParseOp(op); err != nil {
-		return cls, badRequest("op", "%v", err)
+	if cls.Op, ok = canonical().ops[op]; !ok {
+		if cls.Op, err = capabilities.ParseOp(op); err != nil {
+			return cls, badRequest("op", "%v", err)
+		}
 	}
-	if cls.Dtype, err = capabilities.ParseDtype(dtype); err != nil {
-		return cls, badRequest("dtype", "%v", err)
+	if cls.Dtype, ok = canonical().dtypes[dtype]; !ok {
+		if cls.Dtype, err = capabilities.ParseDtype(dtype); err != nil {
+			return cls, badRequest("dtype", "%v", err)
+		}
 	}
 	cls.PipeOps = 1
 	if q.PipeOps != nil {
@@ -89,6 +121,26 @@ func classOnly(q *Query) (planner.Class, *apiError) {
 	return cls, nil
 }
 
+// canonical maps the enums' own names (and their lower case) to their values, so that the common
+// spellings skip the parsers' allocations; anything else goes to the parsers.
+var canonical = sync.OnceValue(func() (m struct {
+	colls  map[string]capabilities.Coll
+	ops    map[string]capabilities.Op
+	dtypes map[string]capabilities.Dtype
+}) {
+	m.colls, m.ops, m.dtypes = map[string]capabilities.Coll{}, map[string]capabilities.Op{}, map[string]capabilities.Dtype{}
+	for c := capabilities.Coll(0); c < capabilities.NumColls; c++ {
+		m.colls[c.String()], m.colls[strings.ToLower(c.String())] = c, c
+	}
+	for o := capabilities.Op(0); o < capabilities.NumOps; o++ {
+		m.ops[o.String()] = o
+	}
+	for d := capabilities.Dtype(0); d < capabilities.NumDtypes; d++ {
+		m.dtypes[d.String()] = d
+	}
+	return m
+})
+
 // resolve checks q against the set (its topologies and tuners) and the bounds; every error names
 // the field. withBytes says bytes is required (explain, plan) rather than refused (map).
 func (st *set) resolve(q *Query, withBytes bool) (*resolved, *apiError) {
@@ -100,7 +152,7 @@ func (st *set) resolve(q *Query, withBytes bool) (*resolved, *apiError) {
 	case q.Node == "" && q.Topology == "":
 		return nil, badRequest("node", "give one of node (an embedded node table, GET /v1/tables) or topology")
 	case q.Node != "":
-		if !slices.Contains(tables.Names(), q.Node) {
+		if !isTable(q.Node) {
 			return nil, badRequest("node", "unknown node table %q (GET /v1/tables lists them)", q.Node)
 		}
 		sp.Node = q.Node
@@ -124,7 +176,7 @@ func (st *set) resolve(q *Query, withBytes bool) (*resolved, *apiError) {
 		}
 		sp.GPUsPerNode, sp.GPUsPerNodeGiven = *q.GPUsPerNode, true
 	}
-	if q.Fabric != "" && !slices.Contains(tables.FabricNames(), q.Fabric) {
+	if q.Fabric != "" && !isFabric(q.Fabric) {
 		return nil, badRequest("fabric", "unknown fabric table %q (GET /v1/tables lists them; a request names no file)", q.Fabric)
 	}
 	sp.Fabric, sp.NoOverlay = q.Fabric, q.NoOverlay
@@ -276,6 +328,12 @@ func jsonType(kind string) string {
 func queries(body []byte, max int) (qs []Query, batch bool, _ *apiError) {
 	trim := bytes.TrimLeft(body, " \t\r\n")
 	if len(trim) > 0 && trim[0] == '[' {
+		// The fast path decodes the whole batch at once; when it fails, the slow path below
+		// decodes query by query to name the one at fault.
+		if err := decodeJSON(bytes.NewReader(body), &qs); err == nil && len(qs) <= max && len(qs) > 0 {
+			return qs, true, nil
+		}
+		qs = nil
 		var raw []json.RawMessage
 		if err := decodeJSON(bytes.NewReader(body), &raw); err != nil {
 			return nil, true, err

@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/report"
 	"github.com/collplan/collplan/tables"
 )
@@ -317,11 +318,13 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, full bool) error
 	}
 	st := s.acquire()
 	defer st.release()
-	plans := make([]*report.Plan, len(qs))
+	plans := make([]*report.Plan, len(qs)) // explain only
+	answers := make([]Answer, len(qs))     // plan only
 	policies := make([]string, len(qs))
 	failed := map[string]string{} // tuner -> why, for the tuners that failed for a query of the batch
+	var m memo
 	for i := range qs {
-		p, pol, err := s.one(r.Context(), st, &qs[i], false)
+		note, pol, err := s.one(r.Context(), st, &qs[i], false, full, &plans[i], &answers[i], &m)
 		if err != nil {
 			if batch {
 				var ae *apiError
@@ -331,10 +334,10 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, full bool) error
 			}
 			return err
 		}
-		plans[i], policies[i] = p, pol
+		policies[i] = pol
 		if t := tunerOf(&qs[i]); t != "" && pol == builtinPolicy {
 			if _, ok := failed[t]; !ok {
-				failed[t] = p.TunerNote
+				failed[t] = note
 			}
 		}
 	}
@@ -346,31 +349,28 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, full bool) error
 		if !ok || policies[i] == builtinPolicy {
 			continue
 		}
-		p, pol, err := s.one(r.Context(), st, &qs[i], true)
+		var m memo
+		_, pol, err := s.one(r.Context(), st, &qs[i], true, full, &plans[i], &answers[i], &m)
 		if err != nil {
 			return inField(fmt.Sprintf("[%d]", i), &apiError{status: http.StatusBadRequest, msg: err.Error()})
 		}
-		p.Tuner = t
-		p.TunerNote = fmt.Sprintf("tuner %s failed for another query of this batch, so the built-in policy answers all of its queries here (%s)", t, why)
-		plans[i], policies[i] = p, pol
-	}
-	answers := make([]Answer, len(qs))
-	policy := ""
-	for i, p := range plans {
-		policy = policies[i]
-		if !full {
-			answers[i] = Answer{Query: p.Query, Algo: p.Algo, Proto: p.Proto, TimeUS: p.TimeUS, Forced: p.Forced,
-				ForcedBy: p.ForcedBy, Channels: p.Channels, Threads: p.Threads, Warps: p.Warps, ChunkBytes: p.ChunkBytes,
-				SliceBytes: p.SliceBytes, Tuner: p.Tuner, TunerNote: p.TunerNote, Policy: policy}
+		note := fmt.Sprintf("tuner %s failed for another query of this batch, so the built-in policy answers all of its queries here (%s)", t, why)
+		if full {
+			plans[i].Tuner, plans[i].TunerNote = t, note
+		} else {
+			answers[i].Tuner, answers[i].TunerNote = t, note
 		}
+		policies[i] = pol
 	}
+	policy := policies[len(policies)-1]
 	s.metrics.decisions.Add(float64(len(qs)))
 	w.Header().Set("Collplan-Generation", strconv.FormatUint(st.gen, 10))
 	switch {
 	case batch && full:
 		writeJSON(w, http.StatusOK, Batch[*report.Plan]{Generation: st.gen, Results: plans})
 	case batch:
-		writeJSON(w, http.StatusOK, Batch[Answer]{Generation: st.gen, Results: answers})
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(append(appendAnswers(make([]byte, 0, 400*len(answers)), st.gen, answers), '\n'))
 	case full:
 		w.Header().Set("Collplan-Policy", policy)
 		var buf bytes.Buffer
@@ -381,7 +381,8 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, full bool) error
 		_, _ = w.Write(buf.Bytes())
 	default:
 		w.Header().Set("Collplan-Policy", policy)
-		writeJSON(w, http.StatusOK, answers[0])
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(append(appendAnswer(make([]byte, 0, 512), &answers[0]), '\n'))
 	}
 	return nil
 }
@@ -394,24 +395,57 @@ func tunerOf(q *Query) string {
 	return q.Tuner
 }
 
-// one answers one query on st (builtin: without its tuner): its report and the policy that made it.
-func (s *Server) one(ctx context.Context, st *set, q *Query, builtin bool) (*report.Plan, string, error) {
+// memo is the last class a batch's query used: a run of queries of one class skips the caches.
+type memo struct {
+	key classKey
+	c   *class
+}
+
+// one answers one query on st (builtin: without its tuner): explain's report into *plan (full)
+// or plan's answer into *ans; it returns the tuner's note and the policy that made the answer.
+func (s *Server) one(ctx context.Context, st *set, q *Query, builtin, full bool, plan **report.Plan, ans *Answer, m *memo) (string, string, error) {
 	res, ae := st.resolve(q, true)
 	if ae != nil {
-		return nil, "", ae
+		return "", "", ae
 	}
 	if builtin {
 		res.tuner = ""
 	}
-	c, err := st.class(ctx, res, s.compiles)
-	if err != nil {
-		return nil, "", err
+	c := m.c
+	if k := (classKey{res.key(), res.cls}); c == nil || k != m.key {
+		var err error
+		if c, err = st.class(ctx, res, s.compiles); err != nil {
+			return "", "", err
+		}
+		m.key, m.c = k, c
+		if c.policy == builtinPolicy && res.tuner != "" {
+			m.c = nil // a fallback is not cached: the next query asks the tuner again
+		}
+	} else {
+		st.metrics.cacheHits.Inc()
 	}
-	p, err := c.pr.Explain(res.bytes)
-	if err != nil {
-		return nil, "", &apiError{status: http.StatusBadRequest, msg: err.Error()}
+	if full {
+		p, err := c.pr.Explain(res.bytes)
+		if err != nil {
+			return "", "", &apiError{status: http.StatusBadRequest, msg: err.Error()}
+		}
+		*plan = report.NewPlan(c.b.setup, p)
+		return p.Explain.TunerNote, c.policy, nil
 	}
-	return report.NewPlan(c.b.setup, p), c.policy, nil
+	p, err := c.pr.Pick(res.bytes)
+	if err != nil {
+		return "", "", &apiError{status: http.StatusBadRequest, msg: err.Error()}
+	}
+	su, cls := c.b.setup, &res.cls
+	tuner, note := c.pr.Tuner()
+	*ans = Answer{Query: report.Query{Topology: su.Source, NNodes: su.Topo.NNodes, NRanks: su.Topo.NRanks,
+		Coll: cls.Coll.String(), Bytes: res.bytes, Op: cls.Op.String(), Dtype: cls.Dtype.String(),
+		PipeOps: cls.PipeOps, RegBuff: cls.RegBuff},
+		Algo: p.Algo.String(), Proto: p.Proto.String(), TimeUS: report.F32(p.TimeUS),
+		Forced: p.Forced != planner.NotForced, ForcedBy: report.ForcedBy(p.Forced),
+		Channels: p.Channels, Threads: p.Threads, Warps: p.Threads / 32, ChunkBytes: p.ChunkBytes, SliceBytes: p.SliceBytes,
+		Tuner: orDefault(tuner, "none"), TunerNote: note, Policy: c.policy}
+	return note, c.policy, nil
 }
 
 func (s *Server) explain(w http.ResponseWriter, r *http.Request) error { return s.answer(w, r, true) }
@@ -452,7 +486,7 @@ func (s *Server) tablesList(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) table(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
-	if !slices.Contains(tables.Names(), name) {
+	if !isTable(name) {
 		return &apiError{status: http.StatusNotFound, field: "name", msg: fmt.Sprintf("unknown node table %q (GET /v1/tables lists them)", name)}
 	}
 	n, err := tables.Load(name)
@@ -460,7 +494,7 @@ func (s *Server) table(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if f := r.URL.Query().Get("fabric"); f != "" {
-		if !slices.Contains(tables.FabricNames(), f) {
+		if !isFabric(f) {
 			return badRequest("fabric", "unknown fabric table %q (GET /v1/tables lists them)", f)
 		}
 		if n, _, err = report.WithFabric(n, f); err != nil {

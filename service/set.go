@@ -25,7 +25,7 @@ type set struct {
 	gen        uint64
 	topologies map[string]topoFile
 	tuners     map[string]*plugin.Client
-	planners   *lru[string, *built]
+	planners   *lru[plannerKey, *built]
 	classes    *lru[classKey, *class]
 	metrics    *metrics
 
@@ -46,7 +46,7 @@ type built struct {
 }
 
 type classKey struct {
-	planner string
+	planner plannerKey
 	cls     planner.Class
 }
 
@@ -75,7 +75,7 @@ const builtinPolicy = "builtin"
 // first call). Every error names the file or flag at fault.
 func loadSet(cfg *Config, gen uint64, m *metrics, logTo io.Writer) (*set, error) {
 	st := &set{gen: gen, topologies: map[string]topoFile{}, tuners: map[string]*plugin.Client{},
-		planners: newLRU[string, *built](cfg.CachePlanners), classes: newLRU[classKey, *class](cfg.CacheClasses), metrics: m}
+		planners: newLRU[plannerKey, *built](cfg.CachePlanners), classes: newLRU[classKey, *class](cfg.CacheClasses), metrics: m}
 	for _, f := range cfg.Topologies {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -127,14 +127,14 @@ func (st *set) retire() {
 }
 
 // planner returns the setup and planner of r's topology and tuner, from the cache or built now.
-func (st *set) planner(ctx context.Context, r *resolved) (*built, string, error) {
+func (st *set) planner(ctx context.Context, r *resolved) (*built, plannerKey, error) {
 	key := r.key()
 	if b, ok := st.planners.get(key); ok {
 		return b, key, nil
 	}
 	s, err := report.Build(r.spec, report.NoEnv)
 	if err != nil {
-		return nil, "", specError(err)
+		return nil, key, specError(err)
 	}
 	var tc *plugin.Client
 	if r.tuner != "" {
@@ -142,7 +142,7 @@ func (st *set) planner(ctx context.Context, r *resolved) (*built, string, error)
 	}
 	pl, err := s.Planner(ctx, tc)
 	if err != nil {
-		return nil, "", &apiError{status: 400, field: "", msg: err.Error()}
+		return nil, key, &apiError{status: 400, field: "", msg: err.Error()}
 	}
 	b := &built{setup: s, pl: pl}
 	st.planners.add(key, b)

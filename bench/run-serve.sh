@@ -40,6 +40,10 @@ start_planner
 echo "== planner serve: cold explain, a new class per request"
 wrk -t1 -c64 -d"$d" --latency -s bench/serve/cold.lua "http://127.0.0.1:$port/v1/explain" | tee "$bin/cold.txt"
 stop_planner
+start_planner
+echo "== planner serve: cold explain, one connection (the latency without queueing behind 63 others)"
+wrk -t1 -c1 -d"$d" --latency -s bench/serve/cold.lua "http://127.0.0.1:$port/v1/explain" | tee "$bin/cold1.txt"
+stop_planner
 
 start_planner
 echo "== planner serve: 10^6 plans over 10,000 classes"
@@ -56,9 +60,9 @@ stop_planner
 br=$(rps <"$bin/bound.txt"); bp=$(p99 <"$bin/bound.txt")
 pr=$(rps <"$bin/plan.txt"); pp=$(p99 <"$bin/plan.txt")
 echo
-echo "summary ($(nproc) CPUs, wrk -t1 -c64 -d$d):"
+echo "summary ($(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), wrk -t1 -c64 -d$d):"
 echo "  bound:        $br req/s, p99 $bp"
 echo "  cached plan:  $pr req/s ($(awk -v a="$pr" -v b="$br" 'BEGIN { printf "%.0f", 100*a/b }') % of the bound), p99 $pp"
 echo "  batched plan: $(rps <"$bin/batch.txt") req/s x 1000 = $(awk -v a="$(rps <"$bin/batch.txt")" 'BEGIN { printf "%.0f", a*1000 }') decisions/s, p99 $(p99 <"$bin/batch.txt")"
-echo "  cold explain: $(rps <"$bin/cold.txt") req/s, p99 $(p99 <"$bin/cold.txt")"
+echo "  cold explain: $(rps <"$bin/cold.txt") req/s, p99 $(p99 <"$bin/cold.txt"); one connection: p99 $(p99 <"$bin/cold1.txt")"
 echo "  RSS after 10^6 plans over 10,000 classes: $((rss / 1024)) MiB (peak $((hwm / 1024)) MiB)"

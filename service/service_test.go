@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"testing/fstest"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -91,7 +92,7 @@ func call(t *testing.T, h http.Handler, method, path, body string, hdr map[strin
 	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
-	if path != "/metrics" && !(rec.Code == 404 && !strings.HasPrefix(path, "/v1/tables")) && rec.Code != 405 {
+	if path != "/metrics" && path != "/" && !(rec.Code == 404 && !strings.HasPrefix(path, "/v1/tables")) && rec.Code != 405 {
 		assert.NoError(t, validate(t, req, rec.Code, rec.Header(), rec.Body.Bytes()), "%s %s -> %d %s", method, path, rec.Code, rec.Body.String())
 	}
 	return rec
@@ -347,4 +348,20 @@ func TestToken(t *testing.T) {
 		})
 	}
 	assert.Equal(t, 200, call(t, h, "GET", "/healthz", "", nil).Code, "health checks need no token")
+}
+
+// TestAssets: with Config.Assets set, / serves that file system (the web map's place); the API
+// keeps its JSON 404s under /v1/.
+func TestAssets(t *testing.T) {
+	cfg := testConfig()
+	cfg.Assets = fstest.MapFS{"index.html": {Data: []byte("<!doctype html><title>map</title>")}}
+	h := newTestServer(t, cfg).Handler()
+	rec := call(t, h, "GET", "/", "", nil)
+	assert.Equal(t, 200, rec.Code)
+	assert.Contains(t, rec.Body.String(), "<title>map</title>")
+	rec = call(t, h, "GET", "/v1/nothing", "", nil)
+	assert.Equal(t, 404, rec.Code)
+	assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+	rec = call(t, newTestServer(t, testConfig()).Handler(), "GET", "/", "", nil)
+	assert.Equal(t, 404, rec.Code, "no assets: no page")
 }

@@ -51,12 +51,26 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, started func
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", 0, "time to write an answer (default 60s)")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", 0, "keep-alive idle time (default 120s)")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", 0, "at SIGTERM, time requests in flight get to finish (default 30s)")
-	fs.IntVar(&c.MaxCompiles, "max-compiles", 0, "classes priced (and sent to the tuner) at once (default the CPU count)")
+	fs.IntVar(&c.MaxCompiles, "max-compiles", 0, "classes priced (and sent to the tuner) at once; 0: the CPU count")
 	fs.IntVar(&c.CompileQueue, "compile-queue", 64, "requests waiting for a compile turn (429 beyond)")
 	fs.IntVar(&c.CacheClasses, "cache-classes", 16384, "priced classes kept (LRU)")
 	fs.IntVar(&c.CachePlanners, "cache-planners", 1024, "planners kept, one per topology and tuner (LRU)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	// service.Config takes a zero as "the default"; on the command line a zero or a negative
+	// limit is an error, never a silent default.
+	for _, l := range []struct {
+		name string
+		v    int64
+	}{{"--max-body-bytes", c.MaxBodyBytes}, {"--max-batch", int64(c.MaxBatch)}, {"--max-header-bytes", int64(c.MaxHeaderBytes)},
+		{"--compile-queue", int64(c.CompileQueue)}, {"--cache-classes", int64(c.CacheClasses)}, {"--cache-planners", int64(c.CachePlanners)}} {
+		if l.v < 1 {
+			return usagef("--%s %d: must be at least 1", strings.TrimPrefix(l.name, "--"), l.v)
+		}
+	}
+	if c.MaxCompiles < 0 {
+		return usagef("--max-compiles %d: must be at least 1 (0: the CPU count)", c.MaxCompiles)
 	}
 	if len(f.tuners) != 1 && (f.tuner.Config != "" || f.tuner.SHA256 != "") {
 		return usagef("--tuner-config and --tuner-sha256 need exactly one --tuner")

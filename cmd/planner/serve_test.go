@@ -392,3 +392,28 @@ func TestServeCompareEqualsCompare(t *testing.T) {
 		})
 	}
 }
+
+// TestServeRefusesNonLoopback: planner serve on a non-loopback address without a token and TLS
+// exits with status 2 and says what is missing, before listening.
+func TestServeRefusesNonLoopback(t *testing.T) {
+	// A case that started serving would hold the test until its deadline: every one must fail
+	// before listening, so give them a listener that cannot collide with a real service.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--listen", "0.0.0.0:7480"}, "refusing to start without --token-file and --tls-cert and --tls-key"},
+		{[]string{"serve", "--listen", "192.0.2.7:7480", "--token-file", writeFile(t, "tok", "0123456789abcdef0123")}, "refusing to start without --tls-cert and --tls-key"},
+		{[]string{"serve", "--listen", "127.0.0.1:0", "--max-batch", "0"}, "--max-batch 0: must be at least 1"},
+		{[]string{"serve", "--listen", "127.0.0.1:0", "--max-body-bytes", "-1"}, "--max-body-bytes -1: must be at least 1"},
+		{[]string{"serve", "--listen", "127.0.0.1:0", "--compile-queue", "0"}, "--compile-queue 0: must be at least 1"},
+		{[]string{"serve", "--listen", "127.0.0.1:0", "--topology", "nope.toml"}, "--topology: open nope.toml"},
+		{[]string{"serve", "--tuner", "rules", "--tuner", "fault", "--tuner-config", "x"}, "--tuner-config and --tuner-sha256 need exactly one --tuner"},
+	} {
+		_, err := runCLI(t, "", tc.args...)
+		require.Error(t, err, tc.args)
+		var ue usageError
+		assert.ErrorAs(t, err, &ue, tc.args)
+		assert.ErrorContains(t, err, tc.want)
+	}
+}

@@ -239,6 +239,35 @@ func TestEndpoints(t *testing.T) {
 	rec = call(t, h, "POST", "/v1/map", `{"topology":"s3","min":8,"max":"1G"}`, nil)
 	require.Equal(t, 200, rec.Code, rec.Body.String())
 
+	rec = call(t, h, "POST", "/v1/compile", `{"topology":"s1","pipe_ops":1,"ranked":2}`, nil)
+	require.Equal(t, 200, rec.Code, rec.Body.String())
+	assert.Equal(t, "1", rec.Header().Get("Collplan-Blocks"), "a topology is one block")
+	assert.Equal(t, `attachment; filename="topology.cptt"`, rec.Header().Get("Content-Disposition"))
+
+	rec = call(t, h, "POST", "/v1/diff", `{"a":{"node":"h100"},"b":{"node":"h100","no_overlay":true},"colls":["allreduce"],"node_counts":[1]}`, nil)
+	require.Equal(t, 200, rec.Code, rec.Body.String())
+	var d map[string]any
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &d))
+	assert.EqualValues(t, 0, d["changed"], "h100 has no overlay: nothing changes without it")
+	rec = call(t, h, "POST", "/v1/diff", `{"a":{"node":"h100"},"b":{"node":"h200"},"colls":["allreduce"],"node_counts":[2]}`, nil)
+	require.Equal(t, 200, rec.Code, rec.Body.String())
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &d))
+	assert.EqualValues(t, 1, d["changed"])
+
+	sweeps := map[string]string{}
+	for _, f := range []string{"ring_ll.txt", "ring_simple.txt", "nvls_simple.txt"} {
+		b, err := os.ReadFile("testdata/sweeps/" + f)
+		require.NoError(t, err)
+		sweeps[f] = string(b)
+	}
+	body, err := json.Marshal(map[string]any{"topology": "s1", "sweeps": sweeps})
+	require.NoError(t, err)
+	rec = call(t, h, "POST", "/v1/compare", string(body), nil)
+	require.Equal(t, 200, rec.Code, rec.Body.String())
+	var cmp Compared
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &cmp))
+	assert.Contains(t, cmp.Report, "verdict: tie", "none against none")
+
 	rec = call(t, h, "GET", "/v1/openapi.json", "", nil)
 	require.Equal(t, 200, rec.Code)
 	assert.Equal(t, OpenAPI, rec.Body.Bytes())

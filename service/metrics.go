@@ -21,7 +21,9 @@ type metrics struct {
 	decisions      prometheus.Counter
 }
 
-func newMetrics() *metrics {
+// newMetrics registers the metrics; tunerStarts counts the tuner plugins started so far (every
+// set's, first starts and restarts).
+func newMetrics(tunerStarts func() float64) *metrics {
 	m := &metrics{reg: prometheus.NewRegistry()}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "collplan_http_requests_total",
 		Help: "HTTP requests answered, by endpoint and status class."}, []string{"endpoint", "code"})
@@ -43,7 +45,9 @@ func newMetrics() *metrics {
 		Help: "Requests refused by a limit, by limit."}, []string{"limit"})
 	m.decisions = prometheus.NewCounter(prometheus.CounterOpts{Name: "collplan_decisions_total",
 		Help: "Plans answered (each query of a batch counts)."})
-	m.reg.MustRegister(m.requests, m.latency, m.cacheHits, m.cacheMisses, m.tunerFallbacks, m.prepareSeconds,
+	starts := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "collplan_tuner_starts_total",
+		Help: "Tuner plugin processes started: each set's first start of a tuner and every restart after a failure."}, tunerStarts)
+	m.reg.MustRegister(starts, m.requests, m.latency, m.cacheHits, m.cacheMisses, m.tunerFallbacks, m.prepareSeconds,
 		m.reloads, m.rejected, m.decisions, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

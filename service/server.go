@@ -48,6 +48,20 @@ type Server struct {
 	reloads sync.Mutex // one reload at a time
 	ready   atomic.Bool
 	logMu   sync.Mutex
+	// retiredStarts are the tuner starts of the sets already swapped out.
+	retiredStarts atomic.Int64
+}
+
+// tunerStarts is every set's tuner starts so far, for collplan_tuner_starts_total.
+func (s *Server) tunerStarts() float64 {
+	s.mu.RLock()
+	st := s.cur
+	s.mu.RUnlock()
+	n := s.retiredStarts.Load()
+	if st != nil {
+		n += st.starts()
+	}
+	return float64(n)
 }
 
 // New checks cfg and loads the first set: the topology files read, the tuner clients opened (a
@@ -57,7 +71,8 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, metrics: newMetrics(), compiles: newLimiter(cfg.MaxCompiles, cfg.CompileQueue)}
+	s := &Server{cfg: cfg, compiles: newLimiter(cfg.MaxCompiles, cfg.CompileQueue)}
+	s.metrics = newMetrics(s.tunerStarts)
 	var err error
 	if s.token, err = readToken("--token-file", cfg.TokenFile); err != nil {
 		return nil, err
@@ -117,6 +132,7 @@ func (s *Server) Reload() (uint64, error) {
 	s.mu.Lock()
 	old := s.cur
 	s.cur = st
+	s.retiredStarts.Add(old.starts()) // under mu: tunerStarts never counts old twice or not at all
 	s.mu.Unlock()
 	old.retire()
 	s.metrics.reloads.WithLabelValues("ok").Inc()

@@ -109,6 +109,15 @@ func loadSet(cfg *Config, gen uint64, m *metrics, logTo io.Writer) (*set, error)
 	return st, nil
 }
 
+// starts is how many times the set's tuner plugins were started.
+func (st *set) starts() int64 {
+	var n int64
+	for _, c := range st.tuners {
+		n += c.Starts()
+	}
+	return n
+}
+
 // close ends the set's tuner plugins, once.
 func (st *set) close() {
 	st.closed.Do(func() {

@@ -76,6 +76,7 @@ func TestTunerPolicies(t *testing.T) {
 	assert.Equal(t, "RING/LL", a.Algo+"/"+a.Proto)
 	assert.Equal(t, 4, a.Channels, "the rule's channel count")
 	assert.Empty(t, a.TunerNote)
+	assert.Contains(t, call(t, h, "GET", "/metrics", "", nil).Body.String(), "collplan_tuner_starts_total 1")
 
 	for _, fault := range []string{"sleep", "exit", "garbage"} {
 		t.Run(fault, func(t *testing.T) {

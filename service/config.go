@@ -18,6 +18,10 @@ type Config struct {
 	// Listen is the address to listen on (default 127.0.0.1:7480). A non-loopback address needs
 	// TokenFile, TLSCert and TLSKey.
 	Listen string
+	// Tables are node table files (TOML) a query can name (node) by their table name, each with
+	// the fitted overlay beside it (NAME.fit.toml) unless the query says no_overlay; a reload
+	// reads them again.
+	Tables []string
 	// Topologies are topology files (TOML) a query can name by their base name less ".toml".
 	Topologies []string
 	// Tuners are the tuner plugins a query can name (by the client's name: the binary's less

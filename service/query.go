@@ -69,7 +69,7 @@ type plannerKey struct {
 
 func (r *resolved) key() plannerKey {
 	sp := &r.spec
-	return plannerKey{sp.Node, sp.Topology, sp.Fabric, sp.Nodes, sp.GPUsPerNode, sp.Algo, sp.Proto, sp.NoOverlay, r.tuner}
+	return plannerKey{sp.Node + sp.Table, sp.Topology, sp.Fabric, sp.Nodes, sp.GPUsPerNode, sp.Algo, sp.Proto, sp.NoOverlay, r.tuner}
 }
 
 // The embedded node and fabric tables' names, read once (they are compiled in).
@@ -152,6 +152,14 @@ func (st *set) resolve(q *Query, withBytes bool) (*resolved, *apiError) {
 	case q.Node == "" && q.Topology == "":
 		return nil, badRequest("node", "give one of node (an embedded node table, GET /v1/tables) or topology")
 	case q.Node != "":
+		if tf, ok := st.tables[q.Node]; ok {
+			// A --table file, as planner explain --table FILE: its overlay is the one read with it.
+			sp.Table, sp.Loaded = tf.file, tf.full
+			if q.NoOverlay {
+				sp.Loaded = tf.base
+			}
+			break
+		}
 		if !isTable(q.Node) {
 			return nil, badRequest("node", "unknown node table %q (GET /v1/tables lists them)", q.Node)
 		}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -488,6 +489,9 @@ func (s *Server) tablesList(w http.ResponseWriter, r *http.Request) error {
 		}
 		out.Tables = append(out.Tables, report.NewTable(n))
 	}
+	for _, name := range slices.Sorted(maps.Keys(st.tables)) {
+		out.Tables = append(out.Tables, report.NewTable(st.tables[name].full))
+	}
 	for name := range st.topologies {
 		out.Topologies = append(out.Topologies, name)
 	}
@@ -502,14 +506,21 @@ func (s *Server) tablesList(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) table(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
-	if !isTable(name) {
+	st := s.acquire()
+	defer st.release()
+	tf, isFile := st.tables[name]
+	if !isTable(name) && !isFile {
 		return &apiError{status: http.StatusNotFound, field: "name", msg: fmt.Sprintf("unknown node table %q (GET /v1/tables lists them)", name)}
 	}
-	n, err := tables.Load(name)
-	if err != nil {
-		return err
+	n := tf.full
+	if !isFile {
+		var err error
+		if n, err = tables.Load(name); err != nil {
+			return err
+		}
 	}
 	if f := r.URL.Query().Get("fabric"); f != "" {
+		var err error
 		if !isFabric(f) {
 			return badRequest("fabric", "unknown fabric table %q (GET /v1/tables lists them)", f)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/plugin"
 	"github.com/collplan/collplan/report"
+	"github.com/collplan/collplan/tables"
 )
 
 // set is what the service answers from: its topologies (read at load), its tuner clients and the
@@ -24,6 +25,7 @@ import (
 type set struct {
 	gen        uint64
 	topologies map[string]topoFile
+	tables     map[string]tableFile
 	tuners     map[string]*plugin.Client
 	planners   *lru[plannerKey, *built]
 	classes    *lru[classKey, *class]
@@ -31,6 +33,13 @@ type set struct {
 
 	refs   sync.WaitGroup
 	closed sync.Once
+}
+
+// tableFile is a node table file (--table) read when the set was built: with the fitted overlay
+// beside it (full) and alone (base).
+type tableFile struct {
+	file       string
+	full, base *tables.Node
 }
 
 // topoFile is a topology file read when the set was built.
@@ -74,7 +83,7 @@ const builtinPolicy = "builtin"
 // loadSet reads the topology files and opens the tuner plugins of cfg (nothing starts until a
 // first call). Every error names the file or flag at fault.
 func loadSet(cfg *Config, gen uint64, m *metrics, logTo io.Writer) (*set, error) {
-	st := &set{gen: gen, topologies: map[string]topoFile{}, tuners: map[string]*plugin.Client{},
+	st := &set{gen: gen, topologies: map[string]topoFile{}, tables: map[string]tableFile{}, tuners: map[string]*plugin.Client{},
 		planners: newLRU[plannerKey, *built](cfg.CachePlanners), classes: newLRU[classKey, *class](cfg.CacheClasses), metrics: m}
 	for _, f := range cfg.Topologies {
 		data, err := os.ReadFile(f)
@@ -89,6 +98,23 @@ func loadSet(cfg *Config, gen uint64, m *metrics, logTo io.Writer) (*set, error)
 			return nil, fmt.Errorf("--topology %s: a second topology named %q", f, name)
 		}
 		st.topologies[name] = topoFile{file: f, data: data}
+	}
+	for _, f := range cfg.Tables {
+		full, err := tables.LoadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("--table: %w", err)
+		}
+		base, err := tables.LoadFileBase(f)
+		if err != nil {
+			return nil, fmt.Errorf("--table: %w", err)
+		}
+		if isTable(full.Name) {
+			return nil, fmt.Errorf("--table %s: %q is an embedded table's name; rename the file", f, full.Name)
+		}
+		if _, dup := st.tables[full.Name]; dup {
+			return nil, fmt.Errorf("--table %s: a second table named %q", f, full.Name)
+		}
+		st.tables[full.Name] = tableFile{file: f, full: full, base: base}
 	}
 	for _, spec := range cfg.Tuners {
 		if spec.None() {

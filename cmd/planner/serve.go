@@ -23,6 +23,7 @@ func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 type serveFlags struct {
 	cfg        service.Config
 	topologies listFlag
+	tables     listFlag
 	tuners     listFlag
 	tuner      plugin.Spec // --tuner-config, --tuner-timeout, --tuner-sha256: for every --tuner
 }
@@ -34,6 +35,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, started func
 	var f serveFlags
 	c := &f.cfg
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:7480", "address to listen on; a non-loopback one needs --token-file, --tls-cert and --tls-key")
+	fs.Var(&f.tables, "table", "node table file (TOML) that queries name as node by its table name, with the fitted overlay beside it (repeatable; a reload reads it again)")
 	fs.Var(&f.topologies, "topology", "topology file (TOML) that queries name by its base name less .toml (repeatable)")
 	fs.Var(&f.tuners, "tuner", "tuner plugin queries may name: a NAME (tuner-NAME beside this binary, then on PATH) or a PATH (repeatable); named by the binary's name less tuner-")
 	fs.StringVar(&f.tuner.Config, "tuner-config", "", "configuration file handed to the tuner plugin (with one --tuner)")
@@ -75,7 +77,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, started func
 	if len(f.tuners) != 1 && (f.tuner.Config != "" || f.tuner.SHA256 != "") {
 		return usagef("--tuner-config and --tuner-sha256 need exactly one --tuner")
 	}
-	c.Topologies = f.topologies
+	c.Topologies, c.Tables = f.topologies, f.tables
 	for _, t := range f.tuners {
 		sp := f.tuner
 		sp.Name = t

@@ -417,3 +417,46 @@ func TestServeRefusesNonLoopback(t *testing.T) {
 		assert.ErrorContains(t, err, tc.want)
 	}
 }
+
+// TestServeTableFile: a --table file is named by its table name; its answers equal planner
+// explain --table FILE's, with and without the overlay beside it; a reload reads the files again,
+// so removing the overlay changes the answers only after it.
+func TestServeTableFile(t *testing.T) {
+	clearNCCLEnv(t)
+	dir := t.TempDir()
+	for _, f := range [][2]string{{"cpu.toml", "mycpu.toml"}, {"cpu.fit.toml", "mycpu.fit.toml"}} {
+		b, err := os.ReadFile("../../tables/" + f[0])
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f[1]), b, 0o644))
+	}
+	file := filepath.Join(dir, "mycpu.toml")
+	srv, err := service.New(service.Config{Listen: "127.0.0.1:7480", Log: io.Discard, Tables: []string{file}})
+	require.NoError(t, err)
+	t.Cleanup(srv.Close)
+	h := srv.Handler()
+	check := func(q map[string]any, args ...string) string {
+		t.Helper()
+		want, err := runCLI(t, "", append([]string{"explain", "--json", "--table", file}, args...)...)
+		require.NoError(t, err)
+		rec := post(t, h, "/v1/explain", q)
+		require.Equal(t, 200, rec.Code, rec.Body.String())
+		assert.Equal(t, want, rec.Body.String(), args)
+		return want
+	}
+	withOverlay := check(map[string]any{"node": "mycpu", "nodes": 2, "bytes": "1M"}, "--nodes", "2", "--bytes", "1M")
+	assert.Contains(t, withOverlay, `"file": "`+filepath.Join(dir, "mycpu.fit.toml")+`"`, "the overlay beside the file applied")
+	check(map[string]any{"node": "mycpu", "nodes": 2, "bytes": "1M", "no_overlay": true}, "--nodes", "2", "--bytes", "1M", "--no-overlay")
+	check(map[string]any{"node": "mycpu", "bytes": 4096, "coll": "allgather", "fabric": "ib-ndr", "nodes": 4}, "--bytes", "4096", "--coll", "allgather", "--fabric", "ib-ndr", "--nodes", "4")
+
+	require.NoError(t, os.Remove(filepath.Join(dir, "mycpu.fit.toml")))
+	q := map[string]any{"node": "mycpu", "nodes": 2, "bytes": "1M"}
+	assert.Equal(t, withOverlay, post(t, h, "/v1/explain", q).Body.String(), "before the reload: the set read at start")
+	_, err = srv.Reload()
+	require.NoError(t, err)
+	got := post(t, h, "/v1/explain", q).Body.String()
+	assert.NotEqual(t, withOverlay, got)
+	check(q, "--nodes", "2", "--bytes", "1M")
+
+	_, err = service.New(service.Config{Listen: "127.0.0.1:7480", Log: io.Discard, Tables: []string{"../../tables/h100.toml"}})
+	assert.ErrorContains(t, err, `"h100" is an embedded table's name`)
+}

@@ -84,13 +84,14 @@ POST /v1/explain and /v1/plan (one query or a batch, the fields of planner expla
 explain answer is planner explain --json's output for the same flags), POST /v1/map, GET
 /v1/tables and /v1/tables/NAME, POST /v1/compile (planner compile's table as a download), POST
 /v1/diff (planner diff --json), POST /v1/compare (planner compare on uploaded sweeps), /healthz, /readyz, /metrics (Prometheus). Queries name node
-tables (embedded), topologies (--topology FILE, by base name) and tuners (--tuner, by name) from
-the set given here, never a file or a binary. The service never reads its own NCCL_ALGO or
+tables (embedded, or --table FILE by its table name, with the overlay beside it), topologies
+(--topology FILE, by base name) and tuners (--tuner, by name) from the set given here, never a file
+or a binary. The service never reads its own NCCL_ALGO or
 NCCL_PROTO. It listens on 127.0.0.1:7480 and answers only loopback Host names and same-origin
 requests; a non-loopback --listen needs --token-file, --tls-cert and --tls-key, or it refuses to
-start. SIGHUP (or POST /v1/admin/reload with --admin-token-file) reloads the topologies and
-tuners: the new set is built first and swapped in whole; a failed reload keeps the old one.
-SIGTERM drains the requests in flight. A tuner that fails or hangs past --tuner-timeout never
+start. SIGHUP (or POST /v1/admin/reload with --admin-token-file) reloads the table files, their
+overlays, the topologies and the tuners: the new set is built first and swapped in whole; a
+failed reload keeps the old one. SIGTERM drains the requests in flight. A tuner that fails or hangs past --tuner-timeout never
 holds a request: the built-in policy answers, labelled "builtin".
 `,
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/plugin/shimtable"
 	"github.com/collplan/collplan/report"
+	"github.com/collplan/collplan/tables"
 )
 
 // CompileRequest is POST /v1/compile: planner compile's flags. Exactly one of Node (with its grid:
@@ -77,15 +78,24 @@ func (st *set) compileReq(r *CompileRequest) (shimtable.Request, string, *apiErr
 	case r.Node == "":
 		return req, "", badRequest("node", "give one of node (an embedded node table, GET /v1/tables) or topology")
 	}
-	if !isTable(r.Node) {
+	tf, isFile := st.tables[r.Node]
+	if !isTable(r.Node) && !isFile {
 		return req, "", badRequest("node", "unknown node table %q (GET /v1/tables lists them)", r.Node)
 	}
 	if r.Fabric != "" && !isFabric(r.Fabric) {
 		return req, "", badRequest("fabric", "unknown fabric table %q (GET /v1/tables lists them)", r.Fabric)
 	}
-	n, err := report.LoadNode(r.Node, "", r.NoOverlay)
-	if err != nil {
-		return req, "", badRequest("node", "%v", err)
+	var n *tables.Node
+	var err error
+	switch {
+	case isFile && r.NoOverlay:
+		n = tf.base
+	case isFile:
+		n = tf.full
+	default:
+		if n, err = report.LoadNode(r.Node, "", r.NoOverlay); err != nil {
+			return req, "", badRequest("node", "%v", err)
+		}
 	}
 	if n, _, err = report.WithFabric(n, r.Fabric); err != nil {
 		return req, "", badRequest("fabric", "%v", err)

@@ -63,6 +63,16 @@ func (st *set) diffSide(prefix string, d *DiffSide, fabric string) (report.Side,
 		label = file + " (uploaded)"
 	case d.Node == "":
 		return sd, badRequest(prefix+".node", "give node (an embedded node table) or table_toml")
+	case st.tables[d.Node].file != "":
+		// A --table file, as planner diff --a FILE labels it.
+		tf := st.tables[d.Node]
+		n, label = tf.full, tf.full.File
+		switch {
+		case d.NoOverlay || d.OverlayTOML != "":
+			n, label = tf.base, tf.base.File+" (no overlay)"
+		case n.Overlay != "":
+			label += fmt.Sprintf(" (overlay %s)", n.Overlay)
+		}
 	case !isTable(d.Node):
 		return sd, badRequest(prefix+".node", "unknown node table %q (GET /v1/tables lists them)", d.Node)
 	default:

@@ -72,7 +72,8 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, compiles: newLimiter(cfg.MaxCompiles, cfg.CompileQueue)}
+	// A compile turn is waited for at most half the write timeout, so the answer still fits in it.
+	s := &Server{cfg: cfg, compiles: newLimiter(cfg.MaxCompiles, cfg.CompileQueue, cfg.WriteTimeout/2)}
 	s.metrics = newMetrics(s.tunerStarts)
 	var err error
 	if s.token, err = readToken("--token-file", cfg.TokenFile); err != nil {

@@ -444,6 +444,23 @@ func TestServeTableFile(t *testing.T) {
 		return want
 	}
 	withOverlay := check(map[string]any{"node": "mycpu", "nodes": 2, "bytes": "1M"}, "--nodes", "2", "--bytes", "1M")
+
+	// compile and diff name the file's table too.
+	out := filepath.Join(t.TempDir(), "t.cptt")
+	_, err = runCLI(t, "", "compile", "--table", file, "--nodes", "1,2", "-o", out)
+	require.NoError(t, err)
+	wantTable, err := os.ReadFile(out)
+	require.NoError(t, err)
+	rec := post(t, h, "/v1/compile", map[string]any{"node": "mycpu", "node_counts": []int{1, 2}})
+	require.Equal(t, 200, rec.Code, rec.Body.String())
+	assert.Equal(t, wantTable, rec.Body.Bytes())
+	wantDiff, err := runCLI(t, "", "diff", "--json", "--a", file, "--b", file, "--b-no-overlay", "--nodes", "1,2")
+	require.NoError(t, err)
+	rec = post(t, h, "/v1/diff", map[string]any{"a": map[string]any{"node": "mycpu"}, "b": map[string]any{"node": "mycpu", "no_overlay": true}, "node_counts": []int{1, 2}})
+	require.Equal(t, 200, rec.Code, rec.Body.String())
+	var compact bytes.Buffer
+	require.NoError(t, json.Compact(&compact, []byte(wantDiff)))
+	assert.Equal(t, compact.String()+"\n", rec.Body.String())
 	assert.Contains(t, withOverlay, `"file": "`+filepath.Join(dir, "mycpu.fit.toml")+`"`, "the overlay beside the file applied")
 	check(map[string]any{"node": "mycpu", "nodes": 2, "bytes": "1M", "no_overlay": true}, "--nodes", "2", "--bytes", "1M", "--no-overlay")
 	check(map[string]any{"node": "mycpu", "bytes": 4096, "coll": "allgather", "fabric": "ib-ndr", "nodes": 4}, "--bytes", "4096", "--coll", "allgather", "--fabric", "ib-ndr", "--nodes", "4")

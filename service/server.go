@@ -118,8 +118,8 @@ func (s *Server) acquire() *set {
 
 func (st *set) release() { st.refs.Done() }
 
-// Reload builds a new set from the configuration (the topology files read again, the tuner
-// plugins opened anew) and swaps it in; requests in flight finish on the old one, whose tuners
+// Reload builds a new set from the configuration (the table and topology files read again, the
+// tuner plugins started anew and asked for one class) and swaps it in; requests in flight finish on the old one, whose tuners
 // close after them. When the new set does not build, the old one stays and the error says why.
 func (s *Server) Reload() (uint64, error) {
 	s.reloads.Lock()
@@ -130,6 +130,10 @@ func (s *Server) Reload() (uint64, error) {
 		s.logf("reload failed, keeping generation %d: %v", s.gen.Load(), err)
 		return s.gen.Load(), err
 	}
+	// Start the new set's tuners before the swap: a plugin reads its configuration when it
+	// starts, so starting it lazily after the swap could read files changed since the reload.
+	// Each start and first call is bounded by the tuner's deadlines; one that fails falls back.
+	s.warm(st)
 	s.gen.Store(st.gen)
 	s.mu.Lock()
 	old := s.cur
@@ -139,7 +143,6 @@ func (s *Server) Reload() (uint64, error) {
 	old.retire()
 	s.metrics.reloads.WithLabelValues("ok").Inc()
 	s.logf("reloaded: generation %d", st.gen)
-	go s.warm(st)
 	return st.gen, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	hclog "github.com/hashicorp/go-hclog"
@@ -76,6 +77,7 @@ type Client struct {
 	retryAt  time.Time // no restart before this
 	lastErr  error
 	lastLog  string
+	starts   atomic.Int64 // plugins started and configured
 }
 
 var _ planner.Tuner = (*Client)(nil)
@@ -360,8 +362,13 @@ func (c *Client) instance(ctx context.Context) (*instance, error) {
 	c.mu.Lock()
 	c.cur = inst
 	c.mu.Unlock()
+	c.starts.Add(1)
 	return inst, nil
 }
+
+// Starts is how many times the plugin was started and configured: 1 after the first call, one
+// more for each restart after a failure.
+func (c *Client) Starts() int64 { return c.starts.Load() }
 
 // fault kills a broken plugin, schedules its restart, logs the failure once with the plugin's
 // stderr and returns the error the planner notes (with the telling line of the plugin's stderr).

@@ -10,6 +10,7 @@ import (
 	"github.com/collplan/collplan/internal/cmdline"
 	"github.com/collplan/collplan/internal/outpath"
 	"github.com/collplan/collplan/plugin/shimtable"
+	"github.com/collplan/collplan/report"
 )
 
 // runCompile writes the decision table the NCCL tuner shim reads (docs/tuner-table.md).
@@ -55,7 +56,7 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		tp.Env.Overlay(capabilities.EnvFromProcess(os.LookupEnv))
 		req.Topology = &tp
 	case *topology == "" && (*node == "") != (*table == ""):
-		if req.Node, err = loadNode(*node, *table, *noOverlay); err != nil {
+		if req.Node, err = report.LoadNode(*node, *table, *noOverlay); err != nil {
 			return usageError{err}
 		}
 		if req.Node, _, err = withFabric(req.Node, *fabric); err != nil {

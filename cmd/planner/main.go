@@ -28,6 +28,8 @@ commands:
   tables    list node tables, or show one: planner tables [--json] [NAME]
   compile   write the decision table of the NCCL tuner shim (docs/tuner-table.md)
   compare   score two tuners against pinned sweeps: each one's pick and regret per size
+  diff      two node tables or overlays, or one table under two tuners: where the pick changed
+  serve     the planner as an HTTP/JSON service (docs/service.md)
 
 Run 'planner COMMAND -h' (or 'planner help COMMAND') for a command's flags.
 `
@@ -50,6 +52,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	return err
 }
 
+// serveStarted, when set (by tests), learns the address planner serve listens on.
+var serveStarted func(addr string)
+
 func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return usagef("no command (run 'planner -h' for the commands)")
@@ -67,6 +72,10 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return runCompile(ctx, args[1:], stdout, stderr)
 	case "compare":
 		return runCompare(ctx, args[1:], stdout, stderr)
+	case "diff":
+		return runDiff(ctx, args[1:], stdout, stderr)
+	case "serve":
+		return runServe(ctx, args[1:], stderr, serveStarted)
 	case "-h", "--help", "help":
 		if len(args) == 2 && args[0] == "help" {
 			if _, ok := commandDocs[args[1]]; ok {

@@ -14,6 +14,7 @@ import (
 	"github.com/collplan/collplan/internal/bytesize"
 	"github.com/collplan/collplan/internal/svgplot"
 	"github.com/collplan/collplan/planner"
+	"github.com/collplan/collplan/report"
 )
 
 // runMap prints, for a topology and class, the plan at each power of two in [--min, --max], then
@@ -48,11 +49,11 @@ func runMap(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usageError{err}
 	}
 	fmt.Fprintf(stdout, "%s %s %s, pipe ops %d, on %s (%s, %d ranks), %s .. %s\n", cls.Coll, cls.Dtype, cls.Op,
-		cls.PipeOps, s.source, plural(s.topo.NNodes, "node"), s.topo.NRanks, bytesize.Format(lo), bytesize.Format(hi))
-	if line := s.overlayLine(pl); line != "" {
+		cls.PipeOps, s.Source, report.Plural(s.Topo.NNodes, "node"), s.Topo.NRanks, bytesize.Format(lo), bytesize.Format(hi))
+	if line := s.OverlayLine(pl); line != "" {
 		fmt.Fprintf(stdout, "overlay: %s\n", line)
 	}
-	fmt.Fprintf(stdout, "assumed: %s\n", s.assumedLine())
+	fmt.Fprintf(stdout, "assumed: %s\n", s.AssumedLine())
 	if name, note := pr.Tuner(); name != "" {
 		fmt.Fprintf(stdout, "tuner: %s\n", strings.TrimSpace(name+" "+note))
 	}
@@ -64,7 +65,7 @@ func runMap(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return usageError{err}
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s/%s\t%.2f\t%d\t%d\t%d\t%s\n", n, bytesize.Format(n), p.Algo, p.Proto, p.TimeUS,
-			p.Channels, p.Threads, p.ChunkBytes, forcedNote(p.Forced))
+			p.Channels, p.Threads, p.ChunkBytes, report.ForcedNote(p.Forced))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -80,7 +81,7 @@ func runMap(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			if err != nil {
 				return usageError{err}
 			}
-			fmt.Fprintf(stdout, "  %12d B  %s/%s -> %s/%s%s\n", e.Lo, prev.Algo, prev.Proto, e.Algo, e.Proto, forcedNote(p.Forced))
+			fmt.Fprintf(stdout, "  %12d B  %s/%s -> %s/%s%s\n", e.Lo, prev.Algo, prev.Proto, e.Algo, e.Proto, report.ForcedNote(p.Forced))
 		}
 		prev = e.Decision
 	}
@@ -95,7 +96,7 @@ func runMap(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	}
 	if *svgPath != "" {
-		svg, err := plotSVG(pr, lo, hi, spans, fmt.Sprintf("%s %s on %s", cls.Coll, cls.Dtype, s.source))
+		svg, err := plotSVG(pr, lo, hi, spans, fmt.Sprintf("%s %s on %s", cls.Coll, cls.Dtype, s.Source))
 		if err != nil {
 			return usageError{err}
 		}

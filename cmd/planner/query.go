@@ -15,6 +15,7 @@ import (
 	"github.com/collplan/collplan/internal/bytesize"
 	"github.com/collplan/collplan/internal/linescan"
 	"github.com/collplan/collplan/planner"
+	"github.com/collplan/collplan/report"
 )
 
 // queryLine is one JSON-lines query; absent fields take the flags' defaults.
@@ -28,18 +29,18 @@ type queryLine struct {
 }
 
 type answerJSON struct {
-	Coll       string `json:"coll"`
-	Bytes      int64  `json:"bytes"`
-	Op         string `json:"op"`
-	Dtype      string `json:"dtype"`
-	PipeOps    int    `json:"pipe_ops"`
-	Algo       string `json:"algo"`
-	Proto      string `json:"proto"`
-	TimeUS     f32    `json:"time_us"`
-	Channels   int    `json:"channels"`
-	Threads    int    `json:"threads"`
-	ChunkBytes int64  `json:"chunk_bytes"`
-	SliceBytes int64  `json:"slice_bytes"`
+	Coll       string     `json:"coll"`
+	Bytes      int64      `json:"bytes"`
+	Op         string     `json:"op"`
+	Dtype      string     `json:"dtype"`
+	PipeOps    int        `json:"pipe_ops"`
+	Algo       string     `json:"algo"`
+	Proto      string     `json:"proto"`
+	TimeUS     report.F32 `json:"time_us"`
+	Channels   int        `json:"channels"`
+	Threads    int        `json:"threads"`
+	ChunkBytes int64      `json:"chunk_bytes"`
+	SliceBytes int64      `json:"slice_bytes"`
 	// Policy names what produced the row: the tuner's name when it answered for the row's class,
 	// "builtin" when there is no tuner or it failed (then TunerNote says why).
 	Policy    string `json:"policy"`
@@ -62,15 +63,26 @@ const builtinPolicy = "builtin"
 // at the end, since not every answer is the tuner's.
 func runQuery(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	c := newCommand("query", stderr, false)
-	s, _, pl, help, err := c.parse(args)
-	if help || err != nil {
+	server := c.fs.String("server", "", "send the queries to a running planner serve at this URL (http://127.0.0.1:7480) instead of planning here")
+	tokenFile := c.fs.String("token-file", "", "with --server: file holding the service's bearer token")
+	if err := parseFlags(c.fs, args); err != nil {
 		return err
 	}
-	if line := s.overlayLine(pl); line != "" && len(pl.Overlay().Skipped) > 0 {
+	if *server != "" {
+		return queryServer(ctx, c, *server, *tokenFile, stdin, stdout, stderr)
+	}
+	if *tokenFile != "" {
+		return usagef("--token-file applies to --server")
+	}
+	s, _, pl, err := c.built()
+	if err != nil {
+		return err
+	}
+	if line := s.OverlayLine(pl); line != "" && len(pl.Overlay().Skipped) > 0 {
 		fmt.Fprintf(stderr, "planner: query: overlay %s\n", line)
 	}
-	if s.fabric != nil { // the rows carry no topology, so stderr names the fabric once
-		fmt.Fprintf(stderr, "planner: query: fabric %s\n", fabricLine(s.fabric, s.topo.NNodes))
+	if s.Fabric != nil { // the rows carry no topology, so stderr names the fabric once
+		fmt.Fprintf(stderr, "planner: query: fabric %s\n", report.FabricLine(s.Fabric, s.Topo.NNodes))
 	}
 	cf := &c.cf
 	// One prepared class and DecisionTable per class: the tuner is asked once per class, not per line.
@@ -82,10 +94,8 @@ func runQuery(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	var failed []string // "stdin:N: CLASS" of the classes the tuner failed for
 	cache := map[planner.Class]compiled{}
-	w := bufio.NewWriter(stdout)
-	defer w.Flush()
-	cw := csv.NewWriter(w)
-	headerDone := false
+	rw := newRowWriter(stdout)
+	defer rw.w.Flush()
 	sc := linescan.New("stdin", stdin)
 	for line := 1; sc.Scan(); line++ {
 		text := strings.TrimSpace(sc.Text())
@@ -133,29 +143,15 @@ func runQuery(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			return usagef("stdin:%d: %v", line, err)
 		}
 		a := answerJSON{Coll: cls.Coll.String(), Bytes: n, Op: cls.Op.String(), Dtype: cls.Dtype.String(),
-			PipeOps: cls.PipeOps, Algo: plan.Algo.String(), Proto: plan.Proto.String(), TimeUS: f32(plan.TimeUS),
+			PipeOps: cls.PipeOps, Algo: plan.Algo.String(), Proto: plan.Proto.String(), TimeUS: report.F32(plan.TimeUS),
 			Channels: plan.Channels, Threads: plan.Threads, ChunkBytes: plan.ChunkBytes, SliceBytes: plan.SliceBytes,
 			Policy: c.policy, TunerNote: c.note}
 		if d := c.dt.Lookup(n); d != plan.Decision {
 			return fmt.Errorf("stdin:%d: decision table and planner disagree at %d bytes (%v vs %v)", line, n, d, plan.Decision)
 		}
-		if isJSON {
-			b, err := json.Marshal(a)
-			if err != nil {
-				return err
-			}
-			w.Write(append(b, '\n'))
-			continue
+		if err := rw.write(a, isJSON); err != nil {
+			return err
 		}
-		if !headerDone {
-			fmt.Fprintln(w, csvHeader)
-			headerDone = true
-		}
-		t, _ := a.TimeUS.MarshalJSON()
-		cw.Write([]string{a.Coll, strconv.FormatInt(n, 10), a.Op, a.Dtype, strconv.Itoa(a.PipeOps), a.Algo, a.Proto,
-			string(t), strconv.Itoa(a.Channels), strconv.Itoa(a.Threads), strconv.FormatInt(a.ChunkBytes, 10),
-			strconv.FormatInt(a.SliceBytes, 10), a.Policy})
-		cw.Flush()
 	}
 	if err := sc.Err(); err != nil {
 		var le *linescan.LongLineError
@@ -164,13 +160,47 @@ func runQuery(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		}
 		return fmt.Errorf("stdin: %w", err)
 	}
-	if err := cw.Error(); err != nil {
+	if err := rw.cw.Error(); err != nil {
 		return err
 	}
 	if len(failed) > 0 {
 		return usagef("the tuner failed for %d classes (first at %s): their rows came from the built-in policy", len(failed), failed[0])
 	}
 	return nil
+}
+
+// rowWriter writes query's answers: a JSON line for a JSON query, a CSV row (after the header,
+// once) for a CSV one.
+type rowWriter struct {
+	w          *bufio.Writer
+	cw         *csv.Writer
+	headerDone bool
+}
+
+func newRowWriter(stdout io.Writer) *rowWriter {
+	w := bufio.NewWriter(stdout)
+	return &rowWriter{w: w, cw: csv.NewWriter(w)}
+}
+
+func (rw *rowWriter) write(a answerJSON, isJSON bool) error {
+	if isJSON {
+		b, err := json.Marshal(a)
+		if err != nil {
+			return err
+		}
+		_, err = rw.w.Write(append(b, '\n'))
+		return err
+	}
+	if !rw.headerDone {
+		fmt.Fprintln(rw.w, csvHeader)
+		rw.headerDone = true
+	}
+	t, _ := a.TimeUS.MarshalJSON()
+	rw.cw.Write([]string{a.Coll, strconv.FormatInt(a.Bytes, 10), a.Op, a.Dtype, strconv.Itoa(a.PipeOps), a.Algo, a.Proto,
+		string(t), strconv.Itoa(a.Channels), strconv.Itoa(a.Threads), strconv.FormatInt(a.ChunkBytes, 10),
+		strconv.FormatInt(a.SliceBytes, 10), a.Policy})
+	rw.cw.Flush()
+	return rw.cw.Error()
 }
 
 func parseJSONQuery(text string, def *classFlags) (planner.Class, int64, error) {

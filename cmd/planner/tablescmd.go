@@ -8,33 +8,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/collplan/collplan/report"
 	"github.com/collplan/collplan/tables"
 )
-
-// tableJSON is one node table in planner tables --json: the list's columns; file and sources
-// only when one table is shown.
-type tableJSON struct {
-	Name              string            `json:"name"`
-	GPU               string            `json:"gpu"`
-	GPUsPerNode       int               `json:"gpus_per_node"`
-	ComputeCapability int               `json:"compute_capability"`
-	CPUArch           string            `json:"cpu_arch"`
-	CPUVendor         string            `json:"cpu_vendor"`
-	NVLS              bool              `json:"nvls"`
-	EstimatedInputs   int               `json:"estimated_inputs"`
-	Overlay           string            `json:"overlay"`
-	Fabric            string            `json:"fabric,omitempty"` // with NAME --fabric F: F's file
-	File              string            `json:"file,omitempty"`
-	Sources           map[string]string `json:"sources,omitempty"`
-	// Emulation is an emulated node's [emulation] (with NAME only; absent on real hardware).
-	Emulation *tables.Emulation `json:"emulation,omitempty"`
-}
-
-func newTableJSON(n *tables.Node) tableJSON {
-	return tableJSON{Name: n.Name, GPU: n.Node.GPU, GPUsPerNode: n.Node.GPUsPerNode,
-		ComputeCapability: n.Node.ComputeCapability, CPUArch: n.Node.CPUArch, CPUVendor: n.Node.CPUVendor,
-		NVLS: n.Node.NVLSSupport, EstimatedInputs: len(n.Estimated()), Overlay: n.Overlay}
-}
 
 // runTables lists the embedded node tables, or shows one; --json prints them as JSON. The name
 // may come before or after the flags.
@@ -74,22 +50,17 @@ func runTables(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		if *asJSON {
-			tj := newTableJSON(n)
-			tj.File, tj.Sources, tj.Emulation = n.File, n.Sources, n.Emulation
-			if n.Fabric != nil {
-				tj.Fabric = n.Fabric.File
-			}
-			return writeJSON(stdout, tj)
+			return writeJSON(stdout, report.NewTableDetail(n))
 		}
 		return showTable(stdout, n)
 	}
-	var list []tableJSON
+	var list []report.Table
 	for _, name := range tables.Names() {
 		n, err := tables.Load(name)
 		if err != nil {
 			return err
 		}
-		list = append(list, newTableJSON(n))
+		list = append(list, report.NewTable(n))
 	}
 	if *asJSON {
 		return writeJSON(stdout, list)

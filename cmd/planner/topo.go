@@ -7,16 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/internal/bytesize"
 	"github.com/collplan/collplan/internal/outpath"
-	"github.com/collplan/collplan/node"
 	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/plugin"
+	"github.com/collplan/collplan/report"
 	"github.com/collplan/collplan/tables"
 )
 
@@ -43,227 +40,51 @@ func (f *topoFlags) register(fs *flag.FlagSet) {
 	f.tuner.register(fs)
 }
 
-// setup is a built topology with what explains it.
+// setup is a built topology with what explains it (report.Setup) and the tuner plugin chosen
+// (nil: none).
 type setup struct {
-	topo      capabilities.Topology
-	source    string   // "node h100 x2", "topology FILE"
-	estimated []string // estimated inputs of the node table, or the topology file's "# estimate" keys
-	node      *tables.Node
-	embedded  bool           // node is an embedded table (--node), so its overlay is too
-	noOverlay bool           // --no-overlay: node is the table alone
-	fabric    *tables.Fabric // --fabric: composed into node (tables.WithFabric); nil when none
-	tuner     *plugin.Client // nil: no tuner
-	assumed   assumed
+	*report.Setup
+	tuner *plugin.Client
 }
 
-// assumed is what a topology built from a node table took for granted: its ranks per node and
-// where they came from, and the [scale.N] whose graphs it used.
-type assumed struct {
-	gpn       int
-	gpnSource string // "table", "flag" or "topology"
-	gpnText   string // "8 (h100.toml's gpus_per_node)"
-	scale     string // the [scale.N] key; "" for a topology file
-	standsIn  bool   // scale is not the node count's own
-	graphs    string // "scale 4 stands in for 4096 nodes (no [scale.4096])"
-}
-
-// assumedLine is what map and compare print after "assumed: ": "gpus per node 8 (h100.toml's
-// gpus_per_node); graphs: scale 4 stands in for 4096 nodes (no [scale.4096])".
-func (s *setup) assumedLine() string {
-	return fmt.Sprintf("gpus per node %s; graphs: %s", s.assumed.gpnText, s.assumed.graphs)
-}
-
-// assume describes the shape of s's topology: for a node table, its ranks per node (gpnFlag, else
-// the table's) and the scale whose graphs stood in (capabilities.NodeScaleKey).
-func assume(s *setup, gpnFlag int) assumed {
-	if s.node == nil {
-		return assumed{gpn: s.topo.LocalRanks, gpnSource: "topology",
-			gpnText: fmt.Sprintf("%d (the topology file's local_ranks)", s.topo.LocalRanks), graphs: "the topology file's"}
-	}
-	a := assumed{gpn: s.node.Node.GPUsPerNode, gpnSource: "table",
-		gpnText: fmt.Sprintf("%d (%s's gpus_per_node)", s.node.Node.GPUsPerNode, filepath.Base(s.node.File))}
-	if gpnFlag > 0 {
-		a.gpn, a.gpnSource = gpnFlag, "flag"
-		a.gpnText = fmt.Sprintf("%d (--gpus-per-node; the table says %d)", gpnFlag, s.node.Node.GPUsPerNode)
-	}
-	nodes := s.topo.NNodes
-	a.scale = capabilities.NodeScaleKey(nodes)
-	a.graphs = fmt.Sprintf("scale %s (%s)", a.scale, plural(nodes, "node"))
-	if a.scale != strconv.Itoa(nodes) {
-		a.standsIn = true
-		a.graphs = fmt.Sprintf("scale %s stands in for %s (no [scale.%d])", a.scale, plural(nodes, "node"), nodes)
-	}
-	return a
-}
-
-// build resolves the topology: a topology file, or a node table at --nodes; then env from the
-// process, overridden by the file's [env], overridden by --algo/--proto.
-func (f *topoFlags) build(fs *flag.FlagSet) (*setup, error) {
-	set := 0
-	for _, s := range []string{f.node, f.table, f.topology} {
-		if s != "" {
-			set++
-		}
-	}
-	if set != 1 {
-		return nil, usagef("give exactly one of --node, --table or --topology")
-	}
-	nodesGiven, gpnGiven := false, false
+// spec is the report.Spec the flags choose.
+func (f *topoFlags) spec(fs *flag.FlagSet) report.Spec {
+	sp := report.Spec{Node: f.node, Table: f.table, Topology: f.topology, Fabric: f.fabric, Nodes: f.nodes,
+		GPUsPerNode: f.gpn, Algo: f.algo, Proto: f.proto, NoOverlay: f.noOverlay}
 	fs.Visit(func(fl *flag.Flag) {
-		nodesGiven = nodesGiven || fl.Name == "nodes"
-		gpnGiven = gpnGiven || fl.Name == "gpus-per-node"
+		sp.NodesGiven = sp.NodesGiven || fl.Name == "nodes"
+		sp.GPUsPerNodeGiven = sp.GPUsPerNodeGiven || fl.Name == "gpus-per-node"
 	})
-	s := &setup{}
-	var err error
-	switch {
-	case f.topology != "":
-		if nodesGiven {
-			return nil, usagef("--nodes applies to --node or --table, not --topology (set n_nodes in the file)")
-		}
-		if gpnGiven {
-			return nil, usagef("--gpus-per-node applies to --node or --table, not --topology (set n_ranks and local_ranks in the file)")
-		}
-		if f.noOverlay {
-			return nil, usagef("--no-overlay applies to --node or --table, not --topology (a topology file has no overlay)")
-		}
-		if f.fabric != "" {
-			return nil, usagef("--fabric applies to --node or --table, not --topology (set the graphs' inter-node values in the file)")
-		}
-		if s.topo, s.estimated, err = capabilities.LoadTopologyEstimates(f.topology); err != nil {
-			return nil, usageError{err}
-		}
-		s.source = "topology " + f.topology
-	default:
-		if f.nodes < 1 {
-			return nil, usagef("--nodes %d: must be at least 1", f.nodes)
-		}
-		if gpnGiven && f.gpn < 1 {
-			return nil, usagef("--gpus-per-node %d: must be at least 1", f.gpn)
-		}
-		s.node, err = loadNode(f.node, f.table, f.noOverlay)
-		s.embedded, s.noOverlay = f.node != "", f.noOverlay
-		if err != nil {
-			return nil, usageError{err}
-		}
-		if s.node, s.fabric, err = withFabric(s.node, f.fabric); err != nil {
-			return nil, err
-		}
-		if s.topo, err = capabilities.FromNodeShape(s.node, f.nodes, f.gpn); err != nil {
-			return nil, usageError{err}
-		}
-		s.source = fmt.Sprintf("node %s x%d", s.node.Name, f.nodes)
-		if s.fabric != nil {
-			s.source += " fabric " + s.fabric.Name
-		}
-		s.estimated = usedEstimates(s.node.Estimated(), capabilities.NodeScaleKey(f.nodes))
+	return sp
+}
+
+// build resolves the topology (report.Build: a topology file, or a node table at --nodes; then env
+// from the process, overridden by the file's [env], overridden by --algo/--proto) and the tuner.
+func (f *topoFlags) build(fs *flag.FlagSet) (*setup, error) {
+	rs, err := report.Build(f.spec(fs), os.LookupEnv)
+	if err != nil {
+		return nil, usageError{err}
 	}
-	s.assumed = assume(s, f.gpn)
-	var flags capabilities.Env
-	if f.algo != "" {
-		flags.Algo = capabilities.Setting{Value: f.algo, Source: capabilities.SourceFlag}
-	}
-	if f.proto != "" {
-		flags.Proto = capabilities.Setting{Value: f.proto, Source: capabilities.SourceFlag}
-	}
-	flags.Overlay(s.topo.Env)
-	flags.Overlay(capabilities.EnvFromProcess(os.LookupEnv))
-	s.topo.Env = flags
+	s := &setup{Setup: rs}
 	if s.tuner, err = f.tuner.client(fs.Output()); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// loadNode loads the embedded table name or else the table file, with its fitted overlay unless
-// noOverlay.
-func loadNode(name, file string, noOverlay bool) (*tables.Node, error) {
-	switch {
-	case name != "" && noOverlay:
-		return tables.LoadBase(name)
-	case name != "":
-		return tables.Load(name)
-	case noOverlay:
-		return tables.LoadFileBase(file)
-	}
-	return tables.LoadFile(file)
-}
-
-// withFabric composes the fabric table named by --fabric (an embedded name or a FILE.toml) into
-// the node table n (tables.WithFabric); with name "" it returns n unchanged. Errors are usage errors
-// naming the fabric file and key.
+// withFabric is report.WithFabric with its errors as usage errors.
 func withFabric(n *tables.Node, name string) (*tables.Node, *tables.Fabric, error) {
-	if name == "" {
-		return n, nil, nil
-	}
-	f, err := tables.ResolveFabric(name)
+	c, f, err := report.WithFabric(n, name)
 	if err != nil {
-		return nil, nil, usagef("--fabric: %v", err)
-	}
-	c, err := tables.WithFabric(n, f)
-	if err != nil {
-		return nil, nil, usagef("--fabric: %v", err)
+		return nil, nil, usageError{err}
 	}
 	return c, f, nil
 }
 
-// fabricLine is what the commands print after "fabric: ": the fabric file and where it applied.
-func fabricLine(f *tables.Fabric, nNodes int) string {
-	if nNodes <= 1 {
-		return f.File + ": not applied (1 node: no inter-node hop)"
-	}
-	return f.File + ": inter-node bw_inter, type_inter, latency_inter and net_device_type (" + f.Fabric.Description + ")"
-}
-
-// overlayLine says what became of the node table's fitted overlay, for the commands that print
-// it in a header (map, compare, after "overlay: ") or on stderr (query, compile): describeOverlay
-// of the planner's overlay; "" when none applied.
-func (s *setup) overlayLine(pl *planner.Planner) string {
-	ov := pl.Overlay()
-	if ov == nil || ov.File == "" {
-		return ""
-	}
-	return describeOverlay(ov, s.embedded)
-}
-
-// describeOverlay is what explain prints after "overlay: ": the file, whether it is embedded, how
-// many fitted cells applied, and which did not and why.
-func describeOverlay(ov *planner.Overlay, embedded bool) string {
-	var b strings.Builder
-	b.WriteString(ov.File)
-	if embedded {
-		b.WriteString(" (embedded)")
-	}
-	n := ov.Applied + len(ov.Skipped)
-	if n == 0 {
-		b.WriteString(": no fitted cell at this node count")
-		return b.String()
-	}
-	fmt.Fprintf(&b, ": %d of %d fitted cells applied", ov.Applied, n)
-	if note := ov.Note(); note != "" {
-		_, rest, _ := strings.Cut(note, " not applied: ")
-		b.WriteString("; not applied: " + rest)
-	}
-	return b.String()
-}
-
-// planner builds the planner over the topology, with what the node table implies (node.PlannerConfig:
-// its constants, corrections and fitted cells at this node count) and the tuner plugin when one
-// was given (its Init may replace the model; see plugin.Client.Planner).
+// planner builds the planner over the topology (report.Setup.Planner) with the tuner plugin when
+// one was given.
 func (s *setup) planner() (*planner.Planner, error) {
-	var cfg planner.Config
-	if s.node != nil {
-		var err error
-		if cfg, err = node.PlannerConfig(s.node, &s.topo); err != nil {
-			return nil, usageError{err}
-		}
-	}
-	var pl *planner.Planner
-	var err error
-	if s.tuner != nil {
-		pl, err = s.tuner.Planner(context.Background(), &s.topo, cfg)
-	} else {
-		pl, err = planner.New(&s.topo, cfg)
-	}
+	pl, err := s.Setup.Planner(context.Background(), s.tuner)
 	if err != nil {
 		return nil, usageError{err}
 	}
@@ -342,18 +163,6 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// usedEstimates keeps the estimated inputs this topology reads: node facts, constants, corrections
-// and the one scale its node count selects.
-func usedEstimates(all []string, scale string) []string {
-	var out []string
-	for _, p := range all {
-		if !strings.HasPrefix(p, "scale.") || strings.HasPrefix(p, "scale."+scale+".") {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 // command is what explain, query and map share: the topology and class flags, parsed into a
 // topology and a planner.
 type command struct {
@@ -392,17 +201,24 @@ func (c *command) parse(args []string) (s *setup, cls planner.Class, pl *planner
 		var h helpRequest
 		return nil, cls, nil, errors.As(err, &h), err
 	}
+	s, cls, pl, err = c.built()
+	return s, cls, pl, false, err
+}
+
+// built is parse after the flags: the output files checked, then the topology, the default class
+// and the planner built.
+func (c *command) built() (s *setup, cls planner.Class, pl *planner.Planner, err error) {
 	for _, o := range c.outFiles {
 		if err = outpath.File("--"+o.name, *o.path); err != nil {
-			return nil, cls, nil, false, usageError{err}
+			return nil, cls, nil, usageError{err}
 		}
 	}
 	if s, err = c.tf.build(c.fs); err != nil {
-		return nil, cls, nil, false, err
+		return nil, cls, nil, err
 	}
 	if cls, err = c.cf.class(); err != nil {
-		return nil, cls, nil, false, err
+		return nil, cls, nil, err
 	}
 	pl, err = s.planner()
-	return s, cls, pl, false, err
+	return s, cls, pl, err
 }

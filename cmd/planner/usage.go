@@ -27,6 +27,10 @@ Answers a stream of queries on stdin, one a line: CSV "coll,bytes[,op[,dtype[,pi
 with a CSV row (a header line starting with "coll" is skipped), or a JSON object such as
 {"coll":"allreduce","bytes":"1MiB"} answered with a JSON line. Fields a line leaves out take the
 --coll, --op, --dtype, --pipe-ops and --reg-buff flags. A bad line stops with an error naming it.
+--server URL sends the queries, in batches, to a running planner serve and prints the same rows: the
+topology flags become the queries' fields (--topology FILE is named by its base name, --tuner NAME is
+one of the service's tuners; --table FILE and tuner paths are refused), and since the service reads
+no NCCL_ALGO/NCCL_PROTO, one set here without --algo/--proto is an error.
 `,
 	"map": `usage: planner map (--node NAME | --table FILE | --topology FILE) [--min SIZE] [--max SIZE] [--svg FILE]
 
@@ -63,6 +67,32 @@ both its algorithm and protocol, else (marked "via NCCL_ALGO=...") by an algorit
 protocol-only run whose pin allows it, the one with the fewest legal cells; a run without a pin
 is NCCL's default, shown in a column of its own as the baseline to beat, and measures no pick.
 Every time comes from the --half of each row (in place by default, as calibrate fits).
+`,
+	"diff": `usage: planner diff --a TABLE [--b TABLE] [--a-overlay FILE] [--b-no-overlay] [--a-tuner T] [--b-tuner T] [flags]
+
+Compares two node tables (an embedded NAME or a FILE.toml each), a table with and without its
+fitted overlay or with another overlay (--a-overlay FILE), or one table under two tuners (--b
+defaults to --a): for every collective (--coll) and node count (--nodes; default 1, 2, 4 ... 4096
+and the tables' scales), the size bands of [--min, --max] where the two picks differ, both picks,
+and the predicted time ratio B/A at each band's ends (each side's own model: below 1, B expects to
+be faster). A tuner that fails is an error. --json prints the answer of POST /v1/diff.
+`,
+	"serve": `usage: planner serve [--listen ADDR] [--topology FILE]... [--tuner NAME]... [flags]
+
+Serves the planner over HTTP/JSON (docs/service.md; the OpenAPI document at /v1/openapi.json):
+POST /v1/explain and /v1/plan (one query or a batch, the fields of planner explain's flags; an
+explain answer is planner explain --json's output for the same flags), POST /v1/map, GET
+/v1/tables and /v1/tables/NAME, POST /v1/compile (planner compile's table as a download), POST
+/v1/diff (planner diff --json), POST /v1/compare (planner compare on uploaded sweeps), /healthz, /readyz, /metrics (Prometheus). Queries name node
+tables (embedded, or --table FILE by its table name, with the overlay beside it), topologies
+(--topology FILE, by base name) and tuners (--tuner, by name) from the set given here, never a file
+or a binary. The service never reads its own NCCL_ALGO or
+NCCL_PROTO. It listens on 127.0.0.1:7480 and answers only loopback Host names and same-origin
+requests; a non-loopback --listen needs --token-file, --tls-cert and --tls-key, or it refuses to
+start. SIGHUP (or POST /v1/admin/reload with --admin-token-file) reloads the table files, their
+overlays, the topologies and the tuners: the new set is built first and swapped in whole; a
+failed reload keeps the old one. SIGTERM drains the requests in flight. A tuner that fails or hangs past --tuner-timeout never
+holds a request: the built-in policy answers, labelled "builtin".
 `,
 }
 

@@ -1,0 +1,178 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/collplan/collplan/plugin"
+)
+
+// swapTo installs the tuner binary src (tuner-rules or tuner-fault) as dir/tuner-swap with config
+// conf, each by a rename, so a running plugin keeps its own file.
+func swapTo(t *testing.T, dir, src, conf string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(tunerBin, src))
+	require.NoError(t, err)
+	tmp := filepath.Join(dir, ".tuner-swap.new")
+	require.NoError(t, os.WriteFile(tmp, data, 0o755))
+	require.NoError(t, os.Rename(tmp, filepath.Join(dir, "tuner-swap")))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ".swap.conf.new"), []byte(conf), 0o644))
+	require.NoError(t, os.Rename(filepath.Join(dir, ".swap.conf.new"), filepath.Join(dir, "swap.conf")))
+}
+
+// forceAll is a rules configuration forcing RING/PROTO on every collective at every size.
+func forceAll(proto string) string {
+	var b strings.Builder
+	for _, c := range []string{"allreduce", "allgather", "reducescatter", "broadcast", "reduce"} {
+		fmt.Fprintf(&b, "%s,0,1099511627776,ring,%s,-1,-1,-1\n", c, proto)
+	}
+	return b.String()
+}
+
+// TestHotSwapUnderLoad: 8 clients send batches of plans while the tuner plugin is swapped 20
+// times (rules forcing RING/LL, then RING/SIMPLE, alternately) and once replaced by one that
+// crashes on every call: no request fails; every answer is labelled with the policy that made it,
+// which is the tuner of the generation that answered (its forced cell) or the built-in policy (with
+// a note; always for the crashing one); and no batch mixes policies.
+func TestHotSwapUnderLoad(t *testing.T) {
+	dir := t.TempDir()
+	swapTo(t, dir, "tuner-rules", forceAll("ll"))
+	cfg := testConfig()
+	cfg.Tuners = []plugin.Spec{{Name: filepath.Join(dir, "tuner-swap"), Config: filepath.Join(dir, "swap.conf"), Timeout: 3 * time.Second}}
+	cfg.Log, cfg.MaxBatch = io.Discard, 100
+	s := newTestServer(t, cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln) }()
+	defer func() {
+		cancel()
+		assert.NoError(t, <-done)
+	}()
+	url := "http://" + ln.Addr().String() + "/v1/plan"
+
+	var mu sync.Mutex
+	kind := map[uint64]string{1: "LL"} // generation -> the proto its tuner forces, or "crash"
+	var batch strings.Builder
+	batch.WriteString("[")
+	n := 0
+	for _, c := range []string{"allreduce", "allgather", "reducescatter", "broadcast", "reduce"} {
+		for _, dt := range []string{"float32", "bfloat16"} {
+			if n > 0 {
+				batch.WriteString(",")
+			}
+			fmt.Fprintf(&batch, `{"node":"h100","nodes":2,"coll":%q,"dtype":%q,"bytes":%d,"tuner":"swap"}`, c, dt, 4096<<n)
+			n++
+		}
+	}
+	batch.WriteString("]")
+
+	var stop atomic.Bool
+	var requests, failures, builtinAnswers, tunerAnswers atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan string, 64)
+	report := func(format string, args ...any) {
+		failures.Add(1)
+		select {
+		case errs <- fmt.Sprintf(format, args...):
+		default:
+		}
+	}
+	for c := 0; c < 8; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := &http.Client{Timeout: 30 * time.Second}
+			for !stop.Load() {
+				resp, err := client.Post(url, "application/json", strings.NewReader(batch.String()))
+				requests.Add(1)
+				if err != nil {
+					report("request: %v", err)
+					continue
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					report("status %d: %s", resp.StatusCode, body)
+					continue
+				}
+				var b Batch[Answer]
+				if err := json.Unmarshal(body, &b); err != nil || len(b.Results) != n {
+					report("answer %s: %v", body, err)
+					continue
+				}
+				mu.Lock()
+				k, known := kind[b.Generation]
+				mu.Unlock()
+				pol := b.Results[0].Policy
+				for _, a := range b.Results {
+					if a.Policy != pol {
+						report("generation %d: policies %s and %s in one batch", b.Generation, pol, a.Policy)
+					}
+					switch {
+					case !known:
+						report("generation %d was never installed", b.Generation)
+					case a.Policy == builtinPolicy:
+						if a.TunerNote == "" {
+							report("generation %d: builtin answer without a note", b.Generation)
+						}
+					case a.Policy != "swap":
+						report("generation %d: policy %q", b.Generation, a.Policy)
+					case k == "crash":
+						report("generation %d: the crashing tuner's answer labelled %q", b.Generation, a.Policy)
+					case a.Proto != k || a.Algo != "RING":
+						report("generation %d (forcing RING/%s): %s answered %s/%s", b.Generation, k, a.Query.Coll, a.Algo, a.Proto)
+					}
+				}
+				if pol == builtinPolicy {
+					builtinAnswers.Add(1)
+				} else {
+					tunerAnswers.Add(1)
+				}
+			}
+		}()
+	}
+	for i := 1; i <= 20; i++ {
+		time.Sleep(150 * time.Millisecond)
+		next, src, conf := "LL", "tuner-rules", forceAll("ll")
+		if i%2 == 1 {
+			next, conf = "SIMPLE", forceAll("simple")
+		}
+		if i == 13 {
+			next, src, conf = "crash", "tuner-fault", "exit\n"
+		}
+		swapTo(t, dir, src, conf)
+		mu.Lock()
+		kind[s.gen.Load()+1] = next
+		mu.Unlock()
+		gen, err := s.Reload()
+		require.NoError(t, err)
+		require.EqualValues(t, i+1, gen)
+	}
+	time.Sleep(300 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	assert.Zero(t, failures.Load(), "failed or mislabelled answers")
+	t.Logf("%d batches: %d answered by a tuner, %d by the built-in policy", requests.Load(), tunerAnswers.Load(), builtinAnswers.Load())
+	assert.Positive(t, tunerAnswers.Load())
+	assert.Positive(t, builtinAnswers.Load(), "the crashing generation answered with the built-in policy")
+}

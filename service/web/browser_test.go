@@ -405,6 +405,16 @@ func TestBrowserMap(t *testing.T) {
 	// AllReduce decisions are lines 38-46 of the file: 8 B (twice), 4 KiB, 64 KiB, 1 MiB, 2 MiB
 	// and 64 MiB, 6 distinct (line 44 names no protocol and is rejected). The log gives 8 ranks
 	// and no node count: 8 ranks / 8 GPUs per node put it on 1 node.
+	// Bad input: a file that is no sweep is refused, the page says which file and why, and
+	// draws nothing.
+	bad, err := filepath.Abs("testdata/not-a-sweep.txt")
+	require.NoError(t, err)
+	require.NoError(t, chromedp.Do(ctx, chromedp.SetUploadFiles(chromedp.CSS("#sweepfile"), []string{bad}), visible("#status.error")))
+	msg, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("status").textContent`))
+	require.NoError(t, err)
+	assert.Contains(t, msg, "not-a-sweep.txt:2: no nccl-tests table")
+	assert.Zero(t, count(ctx, t, "circle.measured"))
+
 	rows := countRows(t, sweepFile)
 	require.Equal(t, 31, rows, "the sweep's rows: 8 B to 8 GiB by doubling")
 	abs, err := filepath.Abs(sweepFile)

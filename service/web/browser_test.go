@@ -389,7 +389,19 @@ func TestBrowserMap(t *testing.T) {
 	assert.Equal(t, attr(ctx, t, sel, "data-algo")+"/"+attr(ctx, t, sel, "data-proto"), want.Algo+"/"+want.Proto,
 		"the band's pick is explain's pick at the clicked point")
 
-	// Keyboard: focus the first band of the row, Enter pins the menu at the band's middle size.
+	// Keyboard: Tab from the last control of the header reaches the first band (top row), which
+	// shows its focus; ArrowRight moves to the next band of the row.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Focus(chromedp.ID("nooverlay2")), chromedp.KeyEvent(kb.Tab)))
+	focused, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`(() => { const e = document.activeElement;
+	  return [e.getAttribute("class") || "", e.dataset.k || "", getComputedStyle(e).strokeWidth]; })()`))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"band", "0", "3px"}, focused, "Tab reaches the first band, drawn with a 3 px focus edge")
+	require.NoError(t, chromedp.Do(ctx, chromedp.KeyEvent(kb.ArrowRight)))
+	k1, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.activeElement.dataset.k`))
+	require.NoError(t, err)
+	assert.Equal(t, "1", k1, "ArrowRight focuses the next band")
+
+	// Enter on a focused band pins the menu at the band's middle size.
 	first := fmt.Sprintf(`%s[data-k="0"]`, band)
 	require.NoError(t, chromedp.Do(ctx, js(`document.getElementById("menu").dataset.ready = "0"`),
 		chromedp.Focus(chromedp.CSS(first)), chromedp.KeyEvent(kb.Enter),

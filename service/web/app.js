@@ -37,7 +37,17 @@ function fmtShort(b) { // 1.37M: a crossover's label
   return (Number.isInteger(v) ? String(v) : v.toPrecision(3)) + u[i];
 }
 const plural = (n, one) => `${n} ${one}${n === 1 ? "" : "s"}`;
-function fmtNum(v) { return v < 0 ? "-" : v.toFixed(2); }
+// fmtNum is v with two decimals as planner explain prints it (Go's %.2f: the exact value of the
+// double rounded half to even; toFixed rounds an exact tie such as 43.125 up). "-" for the menu's
+// -1 (not legal).
+function fmtNum(v) {
+  if (v < 0) return "-";
+  const [ip, fp] = v.toFixed(100).split("."); // the double's exact decimal digits (|v| >= 2^-100)
+  const head = BigInt(ip + fp.slice(0, 2)), rest = fp.slice(2);
+  const up = rest[0] > "5" || (rest[0] === "5" && (/[1-9]/.test(rest.slice(1)) || head % 2n === 1n));
+  const d = (head + (up ? 1n : 0n)).toString().padStart(3, "0");
+  return d.slice(0, -2) + "." + d.slice(-2);
+}
 function fmtTime(us) {
   if (us >= 1e6) return (us / 1e6).toPrecision(3) + " s";
   if (us >= 1e3) return (us / 1e3).toPrecision(3) + " ms";
@@ -164,6 +174,9 @@ async function loadMap() {
     state.map = map; state.map2 = map2; state.timeData = null;
     fillNodes();
     await render(seq);
+    // The menu shown follows the class: the same point, priced again (pinned stays pinned).
+    const p = state.probe;
+    if (seq === state.seq && p && map.rows.some((r) => r.nodes === p.nodes)) showMenu(p.nodes, p.bytes, state.pinned);
   } catch (e) {
     if (seq !== state.seq) return;
     setStatus(e.message, true);
@@ -417,6 +430,7 @@ function renderMenu(plan, nodes, bytes, pin) {
       if (cls) td.className = cls;
     }
   }
+  menu.dataset.coll = q.coll;
   menu.dataset.nodes = String(nodes);
   menu.dataset.bytes = String(bytes);
   menu.dataset.pinned = pin ? "1" : "0";
@@ -741,7 +755,7 @@ async function start() {
   for (const k of ["table", "coll", "dtype", "op", "view"]) if (params.get(k)) $(k).value = params.get(k);
   state.view = $("view").value;
   for (const id of ["table", "coll", "dtype", "op", "tuner", "nooverlay", "diff", "table2", "tuner2", "nooverlay2"]) {
-    $(id).addEventListener("change", () => { unpin(); loadMap(); });
+    $(id).addEventListener("change", () => loadMap());
   }
   $("view").addEventListener("change", () => { state.view = $("view").value; $("crossovers").textContent = ""; render(++state.seq); });
   $("nodes").addEventListener("change", () => { state.nodes = Number($("nodes").value); render(++state.seq); });

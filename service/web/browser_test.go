@@ -366,6 +366,15 @@ func TestBrowserMap(t *testing.T) {
 	ready := func(extra string) chromedp.Action[chromedp.Void] { return visible(`#svg[data-state="ready"]` + extra) }
 	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(1280, 800), chromedp.Navigate(base+"/"),
 		ready(`[data-coll="AllReduce"]`)))
+	// The page prints numbers as planner explain does (Go's %.2f), exact ties included.
+	vals := []float64{43.125, 0.125, 0.375, 25.200000762939453, 1.005, 99.595, 0, 2.5, 12345.675, 0.005, 133.47686767578125}
+	vj, err := json.Marshal(vals)
+	require.NoError(t, err)
+	shown, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](fmt.Sprintf(`%s.map(fmtNum)`, vj)))
+	require.NoError(t, err)
+	for i, v := range vals {
+		assert.Equal(t, fmt.Sprintf("%.2f", v), shown[i], "fmtNum(%v)", v)
+	}
 	require.Positive(t, count(ctx, t, "rect.band"), "the map draws bands")
 	require.Positive(t, count(ctx, t, "#legend .item"), "the map has a legend")
 
@@ -433,7 +442,17 @@ func TestBrowserMap(t *testing.T) {
 	require.NoError(t, err)
 	absLog, err := filepath.Abs(tuningFile)
 	require.NoError(t, err)
+	// The pinned menu follows the class: switching to AllReduce prices the same point again.
+	pinned := got.Bytes
 	require.NoError(t, chromedp.Do(ctx, setSelect("coll", "allreduce"), ready(`[data-coll="AllReduce"]`),
+		visible(`#menu[data-ready="1"][data-pinned="1"][data-coll="AllReduce"]`)))
+	got = readMenu(ctx, t)
+	require.Equal(t, pinned, got.Bytes)
+	want = explainAnswer{}
+	post(t, base, "/v1/explain", map[string]any{"node": "h100", "coll": "allreduce", "nodes": nodes, "bytes": pinned}, &want)
+	checkMenu(t, got, &want)
+
+	require.NoError(t, chromedp.Do(ctx,
 		chromedp.SetUploadFiles(chromedp.CSS("#sweepfile"), []string{abs}), waitCount("circle.measured", rows),
 		chromedp.SetUploadFiles(chromedp.CSS("#tuningfile"), []string{absLog}), waitCount("path.logged", 6)))
 

@@ -396,7 +396,7 @@ function renderMenu(plan, nodes, bytes, pin) {
   const q = plan.query;
   $("menutitle").textContent = `Priced menu: ${q.coll}, ${fmtBytes(q.bytes)}, ${plural(q.n_nodes, "node")}`;
   $("menuinfo").textContent = `${q.bytes} bytes, ${q.dtype} ${q.op}, on ${q.topology} (${q.n_ranks} ranks): ` +
-    `${plan.algo}/${plan.proto} ${plan.time_us.toFixed(2)} us, ${plan.channels} channels` +
+    `${plan.algo}/${plan.proto} ${fmtNum(plan.time_us)} us, ${plan.channels} channels` +
     (plan.tuner !== "none" ? `, tuner ${plan.tuner}` : "") + (plan.tuner_note ? ` (${plan.tuner_note})` : "") +
     (pin ? ". Pinned: Escape unpins." : "");
   const head = menu.createTHead().insertRow();

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/input"
 	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
@@ -398,6 +399,22 @@ func TestBrowserMap(t *testing.T) {
 	assert.Equal(t, attr(ctx, t, sel, "data-algo")+"/"+attr(ctx, t, sel, "data-proto"), want.Algo+"/"+want.Proto,
 		"the band's pick is explain's pick at the clicked point")
 
+	// Hover: Escape unpins; the pointer over the row's first band shows that point's menu, unpinned.
+	first := fmt.Sprintf(`%s[data-k="0"]`, band)
+	centre, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](fmt.Sprintf(`(() => {
+	  const r = document.querySelector(%q).getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()`, first)))
+	require.NoError(t, err)
+	require.NoError(t, chromedp.Do(ctx, chromedp.KeyEvent(kb.Escape), visible(`#menu[data-pinned="0"]`),
+		js(`document.getElementById("menu").dataset.ready = "0"`),
+		chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, centre[0], centre[1]),
+		visible(`#menu[data-ready="1"][data-pinned="0"][data-nodes="16"]`)))
+	got = readMenu(ctx, t)
+	blo, bhi = attrInt(ctx, t, first, "data-lo"), attrInt(ctx, t, first, "data-hi")
+	require.True(t, got.Bytes >= blo && got.Bytes <= bhi, "hovered point %d B lies in the band [%d, %d]", got.Bytes, blo, bhi)
+	want = explainAnswer{}
+	post(t, base, "/v1/explain", map[string]any{"node": "h100", "coll": "allgather", "nodes": nodes, "bytes": got.Bytes}, &want)
+	checkMenu(t, got, &want)
+
 	// Keyboard: Tab from the last control of the header reaches the first band (top row), which
 	// shows its focus; ArrowRight moves to the next band of the row.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Focus(chromedp.ID("nooverlay2")), chromedp.KeyEvent(kb.Tab)))
@@ -411,7 +428,6 @@ func TestBrowserMap(t *testing.T) {
 	assert.Equal(t, "1", k1, "ArrowRight focuses the next band")
 
 	// Enter on a focused band pins the menu at the band's middle size.
-	first := fmt.Sprintf(`%s[data-k="0"]`, band)
 	require.NoError(t, chromedp.Do(ctx, js(`document.getElementById("menu").dataset.ready = "0"`),
 		chromedp.Focus(chromedp.CSS(first)), chromedp.KeyEvent(kb.Enter),
 		visible(`#menu[data-ready="1"][data-pinned="1"][data-nodes="16"]`)))

@@ -190,6 +190,7 @@ func (s *Server) Handler() http.Handler {
 		{"GET", "/healthz", s.healthz, true},
 		{"GET", "/readyz", s.readyz, true},
 	}
+	routes = append(routes, s.overlayRoutes()...) // the web map's overlays (overlay_points.go)
 	for _, rt := range routes {
 		mux.Handle(rt.pattern, s.wrap(rt))
 	}

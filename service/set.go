@@ -2,6 +2,8 @@ package service
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -120,6 +122,11 @@ func loadSet(cfg *Config, gen uint64, m *metrics, logTo io.Writer) (*set, error)
 		if spec.None() {
 			continue
 		}
+		spec, err := pinBinary(spec)
+		if err != nil {
+			st.close()
+			return nil, err
+		}
 		c, err := plugin.Open(spec, logTo)
 		if err != nil {
 			st.close()
@@ -133,6 +140,32 @@ func loadSet(cfg *Config, gen uint64, m *metrics, logTo io.Writer) (*set, error)
 		st.tuners[c.Name()] = c
 	}
 	return st, nil
+}
+
+// pinBinary pins spec's binary to its SHA-256 as the file is now, unless --tuner-sha256 pinned it
+// already: a set's plugin that crashes is restarted from the binary the set was loaded with, or not
+// at all (the built-in policy answers, saying the checksum changed), never from a file replaced
+// since then, which only the next reload starts. (The configuration file is read again at a
+// restart, as the plugin's own start reads it.)
+func pinBinary(spec plugin.Spec) (plugin.Spec, error) {
+	if spec.SHA256 != "" {
+		return spec, nil
+	}
+	path, err := plugin.Resolve(spec.Name)
+	if err != nil {
+		return spec, fmt.Errorf("--tuner %s: %w", spec.Name, err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return spec, fmt.Errorf("--tuner %s: %w", spec.Name, err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return spec, fmt.Errorf("--tuner %s: %w", spec.Name, err)
+	}
+	spec.SHA256 = hex.EncodeToString(h.Sum(nil))
+	return spec, nil
 }
 
 // starts is how many times the set's tuner plugins were started.

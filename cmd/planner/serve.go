@@ -11,6 +11,7 @@ import (
 
 	"github.com/collplan/collplan/plugin"
 	"github.com/collplan/collplan/service"
+	"github.com/collplan/collplan/service/web"
 )
 
 // listFlag is a repeatable string flag.
@@ -84,6 +85,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer, started func
 		c.Tuners = append(c.Tuners, sp)
 	}
 	c.Log = stderr
+	c.Assets = web.FS // the crossover map at / (service/web)
 	srv, err := service.New(*c)
 	if err != nil {
 		return usageError{err}

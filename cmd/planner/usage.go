@@ -92,7 +92,8 @@ requests; a non-loopback --listen needs --token-file, --tls-cert and --tls-key, 
 start. SIGHUP (or POST /v1/admin/reload with --admin-token-file) reloads the table files, their
 overlays, the topologies and the tuners: the new set is built first and swapped in whole; a
 failed reload keeps the old one. SIGTERM drains the requests in flight. A tuner that fails or hangs past --tuner-timeout never
-holds a request: the built-in policy answers, labelled "builtin".
+holds a request: the built-in policy answers, labelled "builtin". GET / is the web crossover
+map (embedded; README.md), with POST /v1/overlay/sweep and /v1/overlay/tuning for its overlays.
 `,
 }
 

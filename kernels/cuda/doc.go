@@ -30,7 +30,7 @@ import "embed"
 // Sources are the device code's files, compiled at run time with NVRTC: kernels.cu includes the
 // others.
 //
-//go:embed layout_gen.h
+//go:embed *.cuh *.cu layout_gen.h
 var Sources embed.FS
 
 // MainSource is the name of the translation unit in Sources.

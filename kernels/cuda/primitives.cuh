@@ -72,8 +72,10 @@ template <typename T, int Proto> struct cpPrims {
   }
   __device__ bool recvCopySend(T* out, cp_u64 n) { return run(CP_RECV | CP_OUT | CP_SEND, nullptr, out, n); }
 
-  // run applies primitive p to n elements, one FIFO step per piece.
-  __device__ bool run(int p, const T* in, T* out, cp_u64 n) {
+  // run applies primitive p to n elements, one FIFO step per piece. run and piece are not
+  // inlined: one copy per (type, protocol) instead of one per call site keeps NVRTC and ptxas
+  // at seconds per architecture.
+  __device__ __noinline__ bool run(int p, const T* in, T* out, cp_u64 n) {
     cp_u64 nb = n * sizeof(T);
     for (cp_u64 off = 0; off < nb; off += pieceBytes) {
       cp_u64 end = min(off + pieceBytes, nb);

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
+	"unsafe"
 )
 
 // DriverSoname is the CUDA driver library's soname, looked up on the library path unless
@@ -33,6 +35,19 @@ type Driver struct {
 	getAttribute func(v *int32, attr int32, d int32) int32
 	getName      func(b *byte, n int32, d int32) int32
 	errorString  func(r int32, s **byte) int32
+	ctxRetain    func(ctx *uintptr, d int32) int32
+	ctxRelease   func(d int32) int32
+	ctxSet       func(ctx uintptr) int32
+	moduleLoad   func(mod *uintptr, image *byte) int32
+	moduleUnload func(mod uintptr) int32
+	moduleFunc   func(fn *uintptr, mod uintptr, name string) int32
+	memAlloc     func(p *uint64, n uint64) int32
+	memFree      func(p uint64) int32
+	memsetD8     func(p uint64, v uint8, n uint64) int32
+	memcpyHtoD   func(dst uint64, src unsafe.Pointer, n uint64) int32
+	memcpyDtoH   func(dst unsafe.Pointer, src uint64, n uint64) int32
+	launch       func(f uintptr, gx, gy, gz, bx, by, bz, shared uint32, stream uintptr, params, extra unsafe.Pointer) int32
+	ctxSync      func() int32
 }
 
 // DriverError is a driver call that returned an error code.
@@ -61,7 +76,12 @@ func OpenDriver() (*Driver, error) {
 	if err := bind(lib, name, map[string]any{
 		"cuInit": &d.init, "cuDriverGetVersion": &d.getVersion, "cuDeviceGetCount": &d.getCount,
 		"cuDeviceGet": &d.deviceGet, "cuDeviceGetAttribute": &d.getAttribute, "cuDeviceGetName": &d.getName,
-		"cuGetErrorString": &d.errorString,
+		"cuGetErrorString": &d.errorString, "cuDevicePrimaryCtxRetain": &d.ctxRetain,
+		"cuDevicePrimaryCtxRelease_v2": &d.ctxRelease, "cuCtxSetCurrent": &d.ctxSet, "cuModuleLoadData": &d.moduleLoad,
+		"cuModuleUnload": &d.moduleUnload, "cuModuleGetFunction": &d.moduleFunc,
+		"cuMemAlloc_v2": &d.memAlloc, "cuMemFree_v2": &d.memFree, "cuMemsetD8_v2": &d.memsetD8,
+		"cuMemcpyHtoD_v2": &d.memcpyHtoD, "cuMemcpyDtoH_v2": &d.memcpyDtoH, "cuLaunchKernel": &d.launch,
+		"cuCtxSynchronize": &d.ctxSync,
 	}); err != nil {
 		return nil, fmt.Errorf("cuda: %v", err)
 	}
@@ -148,4 +168,41 @@ func (d *Driver) Devices() ([]Device, error) {
 		devs = append(devs, dev)
 	}
 	return devs, nil
+}
+
+// CheckModule loads image (a cubin, or NUL-free PTX text that the driver compiles) on device
+// ordinal dev in its primary context, resolves every function of names, and unloads it: the
+// driver's own check that a module built here runs there. The calls run on one locked OS thread
+// (a context is current per thread).
+func (d *Driver) CheckModule(dev int, image []byte, names []string) error {
+	if len(image) == 0 {
+		return errors.New("cuda: empty module image")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var h int32
+	if err := d.check("cuDeviceGet", d.deviceGet(&h, int32(dev))); err != nil {
+		return err
+	}
+	var ctx uintptr
+	if err := d.check("cuDevicePrimaryCtxRetain", d.ctxRetain(&ctx, h)); err != nil {
+		return err
+	}
+	defer d.ctxRelease(h)
+	if err := d.check("cuCtxSetCurrent", d.ctxSet(ctx)); err != nil {
+		return err
+	}
+	img := append(append([]byte(nil), image...), 0) // PTX must end in NUL; a cubin ignores it
+	var mod uintptr
+	if err := d.check("cuModuleLoadData", d.moduleLoad(&mod, &img[0])); err != nil {
+		return err
+	}
+	defer d.moduleUnload(mod)
+	for _, n := range names {
+		var fn uintptr
+		if err := d.check("cuModuleGetFunction "+n, d.moduleFunc(&fn, mod, n)); err != nil {
+			return err
+		}
+	}
+	return nil
 }

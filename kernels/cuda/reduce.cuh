@@ -29,7 +29,12 @@ template <typename T, typename U> struct cpIntArith {
   static __device__ __forceinline__ T mul(T a, T b) { return (T)(U)((U)a * (U)b); }
   static __device__ __forceinline__ T mn(T a, T b) { return b < a ? b : a; }
   static __device__ __forceinline__ T mx(T a, T b) { return a < b ? b : a; }
-  static __device__ __forceinline__ T div(T a, cp_u64 n) { return (T)(a / (T)n); }
+  // div is SumPostDiv's divide, truncating toward zero, in 64 bits so that an n beyond T's range
+  // (int8 with more than 127 ranks) still divides as the CPU kernels' postDivSigned does.
+  static __device__ __forceinline__ T div(T a, cp_u64 n) {
+    if ((T)-1 < (T)0) return (T)((cp_i64)a / (cp_i64)n);
+    return (T)((cp_u64)a / n);
+  }
 };
 template <> struct cpArith<cp_i8> : cpIntArith<cp_i8, cp_u8> {};
 template <> struct cpArith<cp_u8> : cpIntArith<cp_u8, cp_u8> {};

@@ -13,14 +13,17 @@
 #      else found by ldconfig, in /usr/local/cuda*, or in a pip nvidia/cu13 directory), the driver loads the
 #      cubin and resolves every entry point (TestDeviceModule, which also reports
 #      CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED), the broken-source and argument-layout checks
-#      (TestCompileError, TestWorkLayout); COLLPLAN_REQUIRE_CUDA=1 and COLLPLAN_REQUIRE_NVRTC=1
-#      turn any missing piece into a failure;
+#      (TestCompileError, TestWorkLayout), and the GPU correctness matrix (TestGPURing: the GPU
+#      communicator's Ring, every collective and protocol, 2, 4 and 8 ranks sharing the device,
+#      against the CPU engine on the same seeded inputs, exact); COLLPLAN_REQUIRE_CUDA=1 and
+#      COLLPLAN_REQUIRE_NVRTC=1 turn any missing piece into a failure;
 #   3. collbench --device cuda (collbench-cuda.txt): its exit status and line;
 #   4. cudaMemcpy device-to-device through PyTorch, 8 B to 1 GiB by 4x (d2d.txt): the bound the
 #      GPU communicator's busbw is to be read against.
-# Not yet: the GPU communicator (issue 16, item 3) does not exist, so there is no GPU correctness
-# matrix, no per-(algo, proto) busbw for 2, 4 and 8 ranks on one device, and no nccl-tests tables
-# from it; collbench --device cuda says so and exits 3. SUMMARY.txt says what ran and how it ended.
+# Not yet: the GPU communicator (kernels/cuda.Comm) runs Ring only and is not wired into collbench,
+# so there is no per-(algo, proto) busbw for 2, 4 and 8 ranks on one device and no nccl-tests
+# tables from it; collbench --device cuda says so and exits 3. SUMMARY.txt says what ran and how
+# it ended.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -67,7 +70,7 @@ device() {
     start=$(date +%s)
     COLLPLAN_NVRTC=$nvrtc COLLPLAN_CUDA_INCLUDE=$inc COLLPLAN_CACHE_DIR=$out/nvrtc-cache \
       COLLPLAN_REQUIRE_CUDA=1 COLLPLAN_REQUIRE_NVRTC=1 \
-      timeout 300 "$bin/cuda.test" -test.v -test.count=1 -test.run 'TestDeviceModule|TestCompileError|TestWorkLayout' \
+      timeout 300 "$bin/cuda.test" -test.v -test.count=1 -test.run 'TestDeviceModule|TestGPURing|TestCompileError|TestWorkLayout' \
       >"$out/kernels-cuda.txt" 2>&1
     rc=$?
     note "kernels: NVRTC $nvrtc, headers $inc: exit $rc in $(( $(date +%s) - start )) s; $(grep -c -- '--- PASS' "$out/kernels-cuda.txt") passed, $(grep -c -- '--- FAIL' "$out/kernels-cuda.txt") failed"
@@ -101,7 +104,7 @@ while size <= 1 << 30:
     size *= 4
 PY
   note "d2d bound: exit $? ($(tail -1 "$out/d2d.txt"))"
-  note "not run: the GPU communicator (issue 16 item 3) is not built: no GPU correctness matrix, no busbw per (algo, proto), no nccl-tests tables"
+  note "not run: collbench --device cuda does not drive the GPU communicator yet: no busbw per (algo, proto), no nccl-tests tables"
 }
 
 case ${1:-} in

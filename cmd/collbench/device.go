@@ -16,7 +16,7 @@ func (e runtimeError) Unwrap() error { return e.err }
 
 // runCUDA is --device cuda: it opens the CUDA driver and lists the devices. Without a driver it
 // is cuda.ErrNoDriver ("no CUDA driver (libcuda.so.1 not found)"), one line and exit status 3.
-// The GPU communicator that would run the collectives there is not built yet (issue 16, item 3),
+// The GPU communicator (cuda.Comm, Ring only, not run on a GPU yet) is not wired into collbench,
 // so with a driver it says what it found and exits 3 too.
 func runCUDA() error {
 	drv, err := cuda.OpenDriver()
@@ -31,6 +31,6 @@ func runCUDA() error {
 		return runtimeError{errors.New("--device cuda: the CUDA driver sees no device")}
 	}
 	d := devs[0]
-	return runtimeError{fmt.Errorf("--device cuda: driver %d.%d, %d device(s), 0: %s (%s, multicast %v); the GPU communicator is not implemented yet (issue 16, item 3)",
+	return runtimeError{fmt.Errorf("--device cuda: driver %d.%d, %d device(s), 0: %s (%s, multicast %v); collbench does not drive the GPU communicator yet (issue 16, item 3)",
 		drv.Version/1000, drv.Version%1000/10, len(devs), d.Name, d.Arch(), d.MulticastCapable)}
 }

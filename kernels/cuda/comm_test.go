@@ -1,0 +1,97 @@
+package cuda
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var testBuffers = ConnBuffers{LL: 8 * 16 * 4, LL128: 8 * 128 * 2, Simple: 8 * 1024}
+
+// TestPieceBytes: an LL slot of 4 lines carries 4 x 8 bytes, an LL128 slot of 2 lines 2 x 120, a
+// Simple slot its 1024 bytes; the region is 3 lines then the three buffers.
+func TestPieceBytes(t *testing.T) {
+	assert.Equal(t, 32, testBuffers.PieceBytes(ProtoLL))
+	assert.Equal(t, 240, testBuffers.PieceBytes(ProtoLL128))
+	assert.Equal(t, 1024, testBuffers.PieceBytes(ProtoSimple))
+	assert.Equal(t, 3*128+512+2048+8192, testBuffers.RegionBytes())
+}
+
+func TestRingOrder(t *testing.T) {
+	assert.Equal(t, []int32{0, 1, 2, 3}, RingOrder(4, 0))
+	assert.Equal(t, []int32{0, 3, 2, 1}, RingOrder(4, 1))
+	assert.Equal(t, []int32{0, 1, 2, 3}, RingOrder(4, 2))
+}
+
+// TestRingWorks: 3 ranks, 2 channels, 100 float32: the channels split the elements at 52 (50
+// rounded up to 16 bytes of float32), one Simple slot (256 elements) a chunk; block
+// rank*channels+ch; on every channel each rank receives on the region its ring predecessor sends
+// on, and the ring position matches the channel's order.
+func TestRingWorks(t *testing.T) {
+	c := ringCall{n: 3, channels: 2, count: 100, es: 4, proto: ProtoSimple, buffers: testBuffers, devOp: 3,
+		opArgs: []uint64{7, 8, 9}, root: 1}
+	a := ringAddrs{send: []uint64{100, 101, 102}, recv: []uint64{200, 201, 202}, abort: 5,
+		region:   func(ch, from int) uint64 { return uint64(1000 + 10*ch + from) },
+		sendStep: func(ch, r int) uint64 { return uint64(2000 + 10*ch + r) },
+		recvStep: func(ch, r int) uint64 { return uint64(3000 + 10*ch + r) },
+		ring:     func(ch int) uint64 { return uint64(4000 + ch) }}
+	ws := ringWorks(c, a)
+	require.Len(t, ws, 6)
+	type want struct {
+		lo, hi     uint64
+		ix         uint32
+		recvRegion uint64 // the predecessor's send region
+	}
+	// Channel 0's ring is 0,1,2; channel 1's is 0,2,1 (backwards).
+	wants := []want{
+		{0, 52, 0, 1002}, {52, 100, 0, 1011}, // rank 0: predecessors 2 (ch 0) and 1 (ch 1)
+		{0, 52, 1, 1000}, {52, 100, 2, 1012}, // rank 1: predecessors 0 and 2
+		{0, 52, 2, 1001}, {52, 100, 1, 1010}, // rank 2: predecessors 1 and 0
+	}
+	for b, w := range ws {
+		r, ch := b/2, b%2
+		assert.Equal(t, wants[b].lo, w.Lo, "block %d lo", b)
+		assert.Equal(t, wants[b].hi, w.Hi, "block %d hi", b)
+		assert.Equal(t, wants[b].ix, w.RingIx, "block %d ring position", b)
+		assert.Equal(t, wants[b].recvRegion, w.RingRecv.Region, "block %d receives from", b)
+		assert.Equal(t, uint64(1000+10*ch+r), w.RingSend.Region, "block %d sends on its own region", b)
+		assert.Equal(t, uint64(2000+10*ch+r), w.RingSend.Step, "block %d", b)
+		assert.Equal(t, uint64(3000+10*ch+r), w.RingRecv.Step, "block %d", b)
+		assert.Equal(t, uint64(100+r), w.SendBuff)
+		assert.Equal(t, uint64(200+r), w.RecvBuff)
+		assert.Equal(t, uint64(4000+ch), w.Ring)
+		assert.Equal(t, uint64(7+r), w.OpArg, "each rank its own argument (PreMulSum scalars)")
+		assert.Equal(t, uint64(256), w.ChunkElems)
+		assert.Equal(t, uint64(1024), w.PieceBytes)
+		assert.Equal(t, uint32(3), w.NRanks)
+		assert.Equal(t, uint32(1), w.Root)
+		assert.Equal(t, uint32(3), w.DevOp)
+		assert.Equal(t, uint64(5), w.Abort)
+		assert.Equal(t, uint32(8*16*4), w.RingSend.LLBytes)
+		assert.Equal(t, uint32(8*1024), w.RingRecv.SimpleBytes)
+	}
+}
+
+// TestNewCommRefuses: bad configurations are refused before the driver is opened; a good one
+// without a driver is ErrNoDriver.
+func TestNewCommRefuses(t *testing.T) {
+	t.Setenv("COLLPLAN_LIBCUDA", filepath.Join(t.TempDir(), "libcuda.so.1"))
+	for _, tc := range []struct {
+		cfg  CommConfig
+		want string
+	}{
+		{CommConfig{Ranks: 1, Channels: 1, Buffers: testBuffers}, "1 ranks: want 2 or more"},
+		{CommConfig{Ranks: 2, Channels: 0, Buffers: testBuffers}, "0 channels: want 1..64"},
+		{CommConfig{Ranks: 2, Channels: 1, Buffers: testBuffers, Threads: 96}, "96 threads per block"},
+		{CommConfig{Ranks: 2, Channels: 1, Buffers: ConnBuffers{LL: 100, LL128: 2048, Simple: 8192}}, "LL buffer of 100 bytes: want a positive multiple of 128"},
+	} {
+		_, err := NewComm(tc.cfg)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), tc.want)
+		assert.NotErrorIs(t, err, ErrNoDriver)
+	}
+	_, err := NewComm(CommConfig{Ranks: 4, Channels: 2, Buffers: testBuffers})
+	assert.ErrorIs(t, err, ErrNoDriver)
+}

@@ -15,6 +15,10 @@
 // meet over a loopback TCP rendezvous and share memory through /dev/shm (or COLLPLAN_SHM_DIR).
 // With inproc the ranks are goroutines of one process.
 //
+// --device cpu (the default) runs the engine on CPUs; --device cuda opens the CUDA driver at run
+// time and, without one, prints "no CUDA driver (libcuda.so.1 not found)" and exits with status 3:
+// a missing runtime, not bad input.
+//
 // The flags are checked once, before any rank starts (exit status 2 and one line for bad input;
 // -h prints them): -np above the host's limit (--max-np raises it), buffers that cannot fit in
 // the available memory, an unknown pin or tuner. The rendezvous connections stay open for the

@@ -21,6 +21,20 @@
 //	go generate ./kernels/cuda/
 //
 // TestLayoutHeaderCurrent fails when the committed header differs from what the generator writes.
+// The kernels' argument structs have Go mirrors (Work, Conn, Nvls) that TestWorkLayout checks
+// against the offsets NVRTC gives the C structs.
+//
+// # Host side
+//
+// No cgo: libnvrtc.so.13 and libcuda.so.1 are opened at run time with purego, so a machine
+// without CUDA builds and tests everything else. OpenNVRTC (COLLPLAN_NVRTC, else the soname on the
+// library path) compiles the sources to PTX (compute_NN) or PTX and cubin (sm_NN, sm_90a), and
+// CompileCached keeps the results in an on-disk Cache keyed by the architecture, the NVRTC version
+// and a hash of the sources and options (COLLPLAN_CACHE_DIR, else $XDG_CACHE_HOME/collplan/nvrtc).
+// OpenDriver fails with ErrNoDriver, "no CUDA driver (libcuda.so.1 not found)", where there is no
+// driver. Comm is a GPU communicator of n ranks sharing one device that runs Ring for the five
+// collectives, all of a call's blocks in one launch; it has not run on a GPU yet, and
+// bench/gpu/run.sh is prepared to check it (TestGPURing) where one is lent.
 package cuda
 
 //go:generate go run ./internal/genlayout layout_gen.h

@@ -28,8 +28,9 @@ func (b ConnBuffers) RegionBytes() int {
 	return engine.ConnBufOffset + b.LL + b.LL128 + b.Simple
 }
 
-// PieceBytes is a FIFO step's payload in protocol p: an LL slot's lines x 8 bytes, an LL128
-// slot's lines x 120 bytes, a Simple slot.
+// PieceBytes = LL/NCCL_STEPS/16 x 8 (LL), LL128/NCCL_STEPS/128 x 120 (LL128), Simple/NCCL_STEPS
+// (Simple): a FIFO step's payload in protocol p, a slot's lines times their payload (the line
+// geometry of engine/layout.go).
 func (b ConnBuffers) PieceBytes(p int) int {
 	switch p {
 	case ProtoLL:

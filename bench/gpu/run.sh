@@ -14,13 +14,14 @@
 #      cubin and resolves every entry point (TestDeviceModule, which also reports
 #      CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED), the broken-source and argument-layout checks
 #      (TestCompileError, TestWorkLayout), and the GPU correctness matrix (TestGPURing: the GPU
-#      communicator's Ring, every collective and protocol, 2, 4 and 8 ranks sharing the device,
+#      communicator's Ring for every collective and Tree for AllReduce, every protocol, 2, 4 and 8 ranks sharing the device,
 #      against the CPU engine on the same seeded inputs, exact); COLLPLAN_REQUIRE_CUDA=1 and
 #      COLLPLAN_REQUIRE_NVRTC=1 turn any missing piece into a failure;
 #   3. collbench --device cuda (collbench-cuda.txt): its exit status and line;
 #   4. cudaMemcpy device-to-device through PyTorch, 8 B to 1 GiB by 4x (d2d.txt): the bound the
 #      GPU communicator's busbw is to be read against.
-# Not yet: the GPU communicator (kernels/cuda.Comm) runs Ring only and is not wired into collbench,
+# Not yet: the GPU communicator (kernels/cuda.Comm) runs Ring and Tree only (no NVLS: no multicast
+# objects yet) and is not wired into collbench,
 # so there is no per-(algo, proto) busbw for 2, 4 and 8 ranks on one device and no nccl-tests
 # tables from it; collbench --device cuda says so and exits 3. SUMMARY.txt says what ran and how
 # it ended.

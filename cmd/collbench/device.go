@@ -16,7 +16,7 @@ func (e runtimeError) Unwrap() error { return e.err }
 
 // runCUDA is --device cuda: it opens the CUDA driver and lists the devices. Without a driver it
 // is cuda.ErrNoDriver ("no CUDA driver (libcuda.so.1 not found)"), one line and exit status 3.
-// The GPU communicator (cuda.Comm, Ring only, not run on a GPU yet) is not wired into collbench,
+// The GPU communicator (cuda.Comm, Ring and Tree, not run on a GPU yet) is not wired into collbench,
 // so with a driver it says what it found and exits 3 too.
 func runCUDA() error {
 	drv, err := cuda.OpenDriver()

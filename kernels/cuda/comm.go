@@ -7,6 +7,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/engine"
 	"github.com/collplan/collplan/kernels"
@@ -25,7 +26,7 @@ type CommConfig struct {
 // connection regions (the engine's layout) are device memory, and all ranks' blocks of a call run
 // in one launch of n x channels blocks, no more than the device has SMs, so that a block
 // spinning on a peer never waits for one that is not resident. It runs Ring for the five
-// collectives, one call at a time, from any goroutine (the calls lock an OS thread, on which the
+// collectives and Tree for AllReduce (split up and down teams), one call at a time, from any goroutine (the calls lock an OS thread, on which the
 // device's primary context is current).
 //
 // It has not run on a GPU yet (no machine was lent to the task that wrote it): what is tested is
@@ -39,8 +40,11 @@ type Comm struct {
 	mod     uintptr
 	fns     map[string]uintptr
 	cfg     CommConfig
-	regions uint64 // channels x ranks connection regions, in one allocation
-	steps   uint64 // channels x ranks x 2 step counts (send, recv)
+	regions uint64 // channels x ranks ring connection regions, in one allocation
+	steps   uint64 // channels x ranks x 2 ring step counts (send, recv)
+	tregs   uint64 // channels x ranks x 2 tree connection regions (child to parent, parent to child)
+	tsteps  uint64 // a sender's and a receiver's step count per tree region
+	trees   [2][]capabilities.TreeLinks
 	rings   uint64 // channels x ranks int32 ring orders
 	abort   uint64
 	works   uint64 // ranks x channels Works
@@ -98,7 +102,11 @@ func NewComm(cfg CommConfig) (*Comm, error) {
 	if len(out.CUBIN) == 0 {
 		return nil, fmt.Errorf("cuda: NVRTC made no cubin for %s", dev.Arch())
 	}
-	c := &Comm{drv: drv, dev: dev, cfg: cfg, fns: map[string]uintptr{}}
+	trees, err := Trees(cfg.Ranks)
+	if err != nil {
+		return nil, err
+	}
+	c := &Comm{drv: drv, dev: dev, cfg: cfg, fns: map[string]uintptr{}, trees: trees}
 	err = c.locked(func() error {
 		if err := drv.check("cuDeviceGet", drv.deviceGet(&c.h, int32(cfg.Device))); err != nil {
 			return err
@@ -119,6 +127,8 @@ func NewComm(cfg CommConfig) (*Comm, error) {
 		}{
 			{&c.regions, nch * n * cfg.Buffers.RegionBytes()},
 			{&c.steps, nch * n * 2 * 8},
+			{&c.tregs, nch * n * 2 * cfg.Buffers.RegionBytes()},
+			{&c.tsteps, nch * n * 2 * 2 * 8},
 			{&c.rings, nch * n * 4},
 			{&c.abort, 8},
 			{&c.works, nch * n * int(unsafe.Sizeof(Work{}))},
@@ -163,7 +173,7 @@ func (c *Comm) Close() error {
 		return nil
 	}
 	return c.locked(func() error {
-		for _, p := range []uint64{c.regions, c.steps, c.rings, c.abort, c.works} {
+		for _, p := range []uint64{c.regions, c.steps, c.tregs, c.tsteps, c.rings, c.abort, c.works} {
 			if p != 0 {
 				c.drv.memFree(p)
 			}
@@ -177,10 +187,12 @@ func (c *Comm) Close() error {
 	})
 }
 
-// Call is one collective on every rank: send[r] and recv[r] are rank r's host buffers
+// Call is one collective on every rank, with Ring, or Tree for AllReduce (Algo; the zero value is
+// Tree's costmodel number, so set it): send[r] and recv[r] are rank r's host buffers
 // (little-endian elements; recv[r] may be send[r], in place), count as NCCL's (per rank for
 // AllGather and ReduceScatter). Scalars are PreMulSum's per-rank factors (nil otherwise).
 type Call struct {
+	Algo    costmodel.Algo
 	Coll    costmodel.Coll
 	Proto   int
 	Dtype   kernels.Dtype
@@ -237,7 +249,14 @@ func (c *Comm) Run(call Call) error {
 			rc.devOp, rc.opArgs[r] = int(red.DevOp()), red.Arg()
 		}
 	}
-	name := KernelName("ring", collName(call.Coll), typ, call.Proto)
+	algo := "ring"
+	switch {
+	case call.Algo == costmodel.Tree && call.Coll == costmodel.AllReduce:
+		algo = "tree"
+	case call.Algo != costmodel.Ring:
+		return fmt.Errorf("cuda: %v %v: the GPU communicator runs Ring, and Tree for AllReduce", call.Algo, call.Coll)
+	}
+	name := KernelName(algo, collName(call.Coll), typ, call.Proto)
 	return c.locked(func() error {
 		fn, ok := c.fns[name]
 		if !ok {
@@ -286,6 +305,14 @@ func (c *Comm) Run(call Call) error {
 			}
 		}
 		works := ringWorks(rc, a)
+		if algo == "tree" {
+			works = treeWorks(rc, treeAddrs{send: a.send, recv: a.recv, abort: c.abort,
+				region: func(ch, child, dir int) uint64 {
+					return c.tregs + uint64(((ch*n+child)*2+dir)*c.cfg.Buffers.RegionBytes())
+				},
+				step: func(ch, child, dir, side int) uint64 { return c.tsteps + uint64((((ch*n+child)*2+dir)*2+side)*8) },
+			}, c.trees)
+		}
 		if err := c.drv.check("cuMemcpyHtoD", c.drv.memcpyHtoD(c.works, unsafe.Pointer(&works[0]), uint64(len(works))*uint64(unsafe.Sizeof(Work{})))); err != nil {
 			return err
 		}

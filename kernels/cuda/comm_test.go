@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -94,4 +95,51 @@ func TestNewCommRefuses(t *testing.T) {
 	}
 	_, err := NewComm(CommConfig{Ranks: 4, Channels: 2, Buffers: testBuffers})
 	assert.ErrorIs(t, err, ErrNoDriver)
+}
+
+// TestTreeWorks: 4 ranks, 2 channels. NCCL's btree over 4 (ncclGetBtree, worked by hand): rank 0
+// is the root with the one child 2 (bit = 4 past the ranks, child bit>>1 = 2); rank 2 (bit 2) has
+// parent 0 and children 2-1 = 1 and 2+1 = 3; ranks 1 and 3 (bit 1) have parent (r^1)|2 = 2 and no
+// children. Tree 1, for even n, mirrors it (x -> 3-x): root 3, its child 1, whose children are 2
+// and 0. Each rank sends up on its own (child, up) region and receives down on its (child, down)
+// region; a parent receives from each child's up region and sends on its down region.
+func TestTreeWorks(t *testing.T) {
+	trees, err := Trees(4)
+	require.NoError(t, err)
+	c := ringCall{n: 4, channels: 2, count: 64, es: 4, proto: ProtoLL128, buffers: testBuffers, opArgs: make([]uint64, 4)}
+	a := treeAddrs{send: make([]uint64, 4), recv: make([]uint64, 4),
+		region: func(ch, child, dir int) uint64 { return uint64(10000 + 100*ch + 10*child + dir) },
+		step:   func(ch, child, dir, side int) uint64 { return uint64(20000 + 1000*ch + 100*child + 10*dir + side) }}
+	ws := treeWorks(c, a, trees)
+	require.Len(t, ws, 8)
+	for _, tc := range []struct {
+		rank, ch int
+		up       int // -1: the root
+		kids     []int
+	}{
+		{0, 0, -1, []int{2}}, {2, 0, 0, []int{1, 3}}, {1, 0, 2, nil}, {3, 0, 2, nil},
+		{3, 1, -1, []int{1}}, {1, 1, 3, []int{2, 0}}, {2, 1, 1, nil}, {0, 1, 1, nil},
+	} {
+		w := ws[tc.rank*2+tc.ch]
+		name := fmt.Sprintf("rank %d channel %d", tc.rank, tc.ch)
+		if tc.up < 0 {
+			assert.Zero(t, w.TreeUp, name)
+		} else {
+			assert.Equal(t, uint32(1), w.TreeUp, name)
+			assert.Equal(t, uint64(10000+100*tc.ch+10*tc.rank+0), w.ToUp.Region, name)
+			assert.Equal(t, uint64(20000+1000*tc.ch+100*tc.rank+0+0), w.ToUp.Step, name+": the up sender's step")
+			assert.Equal(t, uint64(10000+100*tc.ch+10*tc.rank+1), w.FromUp.Region, name)
+			assert.Equal(t, uint64(20000+1000*tc.ch+100*tc.rank+10+1), w.FromUp.Step, name+": the down receiver's step")
+		}
+		require.Equal(t, uint32(len(tc.kids)), w.NKids, name)
+		for i, k := range tc.kids {
+			assert.Equal(t, uint64(10000+100*tc.ch+10*k+0), w.FromKid[i].Region, name)
+			assert.Equal(t, uint64(20000+1000*tc.ch+100*k+0+1), w.FromKid[i].Step, name+": the up receiver's step")
+			assert.Equal(t, uint64(10000+100*tc.ch+10*k+1), w.ToKid[i].Region, name)
+			assert.Equal(t, uint64(20000+1000*tc.ch+100*k+10+0), w.ToKid[i].Step, name+": the down sender's step")
+		}
+		assert.Equal(t, uint64(tc.ch*32), w.Lo, name)
+		assert.Equal(t, uint64(min(64, tc.ch*32+32)), w.Hi, name)
+		assert.Equal(t, uint64(60), w.ChunkElems, name+": 2 LL128 lines of 120 bytes of float32")
+	}
 }

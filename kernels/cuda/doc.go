@@ -33,7 +33,7 @@
 // and a hash of the sources and options (COLLPLAN_CACHE_DIR, else $XDG_CACHE_HOME/collplan/nvrtc).
 // OpenDriver fails with ErrNoDriver, "no CUDA driver (libcuda.so.1 not found)", where there is no
 // driver. Comm is a GPU communicator of n ranks sharing one device that runs Ring for the five
-// collectives, all of a call's blocks in one launch; it has not run on a GPU yet, and
+// collectives and Tree for AllReduce, all of a call's blocks in one launch; it has not run on a GPU yet, and
 // bench/gpu/run.sh is prepared to check it (TestGPURing) where one is lent.
 package cuda
 

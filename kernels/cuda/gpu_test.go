@@ -19,11 +19,11 @@ import (
 	"github.com/collplan/collplan/kernels"
 )
 
-// cpuReference runs call on the CPU engine (in process, Ring, the call's protocol, 2 channels)
+// cpuReference runs call on the CPU engine (in process, the call's algorithm and protocol, 2 channels)
 // with the same inputs and returns every rank's output.
 func cpuReference(t *testing.T, call Call, n int) [][]byte {
 	t.Helper()
-	comms, err := engine.NewInProcess(n, engine.Config{Override: engine.Pin(costmodel.Ring, costmodel.Proto(call.Proto))})
+	comms, err := engine.NewInProcess(n, engine.Config{Override: engine.Pin(call.Algo, costmodel.Proto(call.Proto))})
 	require.NoError(t, err)
 	defer func() {
 		for _, c := range comms {
@@ -58,7 +58,8 @@ func cpuReference(t *testing.T, call Call, n int) [][]byte {
 }
 
 // TestGPURing runs where a CUDA driver is (bench/gpu/run.sh; COLLPLAN_REQUIRE_CUDA=1 fails it
-// without one): every collective with every protocol on 2, 4 and 8 ranks sharing the device,
+// without one): Ring for every collective and Tree for AllReduce, with every protocol on 2, 4 and
+// 8 ranks sharing the device,
 // against the CPU engine on the same seeded inputs: exact for integers (sum, prod, min, max and
 // avg wrap and truncate alike in any order), and for float32 sum within n ulps of the largest
 // partial sum (the ring orders of the two differ).
@@ -69,7 +70,11 @@ func TestGPURing(t *testing.T) {
 		}
 		t.Skipf("%v: this test needs a GPU (bench/gpu/run.sh runs it there)", err)
 	}
-	colls := []costmodel.Coll{costmodel.AllReduce, costmodel.AllGather, costmodel.ReduceScatter, costmodel.Broadcast, costmodel.Reduce}
+	paths := []struct {
+		algo costmodel.Algo
+		coll costmodel.Coll
+	}{{costmodel.Ring, costmodel.AllReduce}, {costmodel.Ring, costmodel.AllGather}, {costmodel.Ring, costmodel.ReduceScatter},
+		{costmodel.Ring, costmodel.Broadcast}, {costmodel.Ring, costmodel.Reduce}, {costmodel.Tree, costmodel.AllReduce}}
 	types := []struct {
 		dt kernels.Dtype
 		op kernels.Op
@@ -77,10 +82,11 @@ func TestGPURing(t *testing.T) {
 	for _, n := range []int{2, 4, 8} {
 		comm, err := NewComm(CommConfig{Ranks: n, Channels: 2, Buffers: ConnBuffers{LL: 8 * 16 * 64, LL128: 8 * 128 * 16, Simple: 8 * 16384}})
 		require.NoError(t, err)
-		for _, coll := range colls {
+		for _, path := range paths {
+			coll := path.coll
 			for proto := range 3 {
 				for _, ty := range types {
-					name := fmt.Sprintf("%d ranks/%v/%s/%v %v", n, coll, protoNames[proto], ty.dt, ty.op)
+					name := fmt.Sprintf("%d ranks/%v %v/%s/%v %v", n, path.algo, coll, protoNames[proto], ty.dt, ty.op)
 					t.Run(name, func(t *testing.T) {
 						count := 3001 // not a multiple of any step
 						rng := rand.New(rand.NewPCG(uint64(n), uint64(proto)))
@@ -92,7 +98,7 @@ func TestGPURing(t *testing.T) {
 						case costmodel.ReduceScatter:
 							in *= n
 						}
-						call := Call{Coll: coll, Proto: proto, Dtype: ty.dt, Op: ty.op, Count: count, Root: n - 1,
+						call := Call{Algo: path.algo, Coll: coll, Proto: proto, Dtype: ty.dt, Op: ty.op, Count: count, Root: n - 1,
 							Send: make([][]byte, n), Recv: make([][]byte, n)}
 						for r := range n {
 							call.Send[r] = make([]byte, in*es)

@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 
+	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/engine"
 )
 
@@ -122,6 +123,67 @@ func ringWorks(c ringCall, a ringAddrs) []Work {
 				ChunkElems: uint64(piece / c.es), PieceBytes: uint64(piece), OpArg: c.opArgs[r], Abort: a.abort,
 				Ring: a.ring(ch), DevOp: uint32(c.devOp), NRanks: uint32(c.n), RingIx: uint32(ix), Root: uint32(c.root),
 				RingRecv: conn(a.region(ch, prev), a.recvStep(ch, r)), RingSend: conn(a.region(ch, r), a.sendStep(ch, r)),
+			}
+			if c.inPlace {
+				w.InPlace = 1
+			}
+			works = append(works, w)
+		}
+	}
+	return works
+}
+
+// Trees returns the two trees of NCCL's double binary tree over n ranks, one rank per node
+// (capabilities.DoubleTree): even channels run on tree 0, odd channels on tree 1, as in the CPU
+// engine.
+func Trees(n int) ([2][]capabilities.TreeLinks, error) {
+	t0, t1, err := capabilities.DoubleTree(n, 1)
+	return [2][]capabilities.TreeLinks{t0, t1}, err
+}
+
+// treeAddrs are the device addresses a Tree call's Works point into: edge (ch, child, dir) is the
+// connection from child to its parent (dir 0, reduce-up) or from the parent to child (dir 1,
+// broadcast-down) on channel ch, each with a step count for its sending and its receiving side.
+type treeAddrs struct {
+	send, recv []uint64
+	region     func(ch, child, dir int) uint64
+	step       func(ch, child, dir, side int) uint64 // side 0 the sender's, 1 the receiver's
+	abort      uint64
+}
+
+// treeWorks is every block's Work of a Tree AllReduce, block = rank*channels + ch, over the same
+// channel ranges as ringWorks.
+func treeWorks(c ringCall, a treeAddrs, trees [2][]capabilities.TreeLinks) []Work {
+	align := max(1, 16/c.es)
+	per := (c.count + c.channels - 1) / c.channels
+	per = (per + align - 1) / align * align
+	piece := c.buffers.PieceBytes(c.proto)
+	conn := func(region, step uint64) Conn {
+		return Conn{Region: region, Step: step, LLBytes: uint32(c.buffers.LL), LL128Bytes: uint32(c.buffers.LL128),
+			SimpleBytes: uint32(c.buffers.Simple)}
+	}
+	works := make([]Work, 0, c.n*c.channels)
+	for r := range c.n {
+		for ch := range c.channels {
+			l := trees[ch%2][r]
+			lo, hi := min(ch*per, c.count), min((ch+1)*per, c.count)
+			w := Work{
+				SendBuff: a.send[r], RecvBuff: a.recv[r], Count: uint64(c.count), Lo: uint64(lo), Hi: uint64(hi),
+				ChunkElems: uint64(piece / c.es), PieceBytes: uint64(piece), OpArg: c.opArgs[r], Abort: a.abort,
+				DevOp: uint32(c.devOp), NRanks: uint32(c.n),
+			}
+			if l.Up >= 0 {
+				w.TreeUp = 1
+				w.ToUp = conn(a.region(ch, r, 0), a.step(ch, r, 0, 0))
+				w.FromUp = conn(a.region(ch, r, 1), a.step(ch, r, 1, 1))
+			}
+			for _, k := range l.Down {
+				if k < 0 {
+					continue
+				}
+				w.FromKid[w.NKids] = conn(a.region(ch, k, 0), a.step(ch, k, 0, 1))
+				w.ToKid[w.NKids] = conn(a.region(ch, k, 1), a.step(ch, k, 1, 0))
+				w.NKids++
 			}
 			if c.inPlace {
 				w.InPlace = 1

@@ -226,6 +226,10 @@ func (c *Comm) Run(call Call) error {
 	if call.Count <= 0 || call.Root < 0 || call.Root >= n {
 		return fmt.Errorf("cuda: bad call: count %d, root %d for %d ranks", call.Count, call.Root, n)
 	}
+	if (call.Op == kernels.PreMulSum) != (call.Scalars != nil) || (call.Scalars != nil && len(call.Scalars) != n) {
+		return fmt.Errorf("cuda: bad call: %d PreMulSum scalars for op %v on %d ranks (one per rank for PreMulSum, none otherwise)",
+			len(call.Scalars), call.Op, n)
+	}
 	// In place (the same buffer) only where input and output have one size: AllReduce, Broadcast
 	// and Reduce; AllGather and ReduceScatter always run out of place on the device.
 	inPlace := inElems == outElems && len(call.Send[0]) > 0 && len(call.Recv[0]) > 0 && &call.Send[0][0] == &call.Recv[0][0]

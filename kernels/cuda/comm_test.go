@@ -7,6 +7,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/kernels"
 )
 
 var testBuffers = ConnBuffers{LL: 8 * 16 * 4, LL128: 8 * 128 * 2, Simple: 8 * 1024}
@@ -141,5 +144,35 @@ func TestTreeWorks(t *testing.T) {
 		assert.Equal(t, uint64(tc.ch*32), w.Lo, name)
 		assert.Equal(t, uint64(min(64, tc.ch*32+32)), w.Hi, name)
 		assert.Equal(t, uint64(60), w.ChunkElems, name+": 2 LL128 lines of 120 bytes of float32")
+	}
+}
+
+// TestRunRefusesBadCalls: calls the communicator cannot run are errors before any driver call
+// (the Comm here has no driver: reaching one would panic). PreMulSum without scalars indexed a
+// nil slice before.
+func TestRunRefusesBadCalls(t *testing.T) {
+	c := &Comm{ctx: 1, cfg: CommConfig{Ranks: 2, Channels: 1, Buffers: testBuffers}}
+	two := func(n int) [][]byte { return [][]byte{make([]byte, n), make([]byte, n)} }
+	for _, tc := range []struct {
+		name string
+		call Call
+		want string
+	}{
+		{"PreMulSum without scalars", Call{Algo: costmodel.Ring, Coll: costmodel.AllReduce, Proto: ProtoSimple, Dtype: kernels.Float32,
+			Op: kernels.PreMulSum, Count: 4, Send: two(16), Recv: two(16)}, "0 PreMulSum scalars for op premulsum on 2 ranks"},
+		{"scalars for sum", Call{Algo: costmodel.Ring, Coll: costmodel.AllReduce, Proto: ProtoSimple, Dtype: kernels.Float32,
+			Op: kernels.Sum, Count: 4, Send: two(16), Recv: two(16), Scalars: two(4)}, "2 PreMulSum scalars for op sum"},
+		{"Tree AllGather", Call{Algo: costmodel.Tree, Coll: costmodel.AllGather, Proto: ProtoSimple, Dtype: kernels.Float32,
+			Count: 4, Send: two(16), Recv: two(32)}, "runs Ring, and Tree for AllReduce"},
+		{"one rank's buffers", Call{Algo: costmodel.Ring, Coll: costmodel.AllReduce, Proto: ProtoSimple, Dtype: kernels.Float32,
+			Count: 4, Send: two(16)[:1], Recv: two(16)}, "1 send and 2 recv buffers for 2 ranks"},
+		{"root", Call{Algo: costmodel.Ring, Coll: costmodel.Broadcast, Proto: ProtoLL, Dtype: kernels.Int8, Count: 4, Root: 2,
+			Send: two(4), Recv: two(4)}, "root 2 for 2 ranks"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := c.Run(tc.call)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
 	}
 }

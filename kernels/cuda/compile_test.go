@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -68,28 +69,34 @@ func TestCompileKernels(t *testing.T) {
 	}
 	outs := make([]*Output, len(targets))
 	errs := make([]error, len(targets))
+	asm := make([]error, len(targets))
+	dir := t.TempDir()
+	// Each target's ptxas starts as soon as its PTX is there, beside the other compilations.
 	var wg sync.WaitGroup
 	for i, tg := range targets {
-		wg.Go(func() { outs[i], errs[i] = n.Compile(files, MainSource, tg.arch) })
-	}
-	wg.Wait()
-	dir := t.TempDir()
-	asm := make([]error, len(targets))
-	for i, tg := range targets {
-		require.NoError(t, errs[i], "NVRTC %s", tg.arch)
-		if tg.sm == "" {
-			continue
-		}
-		ptxFile := filepath.Join(dir, tg.arch+".ptx")
-		require.NoError(t, os.WriteFile(ptxFile, outs[i].PTX, 0o644))
 		wg.Go(func() {
+			start := time.Now()
+			outs[i], errs[i] = n.Compile(files, MainSource, tg.arch)
+			t.Logf("NVRTC %s %s: %.1f s", n.Version(), tg.arch, time.Since(start).Seconds())
+			if errs[i] != nil || tg.sm == "" {
+				return
+			}
+			ptxFile := filepath.Join(dir, tg.arch+".ptx")
+			if asm[i] = os.WriteFile(ptxFile, outs[i].PTX, 0o644); asm[i] != nil {
+				return
+			}
+			start = time.Now()
 			out, err := exec.Command(ptxas, "-arch="+tg.sm, ptxFile, "-o", filepath.Join(dir, tg.sm+".cubin")).CombinedOutput()
+			t.Logf("ptxas -arch=%s: %.1f s", tg.sm, time.Since(start).Seconds())
 			if err != nil {
 				asm[i] = fmt.Errorf("ptxas -arch=%s: %v\n%s", tg.sm, err, out)
 			}
 		})
 	}
 	wg.Wait()
+	for i, tg := range targets {
+		require.NoError(t, errs[i], "NVRTC %s", tg.arch)
+	}
 	for i, tg := range targets {
 		t.Run(tg.arch, func(t *testing.T) {
 			cubin := outs[i].CUBIN

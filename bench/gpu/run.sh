@@ -9,22 +9,24 @@
 # On the device it checks, and writes to $OUT:
 #   1. nvidia-smi -L and the driver (nvidia-smi.txt);
 #   2. the kernels with the device's own driver (kernels-cuda.txt): NVRTC compiles them for the
-#      device's architecture (sm_90a on an H200; the NVRTC of the machine's CUDA 13.0: COLLPLAN_NVRTC,
-#      else found by ldconfig, in /usr/local/cuda*, or in a pip nvidia/cu13 directory), the driver loads the
-#      cubin and resolves every entry point (TestDeviceModule, which also reports
-#      CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED), the broken-source and argument-layout checks
-#      (TestCompileError, TestWorkLayout), and the GPU correctness matrix (TestGPURing: the GPU
-#      communicator's Ring for every collective and Tree for AllReduce, every protocol, 2, 4 and 8 ranks sharing the device,
-#      against the CPU engine on the same seeded inputs, exact); COLLPLAN_REQUIRE_CUDA=1 and
-#      COLLPLAN_REQUIRE_NVRTC=1 turn any missing piece into a failure;
+#      device's architecture (sm_90a on an H200) with the machine's CUDA 13.0 NVRTC
+#      (COLLPLAN_NVRTC, else ldconfig, /usr/local/cuda*, or a pip nvidia/cu13 directory), the
+#      driver loads the cubin and resolves every entry point (TestDeviceModule, which also reports
+#      CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED); the broken-source and argument-layout checks
+#      (TestCompileError, TestWorkLayout); the GPU correctness matrix (TestGPURing: the GPU
+#      communicator's Ring for every collective and Tree for AllReduce, every protocol, 2, 4 and
+#      8 ranks sharing the device, against the CPU engine on the same seeded inputs, exact); and
+#      the busbw sweeps (TestGPUBusBW: AllReduce float32 sum with Ring and Tree and every protocol
+#      on 2, 4 and 8 ranks, 8 B to 1 GiB by 4x with Simple and to 64 MiB with LL and LL128, out of
+#      place and in place, one nccl-tests table per algorithm, protocol and rank count that
+#      calibrate reads, in $OUT/tables). COLLPLAN_REQUIRE_CUDA=1 and COLLPLAN_REQUIRE_NVRTC=1 turn
+#      any missing piece into a failure;
 #   3. collbench --device cuda (collbench-cuda.txt): its exit status and line;
 #   4. cudaMemcpy device-to-device through PyTorch, 8 B to 1 GiB by 4x (d2d.txt): the bound the
 #      GPU communicator's busbw is to be read against.
 # Not yet: the GPU communicator (kernels/cuda.Comm) runs Ring and Tree only (no NVLS: no multicast
-# objects yet) and is not wired into collbench,
-# so there is no per-(algo, proto) busbw for 2, 4 and 8 ranks on one device and no nccl-tests
-# tables from it; collbench --device cuda says so and exits 3. SUMMARY.txt says what ran and how
-# it ended.
+# objects yet) and is not wired into collbench (collbench --device cuda says so and exits 3); the
+# NVLS kernels are only compiled and loaded. SUMMARY.txt says what ran and how it ended.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -70,12 +72,13 @@ device() {
     [ -e "$inc/cuda_fp16.h" ] || inc=/usr/local/cuda/include
     start=$(date +%s)
     COLLPLAN_NVRTC=$nvrtc COLLPLAN_CUDA_INCLUDE=$inc COLLPLAN_CACHE_DIR=$out/nvrtc-cache \
-      COLLPLAN_REQUIRE_CUDA=1 COLLPLAN_REQUIRE_NVRTC=1 \
-      timeout 300 "$bin/cuda.test" -test.v -test.count=1 -test.run 'TestDeviceModule|TestGPURing|TestCompileError|TestWorkLayout' \
+      COLLPLAN_REQUIRE_CUDA=1 COLLPLAN_REQUIRE_NVRTC=1 COLLPLAN_GPU_TABLES=$out/tables \
+      timeout 240 "$bin/cuda.test" -test.v -test.count=1 -test.timeout 230s \
+      -test.run 'TestDeviceModule|TestGPURing|TestGPUBusBW|TestCompileError|TestWorkLayout' \
       >"$out/kernels-cuda.txt" 2>&1
     rc=$?
     note "kernels: NVRTC $nvrtc, headers $inc: exit $rc in $(( $(date +%s) - start )) s; $(grep -c -- '--- PASS' "$out/kernels-cuda.txt") passed, $(grep -c -- '--- FAIL' "$out/kernels-cuda.txt") failed"
-    grep -E 'device [0-9]+:' "$out/kernels-cuda.txt" | sed 's/^ */  /' | tee -a "$summary"
+    grep -E 'device [0-9]+:|allreduce_.*busbw' "$out/kernels-cuda.txt" | sed 's/^ */  /' | tee -a "$summary"
     rm -rf "$out/nvrtc-cache"
   fi
 
@@ -105,7 +108,8 @@ while size <= 1 << 30:
     size *= 4
 PY
   note "d2d bound: exit $? ($(tail -1 "$out/d2d.txt"))"
-  note "not run: collbench --device cuda does not drive the GPU communicator yet: no busbw per (algo, proto), no nccl-tests tables"
+  note "tables: $(ls "$out/tables" 2>/dev/null | wc -l) nccl-tests tables in tables/"
+  note "not run: NVLS on the GPU communicator (no multicast objects yet); collbench --device cuda does not drive it"
 }
 
 case ${1:-} in

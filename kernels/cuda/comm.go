@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/collplan/collplan/capabilities"
@@ -204,16 +205,19 @@ type Call struct {
 	Scalars [][]byte
 }
 
-// Run copies the inputs to the device, runs the call in one launch, and copies the outputs back.
-func (c *Comm) Run(call Call) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ctx == 0 {
-		return errors.New("cuda: communicator closed")
-	}
+// prepared is a checked call: its plan's inputs and its kernel.
+type prepared struct {
+	rc                ringCall
+	algo, name        string
+	inElems, outElems int
+}
+
+// prepare checks call (every buffer's length unless sizesOnly) and finds its kernel.
+func (c *Comm) prepare(call Call, sizesOnly bool) (*prepared, error) {
 	n, es := c.cfg.Ranks, call.Dtype.Size()
-	if es == 0 || !call.Op.Valid() || call.Proto < ProtoLL || call.Proto > ProtoSimple || len(call.Send) != n || len(call.Recv) != n {
-		return fmt.Errorf("cuda: bad call: dtype %v, op %v, protocol %d, %d send and %d recv buffers for %d ranks",
+	if es == 0 || !call.Op.Valid() || call.Proto < ProtoLL || call.Proto > ProtoSimple ||
+		(!sizesOnly && (len(call.Send) != n || len(call.Recv) != n)) {
+		return nil, fmt.Errorf("cuda: bad call: dtype %v, op %v, protocol %d, %d send and %d recv buffers for %d ranks",
 			call.Dtype, call.Op, call.Proto, len(call.Send), len(call.Recv), n)
 	}
 	inElems, outElems := call.Count, call.Count
@@ -224,15 +228,15 @@ func (c *Comm) Run(call Call) error {
 		inElems *= n
 	}
 	if call.Count <= 0 || call.Root < 0 || call.Root >= n {
-		return fmt.Errorf("cuda: bad call: count %d, root %d for %d ranks", call.Count, call.Root, n)
+		return nil, fmt.Errorf("cuda: bad call: count %d, root %d for %d ranks", call.Count, call.Root, n)
 	}
 	if (call.Op == kernels.PreMulSum) != (call.Scalars != nil) || (call.Scalars != nil && len(call.Scalars) != n) {
-		return fmt.Errorf("cuda: bad call: %d PreMulSum scalars for op %v on %d ranks (one per rank for PreMulSum, none otherwise)",
+		return nil, fmt.Errorf("cuda: bad call: %d PreMulSum scalars for op %v on %d ranks (one per rank for PreMulSum, none otherwise)",
 			len(call.Scalars), call.Op, n)
 	}
 	// In place (the same buffer) only where input and output have one size: AllReduce, Broadcast
 	// and Reduce; AllGather and ReduceScatter always run out of place on the device.
-	inPlace := inElems == outElems && len(call.Send[0]) > 0 && len(call.Recv[0]) > 0 && &call.Send[0][0] == &call.Recv[0][0]
+	inPlace := !sizesOnly && inElems == outElems && len(call.Send[0]) > 0 && len(call.Recv[0]) > 0 && &call.Send[0][0] == &call.Recv[0][0]
 	rc := ringCall{n: n, channels: c.cfg.Channels, count: call.Count, es: es, proto: call.Proto, buffers: c.cfg.Buffers,
 		root: call.Root, inPlace: inPlace, opArgs: make([]uint64, n)}
 	var typ string
@@ -248,7 +252,7 @@ func (c *Comm) Run(call Call) error {
 			}
 			red, err := kernels.NewReducer(call.Dtype, call.Op, n, sc)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			rc.devOp, rc.opArgs[r] = int(red.DevOp()), red.Arg()
 		}
@@ -258,22 +262,29 @@ func (c *Comm) Run(call Call) error {
 	case call.Algo == costmodel.Tree && call.Coll == costmodel.AllReduce:
 		algo = "tree"
 	case call.Algo != costmodel.Ring:
-		return fmt.Errorf("cuda: %v %v: the GPU communicator runs Ring, and Tree for AllReduce", call.Algo, call.Coll)
+		return nil, fmt.Errorf("cuda: %v %v: the GPU communicator runs Ring, and Tree for AllReduce", call.Algo, call.Coll)
 	}
-	name := KernelName(algo, collName(call.Coll), typ, call.Proto)
+	return &prepared{rc: rc, algo: algo, name: KernelName(algo, collName(call.Coll), typ, call.Proto), inElems: inElems, outElems: outElems}, nil
+}
+
+// Run copies the inputs to the device, runs the call in one launch, and copies the outputs back.
+func (c *Comm) Run(call Call) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ctx == 0 {
+		return errors.New("cuda: communicator closed")
+	}
+	pc, err := c.prepare(call, false)
+	if err != nil {
+		return err
+	}
+	n, es, rc, name, inElems, outElems := c.cfg.Ranks, call.Dtype.Size(), pc.rc, pc.name, pc.inElems, pc.outElems
 	return c.locked(func() error {
-		fn, ok := c.fns[name]
-		if !ok {
-			if err := c.drv.check("cuModuleGetFunction "+name, c.drv.moduleFunc(&fn, c.mod, name)); err != nil {
-				return err
-			}
-			c.fns[name] = fn
+		fn, err := c.function(name)
+		if err != nil {
+			return err
 		}
-		a := ringAddrs{send: make([]uint64, n), recv: make([]uint64, n), abort: c.abort,
-			region:   func(ch, from int) uint64 { return c.regions + uint64((ch*n+from)*c.cfg.Buffers.RegionBytes()) },
-			sendStep: func(ch, r int) uint64 { return c.steps + uint64(((ch*n+r)*2)*8) },
-			recvStep: func(ch, r int) uint64 { return c.steps + uint64(((ch*n+r)*2+1)*8) },
-			ring:     func(ch int) uint64 { return c.rings + uint64(ch*n*4) }}
+		a := c.addrs()
 		var bufs []uint64
 		defer func() {
 			for _, p := range bufs {
@@ -308,24 +319,12 @@ func (c *Comm) Run(call Call) error {
 				}
 			}
 		}
-		works := ringWorks(rc, a)
-		if algo == "tree" {
-			works = treeWorks(rc, treeAddrs{send: a.send, recv: a.recv, abort: c.abort,
-				region: func(ch, child, dir int) uint64 {
-					return c.tregs + uint64(((ch*n+child)*2+dir)*c.cfg.Buffers.RegionBytes())
-				},
-				step: func(ch, child, dir, side int) uint64 { return c.tsteps + uint64((((ch*n+child)*2+dir)*2+side)*8) },
-			}, c.trees)
-		}
-		if err := c.drv.check("cuMemcpyHtoD", c.drv.memcpyHtoD(c.works, unsafe.Pointer(&works[0]), uint64(len(works))*uint64(unsafe.Sizeof(Work{})))); err != nil {
+		if err := c.writeWorks(pc, a); err != nil {
 			return err
 		}
-		arg := c.works
-		params := []unsafe.Pointer{unsafe.Pointer(&arg)}
-		if err := c.drv.check("cuLaunchKernel "+name, c.drv.launch(fn, uint32(len(works)), 1, 1, uint32(c.cfg.Threads), 1, 1, 0, 0, unsafe.Pointer(&params[0]), nil)); err != nil {
+		if err := c.launch(fn, name); err != nil {
 			return err
 		}
-		runtime.KeepAlive(params)
 		if err := c.drv.check("cuCtxSynchronize", c.drv.ctxSync()); err != nil {
 			return err
 		}
@@ -338,6 +337,129 @@ func (c *Comm) Run(call Call) error {
 		}
 		return nil
 	})
+}
+
+// function returns the kernel name, from the module (once).
+func (c *Comm) function(name string) (uintptr, error) {
+	fn, ok := c.fns[name]
+	if !ok {
+		if err := c.drv.check("cuModuleGetFunction "+name, c.drv.moduleFunc(&fn, c.mod, name)); err != nil {
+			return 0, err
+		}
+		c.fns[name] = fn
+	}
+	return fn, nil
+}
+
+// addrs are the communicator's ring addresses; the caller fills in the user buffers.
+func (c *Comm) addrs() ringAddrs {
+	n := c.cfg.Ranks
+	return ringAddrs{send: make([]uint64, n), recv: make([]uint64, n), abort: c.abort,
+		region:   func(ch, from int) uint64 { return c.regions + uint64((ch*n+from)*c.cfg.Buffers.RegionBytes()) },
+		sendStep: func(ch, r int) uint64 { return c.steps + uint64(((ch*n+r)*2)*8) },
+		recvStep: func(ch, r int) uint64 { return c.steps + uint64(((ch*n+r)*2+1)*8) },
+		ring:     func(ch int) uint64 { return c.rings + uint64(ch*n*4) }}
+}
+
+// writeWorks copies the call's Works (Ring's or Tree's) to the device.
+func (c *Comm) writeWorks(pc *prepared, a ringAddrs) error {
+	n := c.cfg.Ranks
+	works := ringWorks(pc.rc, a)
+	if pc.algo == "tree" {
+		works = treeWorks(pc.rc, treeAddrs{send: a.send, recv: a.recv, abort: c.abort,
+			region: func(ch, child, dir int) uint64 {
+				return c.tregs + uint64(((ch*n+child)*2+dir)*c.cfg.Buffers.RegionBytes())
+			},
+			step: func(ch, child, dir, side int) uint64 { return c.tsteps + uint64((((ch*n+child)*2+dir)*2+side)*8) },
+		}, c.trees)
+	}
+	return c.drv.check("cuMemcpyHtoD", c.drv.memcpyHtoD(c.works, unsafe.Pointer(&works[0]), uint64(len(works))*uint64(unsafe.Sizeof(Work{}))))
+}
+
+// launch starts one call: every rank's blocks in one grid, on the default stream.
+func (c *Comm) launch(fn uintptr, name string) error {
+	arg := c.works
+	params := []unsafe.Pointer{unsafe.Pointer(&arg)}
+	err := c.drv.check("cuLaunchKernel "+name, c.drv.launch(fn, uint32(c.cfg.Ranks*c.cfg.Channels), 1, 1, uint32(c.cfg.Threads), 1, 1, 0, 0,
+		unsafe.Pointer(&params[0]), nil))
+	runtime.KeepAlive(params)
+	return err
+}
+
+// Time runs call warmup times, then iters times, on device buffers it allocates for the purpose
+// (nothing is copied in or checked: call's buffers are not used), in place (AllReduce, Broadcast
+// and Reduce; the others run out of place) or out of place, and returns the mean microseconds per
+// call from the first timed launch until the last has finished (cuCtxSynchronize).
+func (c *Comm) Time(call Call, inPlace bool, warmup, iters int) (float64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ctx == 0 {
+		return 0, errors.New("cuda: communicator closed")
+	}
+	if iters < 1 || warmup < 0 {
+		return 0, fmt.Errorf("cuda: %d warmup and %d timed iterations", warmup, iters)
+	}
+	pc, err := c.prepare(call, true)
+	if err != nil {
+		return 0, err
+	}
+	pc.rc.inPlace = inPlace && pc.inElems == pc.outElems
+	es := call.Dtype.Size()
+	var us float64
+	err = c.locked(func() error {
+		fn, err := c.function(pc.name)
+		if err != nil {
+			return err
+		}
+		a := c.addrs()
+		var bufs []uint64
+		defer func() {
+			for _, p := range bufs {
+				c.drv.memFree(p)
+			}
+		}()
+		for r := range c.cfg.Ranks {
+			for _, x := range []struct {
+				p     *uint64
+				elems int
+			}{{&a.send[r], pc.inElems}, {&a.recv[r], pc.outElems}} {
+				if x.p == &a.recv[r] && pc.rc.inPlace {
+					a.recv[r] = a.send[r]
+					continue
+				}
+				if err := c.drv.check("cuMemAlloc", c.drv.memAlloc(x.p, uint64(x.elems*es))); err != nil {
+					return err
+				}
+				bufs = append(bufs, *x.p)
+				if err := c.drv.check("cuMemsetD8", c.drv.memsetD8(*x.p, 0, uint64(x.elems*es))); err != nil {
+					return err
+				}
+			}
+		}
+		if err := c.writeWorks(pc, a); err != nil {
+			return err
+		}
+		for range warmup {
+			if err := c.launch(fn, pc.name); err != nil {
+				return err
+			}
+		}
+		if err := c.drv.check("cuCtxSynchronize", c.drv.ctxSync()); err != nil {
+			return err
+		}
+		start := time.Now()
+		for range iters {
+			if err := c.launch(fn, pc.name); err != nil {
+				return err
+			}
+		}
+		if err := c.drv.check("cuCtxSynchronize", c.drv.ctxSync()); err != nil {
+			return err
+		}
+		us = time.Since(start).Seconds() * 1e6 / float64(iters)
+		return nil
+	})
+	return us, err
 }
 
 func collName(c costmodel.Coll) string {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -135,6 +136,61 @@ func TestGPURing(t *testing.T) {
 						}
 					})
 				}
+			}
+		}
+		require.NoError(t, comm.Close())
+	}
+}
+
+// TestGPUBusBW runs where a CUDA driver is and COLLPLAN_GPU_TABLES names a directory
+// (bench/gpu/run.sh): AllReduce float32 sum with Ring and Tree and every protocol, on 2, 4 and 8
+// ranks sharing the device, 8 B to 1 GiB by 4x with Simple and to 64 MiB with LL and LL128, out
+// of place and in place (Comm.Time: 2 warmup calls, 5 timed, 2 from 64 MiB), one nccl-tests
+// table per (algorithm, protocol, ranks) that calibrate reads (WriteTable), #wrong N/A (TestGPURing
+// checks the values).
+func TestGPUBusBW(t *testing.T) {
+	dir := os.Getenv("COLLPLAN_GPU_TABLES")
+	if dir == "" {
+		t.Skip("COLLPLAN_GPU_TABLES is not set (bench/gpu/run.sh sets it on a GPU machine)")
+	}
+	drv, err := OpenDriver()
+	require.NoError(t, err)
+	devs, err := drv.Devices()
+	require.NoError(t, err)
+	require.NotEmpty(t, devs)
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	const channels = 2
+	for _, n := range []int{2, 4, 8} {
+		comm, err := NewComm(CommConfig{Ranks: n, Channels: channels, Buffers: ConnBuffers{LL: 8 * 16 * 1024, LL128: 8 * 128 * 512, Simple: 8 * (512 << 10)}})
+		require.NoError(t, err)
+		for _, algo := range []costmodel.Algo{costmodel.Ring, costmodel.Tree} {
+			for proto := range 3 {
+				maxBytes := int64(1 << 30)
+				if proto != ProtoSimple {
+					maxBytes = 64 << 20
+				}
+				var rows []TableRow
+				for size := int64(8); size <= maxBytes; size *= 4 {
+					call := Call{Algo: algo, Coll: costmodel.AllReduce, Proto: proto, Dtype: kernels.Float32, Op: kernels.Sum, Count: int(size / 4)}
+					iters := 5
+					if size >= 64<<20 {
+						iters = 2
+					}
+					oop, err := comm.Time(call, false, 2, iters)
+					require.NoError(t, err, "%v %s %d ranks %d B", algo, protoNames[proto], n, size)
+					ip, err := comm.Time(call, true, 2, iters)
+					require.NoError(t, err, "%v %s %d ranks %d B in place", algo, protoNames[proto], n, size)
+					rows = append(rows, TableRow{Bytes: size, Count: size / 4, Type: "float", Redop: "sum", Root: -1,
+						OOPUs: oop, IPUs: ip, OOPWrong: -1, IPWrong: -1})
+				}
+				name := fmt.Sprintf("allreduce_%s_%s_%dr.txt", map[costmodel.Algo]string{costmodel.Ring: "ring", costmodel.Tree: "tree"}[algo], protoNames[proto], n)
+				f, err := os.Create(filepath.Join(dir, name))
+				require.NoError(t, err)
+				note := fmt.Sprintf("%v %s, %d channels, %d ranks sharing one device", algo, protoNames[proto], channels, n)
+				require.NoError(t, WriteTable(f, costmodel.AllReduce, n, devs[0].Name, note, 5, rows))
+				require.NoError(t, f.Close())
+				last := rows[len(rows)-1]
+				t.Logf("%s: %d B in %.1f us, busbw %.1f GB/s", name, last.Bytes, last.OOPUs, float64(last.Bytes)/1e3/last.OOPUs*BusFactor(costmodel.AllReduce, n))
 			}
 		}
 		require.NoError(t, comm.Close())

@@ -128,3 +128,18 @@ func checkRegion(r []byte, name string, size int) error {
 	}
 	return nil
 }
+
+// The wire layout, exported for other implementations of the same formats (the CUDA kernels'
+// generated header kernels/cuda/layout_gen.h): the same values as the constants above, so that
+// the two cannot drift.
+const (
+	LineBytes        = lineBytes        // a counter's line: every region offset is a multiple
+	ConnHeadOffset   = connHeadOff      // the head word of a connection region
+	ConnTailOffset   = connTailOff      // the tail word (Simple only)
+	ConnBufOffset    = connBufOff       // the LL buffer, then the LL128 and Simple buffers
+	LLLineBytes      = llLineBytes      // {data 4 B, flag 4 B, data 4 B, flag 4 B}
+	LLLinePayload    = llLinePayload    // data bytes per LL line
+	LL128LineBytes   = ll128LineBytes   // 15 data words and one flag word
+	LL128LinePayload = ll128LinePayload // data bytes per LL128 line
+	LL128FlagOffset  = ll128FlagOff     // the flag word's offset in an LL128 line
+)

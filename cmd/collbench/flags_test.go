@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -69,6 +70,7 @@ func TestFlags(t *testing.T) {
 		{"Tree broadcast", []string{"broadcast", "--algo", "Tree"}, "--algo Tree: engine: TREE for Broadcast: not implemented in the engine"},
 		{"CollNet", []string{"allreduce", "-np", "4", "--ranks-per-node", "2", "--algo", "CollNetDirect"}, "--algo CollNetDirect: engine: algorithm COLLNET_DIRECT for AllReduce: not implemented in the engine"},
 		{"two algorithms", []string{"allreduce", "--algo", "Ring,Tree"}, `--algo (or NCCL_ALGO) "Ring,Tree": collbench pins one algorithm`},
+		{"unknown device", []string{"allreduce", "--device", "gpu"}, `--device "gpu": want cpu or cuda`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.name == "memory" {
@@ -86,5 +88,39 @@ func TestFlags(t *testing.T) {
 			assert.NotContains(t, stderr, "collbench: rank ", "found before any rank started")
 			assert.Less(t, took, 5*time.Second, "refused at once, not after starting ranks")
 		})
+	}
+}
+
+// TestDeviceCUDAWithoutDriver: --device cuda on a machine without a CUDA driver (COLLPLAN_LIBCUDA
+// names a file that does not exist, so the test means the same on a GPU machine) prints one line
+// and exits 3, a missing runtime rather than bad input (2); bad flags are still found first.
+func TestDeviceCUDAWithoutDriver(t *testing.T) {
+	t.Setenv("COLLPLAN_LIBCUDA", t.TempDir()+"/libcuda.so.1")
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"allreduce", "--device", "cuda"}, 3, "collbench: no CUDA driver (libcuda.so.1 not found)\n"},
+		{[]string{"allgather", "--device", "cuda", "-np", "4", "--transport", "inproc"}, 3, "collbench: no CUDA driver (libcuda.so.1 not found)\n"},
+		{[]string{"allreduce", "--device", "cuda", "-n", "0"}, 2, "collbench: -n and -m must be at least 1; -w, -N and -c at least 0\n"},
+	} {
+		out, stderr, code, _ := runMain(t, tc.args...)
+		assert.Equal(t, tc.code, code, "%q: stderr %s", tc.args, stderr)
+		assert.Empty(t, out, "%q", tc.args)
+		assert.Equal(t, tc.want, stderr, "%q", tc.args)
+	}
+}
+
+// TestExitCode: the exit status of each kind of error.
+func TestExitCode(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want int
+	}{
+		{nil, 0}, {errHelp, 0}, {usagef("bad"), 2}, {runtimeError{errors.New("no driver")}, 3},
+		{fmt.Errorf("wrapped: %w", runtimeError{errors.New("no driver")}), 3}, {errors.New("rank 1 failed"), 1},
+	} {
+		assert.Equal(t, tc.want, exitCode(tc.err), "%v", tc.err)
 	}
 }

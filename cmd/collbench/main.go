@@ -15,6 +15,10 @@
 // meet over a loopback TCP rendezvous and share memory through /dev/shm (or COLLPLAN_SHM_DIR).
 // With inproc the ranks are goroutines of one process.
 //
+// --device cpu (the default) runs the engine on CPUs; --device cuda opens the CUDA driver at run
+// time and, without one, prints "no CUDA driver (libcuda.so.1 not found)" and exits with status 3:
+// a missing runtime, not bad input.
+//
 // The flags are checked once, before any rank starts (exit status 2 and one line for bad input;
 // -h prints them): -np above the host's limit (--max-np raises it), buffers that cannot fit in
 // the available memory, an unknown pin or tuner. The rendezvous connections stay open for the
@@ -75,16 +79,27 @@ func main() {
 	}()
 	notifyHups()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := exitCode(err)
+	if code != 0 {
+		fmt.Fprintln(os.Stderr, "collbench:", err)
+	}
+	os.Exit(code)
+}
+
+// exitCode is the exit status for run's error: 0 (none, or -h), 2 bad input (usageError), 3 a
+// missing runtime (runtimeError: --device cuda without a CUDA driver), 1 anything else.
+func exitCode(err error) int {
+	var ue usageError
+	var re runtimeError
 	switch {
 	case err == nil, errors.Is(err, errHelp):
-		return
+		return 0
+	case errors.As(err, &ue):
+		return 2
+	case errors.As(err, &re):
+		return 3
 	}
-	fmt.Fprintln(os.Stderr, "collbench:", err)
-	var ue usageError
-	if errors.As(err, &ue) {
-		os.Exit(2)
-	}
-	os.Exit(1)
+	return 1
 }
 
 // usageError marks bad input (flags, the environment's rank variables, a size that cannot fit):

@@ -65,6 +65,7 @@ type options struct {
 	timeout   time.Duration // --timeout: the engine's watchdog
 	rpn       int
 	transport string
+	device    string // --device: cpu (the engine on CPUs) or cuda (the GPU communicator)
 	bindTo    string
 	algo      string // NCCL_ALGO as given ("" when free)
 	proto     string
@@ -200,6 +201,7 @@ func newFlags(name string) (*options, *flag.FlagSet) {
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "watchdog: a rank whose peers move no data for this long aborts the job, naming the rank that stopped (0: off)")
 	fs.IntVar(&o.rpn, "ranks-per-node", 0, "ranks per virtual node (0: one node)")
 	fs.StringVar(&o.transport, "transport", "shm", "shm (ranks are processes) or inproc (goroutines)")
+	fs.StringVar(&o.device, "device", "cpu", "cpu (the engine on CPUs) or cuda (GPUs through libcuda.so.1; without a driver: one line and exit status 3, a missing runtime, not bad input)")
 	fs.StringVar(&o.bindTo, "bind-to", "auto", "shm ranks on CPUs: auto (rank r on the (r mod c)-th of c CPUs when ranks outnumber them) or none")
 	fs.StringVar(&o.algo, "algo", "", "pin the algorithm (NCCL_ALGO; Ring, Tree for allreduce, PAT for allgather and reducescatter at --ranks-per-node 1 with Simple, NVLS for allreduce, allgather and reducescatter on one node with Simple, NVLS_TREE for allreduce on 2+ equal nodes of 2+ ranks with Simple)")
 	fs.StringVar(&o.proto, "proto", "", "pin the protocol (NCCL_PROTO; LL, LL128, Simple)")
@@ -288,6 +290,8 @@ func (o *options) finish(ab, abCfg, abCfgA, abCfgB string, perIter, cpuTime, sta
 		return nil, fmt.Errorf("-a %d: want 0, 1, 2 or 3", o.average)
 	case o.transport != "shm" && o.transport != "inproc":
 		return nil, fmt.Errorf("--transport %q: want shm or inproc", o.transport)
+	case o.device != "cpu" && o.device != "cuda":
+		return nil, fmt.Errorf("--device %q: want cpu or cuda", o.device)
 	case o.bindTo != "auto" && o.bindTo != "none":
 		return nil, fmt.Errorf("--bind-to %q: want auto or none", o.bindTo)
 	case o.np < 0:
@@ -455,6 +459,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if err := o.checkLimits(n, !isRank); err != nil {
 		return err
+	}
+	if o.device == "cuda" {
+		return runCUDA()
 	}
 	if o.transport == "inproc" {
 		return runInProcess(ctx, o, n, stdout, stderr)

@@ -134,7 +134,7 @@ func TestHotSwapUnderLoad(t *testing.T) {
 					case a.Policy != "swap":
 						report("generation %d: policy %q", b.Generation, a.Policy)
 					case k == "crash":
-						report("generation %d: the crashing tuner's answer labelled %q", b.Generation, a.Policy)
+						report("generation %d: the crashing tuner's answer labelled %q (%s/%s, note %q)", b.Generation, a.Policy, a.Algo, a.Proto, a.TunerNote)
 					case a.Proto != k || a.Algo != "RING":
 						report("generation %d (forcing RING/%s): %s answered %s/%s", b.Generation, k, a.Query.Coll, a.Algo, a.Proto)
 					}
@@ -175,4 +175,33 @@ func TestHotSwapUnderLoad(t *testing.T) {
 	t.Logf("%d batches: %d answered by a tuner, %d by the built-in policy", requests.Load(), tunerAnswers.Load(), builtinAnswers.Load())
 	assert.Positive(t, tunerAnswers.Load())
 	assert.Positive(t, builtinAnswers.Load(), "the crashing generation answered with the built-in policy")
+}
+
+// TestCrashedTunerKeepsItsBinary: a set's tuner that crashes is restarted from the binary the set
+// was loaded with, never from one put in its place for the next reload: with tuner-fault (exit)
+// loaded and tuner-rules (forcing RING/LL) installed at the same path afterwards, the requests
+// after the restart backoff are still the built-in policy's, with the checksum in the note; only a
+// reload runs the new binary.
+func TestCrashedTunerKeepsItsBinary(t *testing.T) {
+	dir := t.TempDir()
+	swapTo(t, dir, "tuner-fault", "exit\n")
+	cfg := testConfig()
+	cfg.Tuners = []plugin.Spec{{Name: filepath.Join(dir, "tuner-swap"), Config: filepath.Join(dir, "swap.conf"), Timeout: 3 * time.Second}}
+	s := newTestServer(t, cfg)
+	h := s.Handler()
+	q := `{"node":"h100","nodes":2,"coll":"allreduce","bytes":4096,"tuner":"swap"}`
+	a, _ := plan1(t, h, q)
+	require.Equal(t, builtinPolicy, a.Policy, "the crashing tuner's first answer")
+
+	swapTo(t, dir, "tuner-rules", forceAll("ll"))
+	time.Sleep(1500 * time.Millisecond) // past the client's first restart backoff (1 s)
+	a, _ = plan1(t, h, q)
+	assert.Equal(t, builtinPolicy, a.Policy, "answer after the backoff: %s/%s", a.Algo, a.Proto)
+	assert.Contains(t, a.TunerNote, "checksum")
+
+	_, err := s.Reload()
+	require.NoError(t, err)
+	a, _ = plan1(t, h, q)
+	assert.Equal(t, "swap", a.Policy, a.TunerNote)
+	assert.Equal(t, "RING/LL", a.Algo+"/"+a.Proto)
 }

@@ -185,14 +185,17 @@ func (g *nvlsGroup) st(s uint64, data []byte, off int) {
 
 // nvlsWorker runs one channel's NVLS share of a call on one goroutine.
 type nvlsWorker struct {
-	w      waiter
-	g      *nvlsGroup
-	cl     *call
-	ch     int
-	lo, hi int
-	tree   *nvlsTreeLinks // NVLS_TREE (nvlstree.go): this rank's tree connections on the channel
-	stats  ChannelStats
-	err    error
+	w       waiter
+	g       *nvlsGroup
+	cl      *call
+	ch      int
+	lo, hi  int
+	tree    *nvlsTreeLinks // NVLS_TREE (nvlstree.go): this rank's tree connections on the channel
+	net     *cnLink        // CollNetDirect (collnet.go): this rank's endpoint connection on the channel
+	netOp   kernels.Op     // CollNetDirect: the operator on the wire
+	postDiv bool           // CollNetDirect: the post-op divides (integer avg)
+	stats   ChannelStats
+	err     error
 }
 
 // nvlsCheck returns the error of an NVLS plan that NCCL would not run (see the facts above):
@@ -286,7 +289,16 @@ func (c *Comm) executeNVLS(w *waiter, cl *call) error {
 		if lo >= total {
 			break
 		}
-		g, err := c.nvlsGroupFor(ch)
+		var g *nvlsGroup
+		var link *cnLink
+		var err error
+		if cl.plan.Algo == costmodel.CollNetDirect {
+			if g, err = c.collNetGroupFor(ch); err == nil {
+				link, err = c.collNetLink(ch, g.me)
+			}
+		} else {
+			g, err = c.nvlsGroupFor(ch)
+		}
 		if err != nil {
 			c.setAbort(abortInternal)
 			return err
@@ -295,7 +307,10 @@ func (c *Comm) executeNVLS(w *waiter, cl *call) error {
 			c.nvlsWks = append(c.nvlsWks, &nvlsWorker{})
 		}
 		wk := c.nvlsWks[ch]
-		*wk = nvlsWorker{w: *w, g: g, cl: cl, ch: ch, lo: lo, hi: min(total, lo+per)}
+		*wk = nvlsWorker{w: *w, g: g, cl: cl, ch: ch, lo: lo, hi: min(total, lo+per), net: link}
+		if link != nil {
+			wk.netOp, wk.postDiv = collNetWireOp(cl.opKind), cl.red.DevOp() == kernels.DevSumPostDiv
+		}
 		if cl.plan.Algo == costmodel.NVLSTree {
 			if wk.tree, err = c.nvlsTreeLinksFor(ch); err != nil {
 				c.setAbort(abortInternal)
@@ -369,7 +384,8 @@ func (wk *nvlsWorker) runJob(wg *sync.WaitGroup) {
 //	ldReduce  every member's posted >= s+1; publishes reduced and done (RS)
 //
 // NVLS_TREE AllReduce replaces reduce by tree-up and tree-down (nvlstree.go, which says what
-// they wait for).
+// they wait for); CollNetDirect AllReduce runs cn-scatter, net-up, net-down and gather
+// (collnet.go).
 const (
 	phScatter = iota
 	phReduce
@@ -378,12 +394,16 @@ const (
 	phLdReduce
 	phTreeUp
 	phTreeDown
+	phCnScatter // CollNetDirect (collnet.go): scatter with the pre-op
+	phNetUp
+	phNetDown
 )
 
 // nvlsPhases are the phases of AllReduce, AllGather and ReduceScatter, upstream first, then
 // NVLS_TREE AllReduce's at a tree's root and elsewhere.
 var nvlsPhases = [...][]uint8{{phScatter, phReduce, phGather}, {phSt, phGather}, {phScatter, phLdReduce},
-	{phScatter, phTreeUp, phGather}, {phScatter, phTreeUp, phTreeDown, phGather}}
+	{phScatter, phTreeUp, phGather}, {phScatter, phTreeUp, phTreeDown, phGather},
+	{phCnScatter, phNetUp, phNetDown, phGather}}
 
 // run pipelines the call's steps through its phases on one goroutine, as NCCL's runNvls runs them
 // in separate warps: each round it runs, upstream first, every phase whose step is ready (a phase
@@ -403,6 +423,9 @@ func (wk *nvlsWorker) run() error {
 		if wk.tree.toUp != nil {
 			ph = nvlsPhases[4]
 		}
+	}
+	if wk.net != nil {
+		ph = nvlsPhases[5]
 	}
 	g := wk.g
 	per := wk.cl.plan.chunkElems
@@ -465,7 +488,7 @@ func (wk *nvlsWorker) blocked(kind uint8, s uint64, i int) int {
 		free = s - NCCLSteps + 1
 	}
 	switch kind {
-	case phScatter:
+	case phScatter, phCnScatter:
 		return g.behind(g.reduced, free)
 	case phReduce:
 		if m := g.behind(g.posted, s+1); m >= 0 {
@@ -478,6 +501,8 @@ func (wk *nvlsWorker) blocked(kind uint8, s uint64, i int) int {
 		return g.behind(g.reduced, s+1)
 	case phTreeUp, phTreeDown:
 		return wk.treeBlocked(kind, s, i, free)
+	case phNetUp, phNetDown:
+		return wk.netBlocked(kind, s, i, free)
 	}
 	return g.behind(g.posted, s+1) // phLdReduce
 }
@@ -522,12 +547,23 @@ func (wk *nvlsWorker) act(kind uint8, s uint64, i int) {
 				wk.stats.StBytes += uint64(len(mine))
 			}
 			storeRelease(g.reduced[me], me64)
-		case phTreeUp, phTreeDown:
+		case phTreeUp, phTreeDown, phNetUp, phNetDown:
 			nb := 0
 			if e0 := me * share; e0 < rem {
 				nb = (min(e0+share, rem) - e0) * es
 			}
-			wk.treeAct(kind, s, nb)
+			if kind >= phNetUp {
+				wk.netAct(kind, s, nb)
+			} else {
+				wk.treeAct(kind, s, nb)
+			}
+		case phCnScatter:
+			in := span(cl.send, off, rem, es)
+			for h := 0; h*share < rem; h++ {
+				e0, e1 := h*share, min((h+1)*share, rem)
+				cl.red.Load(g.slotAt(s, me, false, h*S, (e1-e0)*es), in[e0*es:e1*es])
+			}
+			storeRelease(g.posted[me], me64)
 		default: // phGather
 			out := span(cl.recv, off, rem, es)
 			for h := 0; h*share < rem; h++ {

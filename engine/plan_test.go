@@ -124,11 +124,8 @@ func TestNotImplemented(t *testing.T) {
 		coll costmodel.Coll
 		algo costmodel.Algo
 	}
-	var cases []tc
-	for _, a := range []costmodel.Algo{costmodel.CollNetDirect, costmodel.CollNetChain} {
-		cases = append(cases, tc{costmodel.AllReduce, a}, tc{costmodel.AllGather, a})
-	}
-	cases = append(cases, tc{costmodel.AllGather, costmodel.Tree}, tc{costmodel.Broadcast, costmodel.Tree})
+	// (CollNet runs since issue 13 item 3: TestCollNetInvalid has its refusals.)
+	cases := []tc{{costmodel.AllGather, costmodel.Tree}, {costmodel.Broadcast, costmodel.Tree}}
 	for _, k := range cases {
 		t.Run(fmt.Sprintf("%v/%v", k.coll, k.algo), func(t *testing.T) {
 			plan := func(costmodel.Coll, int64) planner.Decision {

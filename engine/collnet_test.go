@@ -1,0 +1,203 @@
+package engine
+
+import (
+	"encoding/binary"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/kernels"
+)
+
+var testEndpoint struct {
+	once sync.Once
+	ep   *CollNetEndpoint
+	err  error
+}
+
+// testCollNetAddr returns the address of an aggregation endpoint this test binary runs on a
+// loopback listener (one for every test: the jobs keep them apart).
+func testCollNetAddr(t testing.TB) string {
+	t.Helper()
+	testEndpoint.once.Do(func() {
+		testEndpoint.ep, testEndpoint.err = ListenCollNet("127.0.0.1:0")
+	})
+	require.NoError(t, testEndpoint.err)
+	return testEndpoint.ep.Addr()
+}
+
+// TestCollNetAllReduceRuns is the regression test of issue 13 item 3: an AllReduce pinned to
+// CollNetDirect or CollNetChain on 2 virtual nodes of 2 ranks was refused with ErrNotImplemented.
+// Each rank r contributes r+1 in every element, so the sum over n ranks is n(n+1)/2 (hand
+// derivation).
+func TestCollNetAllReduceRuns(t *testing.T) {
+	for _, a := range []costmodel.Algo{costmodel.CollNetDirect, costmodel.CollNetChain} {
+		t.Run(a.String(), func(t *testing.T) {
+			const n, count = 4, 1000
+			cfg := Config{Buffers: tinyBuffers(), RanksPerNode: 2, Override: Pin(a, costmodel.Simple)}
+			cfg.CollNet.Addr = testCollNetAddr(t)
+			comms, err := NewInProcess(n, cfg)
+			require.NoError(t, err)
+			defer closeAll(comms)
+			outs := make([][]byte, n)
+			errs := runRanks(t, comms, 10*time.Second, func(r int, c *Comm) error {
+				send := make([]byte, 4*count)
+				for i := 0; i < count; i++ {
+					binary.LittleEndian.PutUint32(send[4*i:], math.Float32bits(float32(r+1)))
+				}
+				outs[r] = make([]byte, 4*count)
+				return c.AllReduce(bg, send, outs[r], count, kernels.Float32, kernels.Sum)
+			})
+			for r := range comms {
+				require.NoError(t, errs[r], "rank %d", r)
+				for i := 0; i < count; i++ {
+					if !assert.Equal(t, float32(n*(n+1)/2), math.Float32frombits(binary.LittleEndian.Uint32(outs[r][4*i:])), "rank %d element %d", r, i) {
+						break
+					}
+				}
+			}
+		})
+	}
+}
+
+// collNetDtOps are dtype/op pairs the endpoint reduces (collnet.go): sum on each of the 32- and
+// 64-bit integers and the 16-, 32- and 64-bit floats, and min, max, avg and PreMulSum (the last
+// two sum on the wire) on a signed and an unsigned integer and three floats (-short: one of each
+// kind).
+func collNetDtOps(short bool) []dtOp {
+	var out []dtOp
+	for _, dt := range []kernels.Dtype{kernels.Int32, kernels.Uint32, kernels.Int64, kernels.Uint64,
+		kernels.Float16, kernels.Bfloat16, kernels.Float32, kernels.Float64} {
+		out = append(out, dtOp{dt, kernels.Sum})
+	}
+	dts := []kernels.Dtype{kernels.Int64, kernels.Uint32, kernels.Float16, kernels.Bfloat16, kernels.Float32}
+	if short {
+		dts = []kernels.Dtype{kernels.Int32, kernels.Float16}
+	}
+	for _, op := range []kernels.Op{kernels.Min, kernels.Max, kernels.Avg, kernels.PreMulSum} {
+		for _, dt := range dts {
+			out = append(out, dtOp{dt, op})
+		}
+	}
+	return out
+}
+
+// The (n, RanksPerNode) of the CollNet rows: at least 2 virtual nodes; CollNetDirect's node size
+// divides n (at most 8), CollNetChain's need not (its last node is shorter).
+var (
+	collNetDirectShapes = [][2]int{{2, 1}, {3, 1}, {4, 2}, {5, 1}, {6, 2}, {6, 3}, {7, 1}, {8, 4}, {9, 3}}
+	collNetChainShapes  = [][2]int{{2, 1}, {3, 2}, {4, 2}, {5, 2}, {6, 3}, {7, 3}, {8, 4}, {9, 2}, {9, 1}}
+)
+
+// checkCollNetWrap: CollNetDirect maps no connection; with wrap, every CollNetDirect region and
+// every endpoint connection carried 3+ times NCCL_STEPS steps.
+func checkCollNetWrap(t *testing.T, comms []*Comm, a costmodel.Algo, wrap bool) {
+	t.Helper()
+	for _, c := range comms {
+		if a == costmodel.CollNetDirect {
+			assert.Empty(t, c.eps, "rank %d: CollNetDirect mapped connections", c.rank)
+		}
+		if !wrap {
+			continue
+		}
+		for ch, g := range c.cnGroups {
+			if g != nil {
+				assert.GreaterOrEqual(t, g.step, uint64(3*NCCLSteps), "rank %d channel %d: region carried %d steps", c.rank, ch, g.step)
+			}
+		}
+		for k, l := range c.cnLinks {
+			assert.GreaterOrEqual(t, l.sent, uint64(3*NCCLSteps), "rank %d link %v: %d steps", c.rank, k, l.sent)
+		}
+	}
+}
+
+// TestCollNetMatrix is the correctness matrix's CollNet rows: AllReduce pinned to CollNetDirect
+// and CollNetChain with Simple, a pairwise covering set over every dtype/op the endpoint admits,
+// the shapes above, the four sizes (0, 1 element, 13 elements, and a size that wraps every
+// region, connection and endpoint connection 3+ times), in place or not, 1-3 channels and both
+// alignments, checked against the brute-force oracle.
+func TestCollNetMatrix(t *testing.T) {
+	dos := collNetDtOps(testing.Short())
+	start := time.Now()
+	for _, a := range []costmodel.Algo{costmodel.CollNetDirect, costmodel.CollNetChain} {
+		shapes := collNetDirectShapes
+		if a == costmodel.CollNetChain {
+			shapes = collNetChainShapes
+		}
+		axes := []int{len(dos), len(shapes), 4, 2, 3, 2}
+		rows := pairwise(axes, 23)
+		for _, row := range rows {
+			sh := shapes[row[1]]
+			m := matrixCase{ca: collAlgo{costmodel.AllReduce, a}, proto: costmodel.Simple, do: dos[row[0]], n: sh[0], rpn: sh[1],
+				size: row[2], inPlace: row[3] == 1, channels: row[4] + 1, misalign: row[5]}
+			t.Run(m.String(), func(t *testing.T) { runMatrixCase(t, m) })
+		}
+	}
+	t.Logf("in %v", time.Since(start))
+}
+
+// TestCollNetInvalid: a CollNet plan NCCL would not run is ErrInvalid on every rank, names the
+// reason, and leaves the communicator usable.
+func TestCollNetInvalid(t *testing.T) {
+	f32, i32 := kernels.Float32, kernels.Int32
+	for _, a := range []costmodel.Algo{costmodel.CollNetDirect, costmodel.CollNetChain} {
+		t.Run(a.String(), func(t *testing.T) {
+			cases := []invalidCase{
+				{"broadcast", 4, 2, costmodel.Broadcast, costmodel.Simple, f32, kernels.Sum, "for Broadcast"},
+				{"reduce", 4, 2, costmodel.Reduce, costmodel.Simple, f32, kernels.Sum, "for Reduce"},
+				{"LL", 4, 2, costmodel.AllReduce, costmodel.LL, f32, kernels.Sum, "with Simple only"},
+				{"LL128", 4, 2, costmodel.AllReduce, costmodel.LL128, f32, kernels.Sum, "with Simple only"},
+				{"one-node", 4, 4, costmodel.AllReduce, costmodel.Simple, f32, kernels.Sum, "2 or more nodes"},
+				{"one-node-default", 3, 0, costmodel.AllReduce, costmodel.Simple, f32, kernels.Sum, "2 or more nodes"},
+				{"int8", 4, 2, costmodel.AllReduce, costmodel.Simple, kernels.Int8, kernels.Sum, "the endpoint reduces"},
+				{"uint8", 4, 2, costmodel.AllReduce, costmodel.Simple, kernels.Uint8, kernels.Max, "the endpoint reduces"},
+				{"fp8", 4, 2, costmodel.AllReduce, costmodel.Simple, kernels.Fp8E4M3, kernels.Sum, "the endpoint reduces"},
+				{"fp8-avg", 4, 2, costmodel.AllReduce, costmodel.Simple, kernels.Fp8E5M2, kernels.Avg, "the endpoint reduces"},
+				{"prod", 4, 2, costmodel.AllReduce, costmodel.Simple, i32, kernels.Prod, "the endpoint reduces"},
+				{"prod-float", 4, 2, costmodel.AllReduce, costmodel.Simple, f32, kernels.Prod, "the endpoint reduces"},
+			}
+			if a == costmodel.CollNetDirect {
+				cases = append(cases,
+					invalidCase{"allgather", 4, 2, costmodel.AllGather, costmodel.Simple, f32, kernels.Sum, "iallgather and ireducescatter"},
+					invalidCase{"reducescatter", 4, 2, costmodel.ReduceScatter, costmodel.Simple, f32, kernels.Sum, "iallgather and ireducescatter"},
+					invalidCase{"uneven-nodes", 5, 2, costmodel.AllReduce, costmodel.Simple, f32, kernels.Sum, "the same size"},
+					invalidCase{"nine-local", 18, 9, costmodel.AllReduce, costmodel.Simple, f32, kernels.Sum, "at most 8 local ranks"})
+			} else {
+				cases = append(cases,
+					invalidCase{"allgather", 4, 2, costmodel.AllGather, costmodel.Simple, f32, kernels.Sum, "for AllGather"},
+					invalidCase{"reducescatter", 4, 2, costmodel.ReduceScatter, costmodel.Simple, f32, kernels.Sum, "for ReduceScatter"})
+			}
+			runInvalidCases(t, a, cases)
+		})
+	}
+}
+
+// TestCollNetNoEndpoint: a CollNet call without an endpoint configured is ErrConfig on every rank,
+// the same error, at once (not a hang), and the communicator stays usable.
+func TestCollNetNoEndpoint(t *testing.T) {
+	comms, err := NewInProcess(4, Config{Buffers: tinyBuffers(), RanksPerNode: 2, Override: Pin(costmodel.CollNetDirect, costmodel.Simple)})
+	require.NoError(t, err)
+	defer closeAll(comms)
+	errs := runRanks(t, comms, 10*time.Second, func(r int, c *Comm) error {
+		b := make([]byte, 40)
+		return c.AllReduce(bg, b, b, 10, kernels.Float32, kernels.Sum)
+	})
+	for r, err := range errs {
+		require.ErrorIs(t, err, ErrConfig, "rank %d", r)
+		assert.Contains(t, err.Error(), "COLLPLAN_COLLNET_ADDR", "rank %d", r)
+		assert.Equal(t, errs[0].Error(), err.Error(), "rank %d", r)
+	}
+	errs = runRanks(t, comms, 10*time.Second, func(r int, c *Comm) error {
+		c.SetOverride(Override{})
+		b := make([]byte, 40)
+		return c.AllReduce(bg, b, b, 10, kernels.Float32, kernels.Sum)
+	})
+	for r, err := range errs {
+		assert.NoError(t, err, "rank %d", r)
+	}
+}

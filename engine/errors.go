@@ -59,6 +59,9 @@ type AbortError struct {
 }
 
 func (e *AbortError) Error() string {
+	if e.Rank < 0 {
+		return fmt.Sprintf("engine: communicator aborted: %s", e.Reason)
+	}
 	if e.Lost {
 		return fmt.Sprintf("engine: communicator aborted: rank %d: %s", e.Rank, e.Reason)
 	}
@@ -80,6 +83,7 @@ const (
 	abortStalled  = 8  // the named rank stopped moving data: the watchdog (Config.Timeout) fired
 	abortExited   = 9  // the named rank's process exited (its launcher saw it)
 	abortCollNet  = 10 // the rank's connection to the CollNet aggregation endpoint failed
+	abortEndpoint = 11 // the launcher saw the CollNet aggregation endpoint's process exit; no rank named
 )
 
 var abortReasons = [...]string{"", "context done", "closed during a collective", "internal error", "aborted",
@@ -87,7 +91,8 @@ var abortReasons = [...]string{"", "context done", "closed during a collective",
 	"lost: its rendezvous connection ended without a goodbye (its process died, or the connection was cut)",
 	"it stopped moving data: a rank waited on it past the watchdog's timeout (stopped, hung, or not in the call)",
 	"its process exited before the job ended",
-	"its connection to the CollNet aggregation endpoint failed (the endpoint died, stopped, or failed the job)"}
+	"its connection to the CollNet aggregation endpoint failed (the endpoint died, stopped, or failed the job)",
+	"the CollNet aggregation endpoint's process exited before the job ended"}
 
 // AbortWord returns the value that, stored with an atomic 8-byte store at byte CtrlAbortOffset of
 // the "ctrl" region while the word is still 0, aborts the communicator on behalf of rank: every

@@ -194,6 +194,10 @@ func (c *Comm) resolve(coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, cou
 	}
 	if o.PinProto {
 		d.Proto = o.Proto
+	} else if o.PinAlgo && simpleOnly(d.Algo) {
+		// A pinned algorithm that runs Simple alone runs with Simple, as NCCL_ALGO does: NCCL's
+		// model gives its LL and LL128 cells no bandwidth, so the tuner picks Simple.
+		d.Proto = costmodel.Simple
 	}
 	if o.Channels > 0 {
 		d.Channels = o.Channels
@@ -292,6 +296,16 @@ func algoError(coll costmodel.Coll, a costmodel.Algo, p costmodel.Proto, n, rpn 
 		return fmt.Errorf("%w: algorithm %d", ErrInvalid, int(a))
 	}
 	return nil
+}
+
+// simpleOnly reports whether NCCL runs algorithm a with Simple only (NVLS, NVLS_TREE, CollNet,
+// PAT).
+func simpleOnly(a costmodel.Algo) bool {
+	switch a {
+	case costmodel.NVLS, costmodel.NVLSTree, costmodel.CollNetDirect, costmodel.CollNetChain, costmodel.PAT:
+		return true
+	}
+	return false
 }
 
 // PinError is the error every rank of a communicator of n ranks, rpn per virtual node (0: one

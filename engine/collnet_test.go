@@ -408,3 +408,32 @@ func TestCollNetEndpointProtocol(t *testing.T) {
 		assert.Contains(t, string(msg), "not a collplan CollNet client")
 	})
 }
+
+// TestCollNetCoreProduct runs the full product of CollNet's structural axes (each algorithm's
+// shapes, the four sizes, in place or not), cycling through the dtype/op pairs, the channel counts
+// and the alignments. (Skipped with -short: the pairwise rows cover it there.)
+func TestCollNetCoreProduct(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the pairwise rows cover it in -short")
+	}
+	dos := collNetDtOps(false)
+	k := 0
+	start := time.Now()
+	for _, a := range []costmodel.Algo{costmodel.CollNetDirect, costmodel.CollNetChain} {
+		shapes := collNetDirectShapes
+		if a == costmodel.CollNetChain {
+			shapes = collNetChainShapes
+		}
+		for _, sh := range shapes {
+			for size := sizeZero; size <= sizeWrap; size++ {
+				for _, inPlace := range []bool{false, true} {
+					m := matrixCase{ca: collAlgo{costmodel.AllReduce, a}, proto: costmodel.Simple, do: dos[k%len(dos)], n: sh[0], rpn: sh[1],
+						size: size, inPlace: inPlace, channels: 1 + k%3, misalign: k % 2}
+					k++
+					t.Run(m.String(), func(t *testing.T) { runMatrixCase(t, m) })
+				}
+			}
+		}
+	}
+	t.Logf("%d cases in %v", k, time.Since(start))
+}

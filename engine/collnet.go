@@ -288,14 +288,7 @@ func (wk *nvlsWorker) netAct(kind uint8, s uint64, nb int) {
 func (wk *nvlsWorker) c() *Comm { return wk.w.c }
 
 // protocolError records err as the connection's failure and aborts the communicator.
-func (l *cnLink) protocolError(err error) {
-	l.errMu.Lock()
-	if l.err == nil {
-		l.err = err
-	}
-	l.errMu.Unlock()
-	l.c.setAbort(abortCollNet)
-}
+func (l *cnLink) protocolError(err error) { l.fail(err) }
 
 // cnChainRun is a CollNetChain head's schedule on one channel: elements [lo, hi) in chunks of one
 // FIFO step, up from the chain (or its own input alone) to the endpoint, down from the endpoint to

@@ -8,7 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
-	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/collplan/collplan/kernels"
@@ -504,26 +504,33 @@ func (g *cnGroup) contribute(m *cnMember, dt kernels.Dtype, op kernels.Op, step 
 }
 
 // cnLink is a head's connection to the endpoint for one (channel, share): the client side of the
-// protocol above. The worker that owns it sends (send) and consumes results (recvReady, result,
-// release) without blocking beyond the write; a reader goroutine receives results into
-// NCCL_STEPS fixed slots. When the connection fails (the endpoint died, or failed the job), the
-// reader aborts the communicator, so every wait of every rank ends.
+// protocol above, used by the one worker that heads the share on the channel, on its goroutine.
+// It sends a step (send) when it has a credit (sendReady: fewer than NCCL_STEPS steps sent and
+// not consumed), and reads results itself while it polls for them (recvReady), with
+// non-blocking reads straight into NCCL_STEPS fixed result slots: a goroutine blocked in a read
+// would wake only when the runtime polls the network, which a rank's spinning or yielding wait
+// delays by milliseconds (Go's scheduler polls it when a P idles, or every 10 ms). A failed read
+// or write (the endpoint died, or failed the job and said why in an error frame) aborts the
+// communicator, so every wait of every rank ends; between calls nothing reads, so a failure is
+// seen at the next call (a Launcher also aborts the job when the endpoint process exits).
 type cnLink struct {
 	c       *Comm
 	conn    net.Conn
+	rc      syscall.RawConn
 	maxStep int
 	buf     []byte // a data frame: header, then up to maxStep payload bytes
 	res     [NCCLSteps][]byte
 	resLen  [NCCLSteps]int
 
-	sent     uint64        // steps sent (worker)
-	consumed atomic.Uint64 // results consumed (worker writes, reader reads)
-	arrived  atomic.Uint64 // results received (reader writes)
+	sent, consumed, arrived uint64 // steps sent, results consumed, results received
 
-	closing atomic.Bool
-	done    chan struct{}
-	errMu   sync.Mutex
-	err     error
+	// The frame being read: its header (hdrGot bytes of it so far), then its payload (payGot bytes
+	// into res[arrived%NCCL_STEPS]).
+	hdr            [cnHdrBytes]byte
+	hdrGot, payGot int
+	inPayload      bool
+
+	err error
 }
 
 // dialCollNet connects this rank to the endpoint as the contributor of node on (ch, share).
@@ -531,6 +538,16 @@ func (c *Comm) dialCollNet(ch, share, node, nNodes, maxStep int) (*cnLink, error
 	addr := c.cfg.CollNet.Addr
 	conn, err := net.DialTimeout("tcp", addr, cnIOTimeout)
 	if err != nil {
+		return nil, fmt.Errorf("engine: CollNet endpoint %s: %w", addr, err)
+	}
+	tc, ok := conn.(*net.TCPConn)
+	if !ok {
+		conn.Close()
+		return nil, fmt.Errorf("engine: CollNet endpoint %s: not a TCP connection", addr)
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		conn.Close()
 		return nil, fmt.Errorf("engine: CollNet endpoint %s: %w", addr, err)
 	}
 	var hb [cnHelloBytes]byte
@@ -541,72 +558,106 @@ func (c *Comm) dialCollNet(ch, share, node, nNodes, maxStep int) (*cnLink, error
 		conn.Close()
 		return nil, fmt.Errorf("engine: CollNet endpoint %s: hello: %w", addr, err)
 	}
-	l := &cnLink{c: c, conn: conn, maxStep: maxStep, buf: make([]byte, cnHdrBytes+maxStep), done: make(chan struct{})}
+	l := &cnLink{c: c, conn: conn, rc: rc, maxStep: maxStep, buf: make([]byte, cnHdrBytes+maxStep)}
 	for i := range l.res {
 		l.res[i] = make([]byte, maxStep)
 	}
-	go l.read()
 	return l, nil
 }
 
-// read receives result frames until the connection ends.
-func (l *cnLink) read() {
-	defer close(l.done)
-	var hdr [cnHdrBytes]byte
-	le := binary.LittleEndian
-	fail := func(err error) {
-		if l.closing.Load() {
-			return
-		}
-		l.errMu.Lock()
-		if l.err == nil {
-			l.err = err
-		}
-		l.errMu.Unlock()
-		l.c.setAbort(abortCollNet)
+// fail records the connection's failure and aborts the communicator.
+func (l *cnLink) fail(err error) {
+	if l.err == nil {
+		l.err = err
 	}
+	l.c.setAbort(abortCollNet)
+}
+
+// readSome reads what the socket holds, without waiting, into b: the bytes read, 0 when none are
+// there yet.
+func (l *cnLink) readSome(b []byte) (int, error) {
+	var n int
+	var rerr error
+	if err := l.rc.Read(func(fd uintptr) bool {
+		n, rerr = syscall.Read(int(fd), b)
+		return true // never wait for the poller
+	}); err != nil {
+		return 0, err
+	}
+	switch {
+	case rerr == syscall.EAGAIN || rerr == syscall.EINTR:
+		return 0, nil
+	case rerr != nil:
+		return 0, rerr
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// poll reads the frames that have arrived (at most until one more result is in).
+func (l *cnLink) poll() {
+	if l.err != nil {
+		return
+	}
+	addr := l.c.cfg.CollNet.Addr
 	for {
-		l.conn.SetReadDeadline(time.Time{})
-		if _, err := io.ReadFull(l.conn, hdr[:1]); err != nil {
-			fail(fmt.Errorf("engine: CollNet endpoint %s: connection lost: %w", l.c.cfg.CollNet.Addr, err))
-			return
+		if !l.inPayload {
+			n, err := l.readSome(l.hdr[l.hdrGot:])
+			if err != nil {
+				l.fail(fmt.Errorf("engine: CollNet endpoint %s: connection lost: %w", addr, err))
+				return
+			}
+			if n == 0 {
+				return
+			}
+			if l.hdrGot += n; l.hdrGot < cnHdrBytes {
+				continue
+			}
+			le := binary.LittleEndian
+			kind, step, nb := le.Uint32(l.hdr[0:]), le.Uint64(l.hdr[8:]), int(le.Uint32(l.hdr[16:]))
+			switch {
+			case kind == cnKindError:
+				msg := make([]byte, min(nb, cnMaxErrMsg))
+				l.conn.SetReadDeadline(time.Now().Add(time.Second))
+				io.ReadFull(l.conn, msg)
+				l.fail(fmt.Errorf("engine: CollNet endpoint %s failed the job: %s", addr, msg))
+				return
+			case kind != cnKindData:
+				l.fail(fmt.Errorf("engine: CollNet endpoint %s: frame kind %d", addr, kind))
+				return
+			case step != l.arrived || l.arrived-l.consumed >= NCCLSteps || l.arrived >= l.sent:
+				l.fail(fmt.Errorf("engine: CollNet endpoint %s: a result for step %d, want %d", addr, step, l.arrived))
+				return
+			case nb > l.maxStep:
+				l.fail(fmt.Errorf("engine: CollNet endpoint %s: a result of %d bytes (steps are at most %d)", addr, nb, l.maxStep))
+				return
+			}
+			l.resLen[step%NCCLSteps] = nb
+			l.inPayload, l.payGot = true, 0
 		}
-		l.conn.SetReadDeadline(time.Now().Add(cnIOTimeout))
-		if _, err := io.ReadFull(l.conn, hdr[1:]); err != nil {
-			fail(fmt.Errorf("engine: CollNet endpoint %s: connection lost: %w", l.c.cfg.CollNet.Addr, err))
-			return
+		i := l.arrived % NCCLSteps
+		if dst := l.res[i][:l.resLen[i]]; l.payGot < len(dst) {
+			n, err := l.readSome(dst[l.payGot:])
+			if err != nil {
+				l.fail(fmt.Errorf("engine: CollNet endpoint %s: connection lost: %w", addr, err))
+				return
+			}
+			if n == 0 {
+				return
+			}
+			if l.payGot += n; l.payGot < len(dst) {
+				continue
+			}
 		}
-		kind, step, nb := le.Uint32(hdr[0:]), le.Uint64(hdr[8:]), int(le.Uint32(hdr[16:]))
-		if kind == cnKindError {
-			msg := make([]byte, min(nb, cnMaxErrMsg))
-			io.ReadFull(l.conn, msg)
-			fail(fmt.Errorf("engine: CollNet endpoint %s failed the job: %s", l.c.cfg.CollNet.Addr, msg))
-			return
-		}
-		a := l.arrived.Load()
-		switch {
-		case kind != cnKindData:
-			fail(fmt.Errorf("engine: CollNet endpoint %s: frame kind %d", l.c.cfg.CollNet.Addr, kind))
-			return
-		case step != a || a-l.consumed.Load() >= NCCLSteps:
-			fail(fmt.Errorf("engine: CollNet endpoint %s: result for step %d, want %d", l.c.cfg.CollNet.Addr, step, a))
-			return
-		case nb > l.maxStep:
-			fail(fmt.Errorf("engine: CollNet endpoint %s: result of %d bytes (steps are at most %d)", l.c.cfg.CollNet.Addr, nb, l.maxStep))
-			return
-		}
-		i := step % NCCLSteps
-		if _, err := io.ReadFull(l.conn, l.res[i][:nb]); err != nil {
-			fail(fmt.Errorf("engine: CollNet endpoint %s: connection lost: %w", l.c.cfg.CollNet.Addr, err))
-			return
-		}
-		l.resLen[i] = nb
-		l.arrived.Store(a + 1)
+		l.inPayload, l.hdrGot = false, 0
+		l.arrived++
+		return
 	}
 }
 
 // sendReady reports whether the worker may send its next step (fewer than NCCL_STEPS outstanding).
-func (l *cnLink) sendReady() bool { return l.sent-l.consumed.Load() < NCCLSteps }
+func (l *cnLink) sendReady() bool { return l.sent-l.consumed < NCCLSteps }
 
 // payload is where the next step's nb bytes go before send.
 func (l *cnLink) payload(nb int) []byte { return l.buf[cnHdrBytes : cnHdrBytes+nb : cnHdrBytes+nb] }
@@ -617,42 +668,36 @@ func (l *cnLink) send(dt kernels.Dtype, op kernels.Op, nb int) {
 	putHdr(l.buf, cnKindData, dt, op, l.sent, nb)
 	l.sent++
 	l.conn.SetWriteDeadline(time.Now().Add(cnIOTimeout))
-	if _, err := l.conn.Write(l.buf[:cnHdrBytes+nb]); err != nil && !l.closing.Load() {
-		l.errMu.Lock()
-		if l.err == nil {
-			l.err = fmt.Errorf("engine: CollNet endpoint %s: %w", l.c.cfg.CollNet.Addr, err)
-		}
-		l.errMu.Unlock()
-		l.c.setAbort(abortCollNet)
+	if _, err := l.conn.Write(l.buf[:cnHdrBytes+nb]); err != nil {
+		l.fail(fmt.Errorf("engine: CollNet endpoint %s: %w", l.c.cfg.CollNet.Addr, err))
 	}
 }
 
-// recvReady reports whether the oldest outstanding step's result is in.
-func (l *cnLink) recvReady() bool { return l.arrived.Load() > l.consumed.Load() }
+// recvReady reports whether the oldest outstanding step's result is in, reading what has arrived.
+func (l *cnLink) recvReady() bool {
+	if l.arrived == l.consumed && l.consumed < l.sent {
+		l.poll()
+	}
+	return l.arrived > l.consumed
+}
 
 // result is the oldest outstanding step's result (valid until release).
 func (l *cnLink) result() []byte {
-	i := l.consumed.Load() % NCCLSteps
+	i := l.consumed % NCCLSteps
 	return l.res[i][:l.resLen[i]]
 }
 
 // release hands the oldest result's slot back.
-func (l *cnLink) release() { l.consumed.Add(1) }
+func (l *cnLink) release() { l.consumed++ }
 
-// close says goodbye and closes the connection, and waits for the reader.
+// close says goodbye and closes the connection.
 func (l *cnLink) close() {
-	l.closing.Store(true)
 	var b [cnHdrBytes]byte
 	putHdr(b[:], cnKindBye, 0, 0, 0, 0)
 	l.conn.SetWriteDeadline(time.Now().Add(closeWait))
 	l.conn.Write(b[:])
 	l.conn.Close()
-	<-l.done
 }
 
 // error returns the connection's failure, if any.
-func (l *cnLink) error() error {
-	l.errMu.Lock()
-	defer l.errMu.Unlock()
-	return l.err
-}
+func (l *cnLink) error() error { return l.err }

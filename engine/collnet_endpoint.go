@@ -167,14 +167,13 @@ type cnGroup struct {
 }
 
 type cnSlot struct {
-	step   uint64
-	n      int // contributions in
-	dt     kernels.Dtype
-	op     kernels.Op
-	nb     int
-	red    kernels.Reducer
-	acc    []byte
-	resHdr [cnHdrBytes]byte
+	step  uint64
+	n     int // contributions in
+	dt    kernels.Dtype
+	op    kernels.Op
+	nb    int
+	red   kernels.Reducer
+	frame []byte // the result frame: its header, then the accumulator
 }
 
 type cnMember struct {
@@ -458,10 +457,11 @@ func (g *cnGroup) contribute(m *cnMember, dt kernels.Dtype, op kernels.Op, step 
 	m.next++
 	sl := &g.slots[step%NCCLSteps]
 	nb := len(data)
+	if sl.frame == nil {
+		sl.frame = make([]byte, cnHdrBytes+g.maxStep)
+	}
+	acc := sl.frame[cnHdrBytes : cnHdrBytes+nb]
 	if sl.n == 0 {
-		if sl.acc == nil {
-			sl.acc = make([]byte, g.maxStep)
-		}
 		if sl.dt != dt || sl.op != op || sl.red.NRanks() == 0 {
 			red, err := kernels.NewReducer(dt, op, 1, nil)
 			if err != nil {
@@ -470,7 +470,7 @@ func (g *cnGroup) contribute(m *cnMember, dt kernels.Dtype, op kernels.Op, step 
 			sl.red = red
 		}
 		sl.step, sl.dt, sl.op, sl.nb = step, dt, op, nb
-		copy(sl.acc[:nb], data)
+		copy(acc, data)
 	} else {
 		switch {
 		case sl.step != step:
@@ -480,21 +480,20 @@ func (g *cnGroup) contribute(m *cnMember, dt kernels.Dtype, op kernels.Op, step 
 			return fmt.Sprintf("step %d: node %d sent %d bytes of %v %v, another node %d bytes of %v %v",
 				step, m.node, nb, dt, op, sl.nb, sl.dt, sl.op)
 		}
-		sl.red.Reduce(sl.acc[:nb], sl.acc[:nb], data)
+		sl.red.Reduce(acc, acc, data)
 	}
 	if sl.n++; sl.n < g.nNodes {
 		return ""
 	}
 	sl.n = 0
-	putHdr(sl.resHdr[:], cnKindData, 0, 0, step, nb)
+	putHdr(sl.frame, cnKindData, 0, 0, step, nb)
 	for _, r := range g.members {
 		if r == nil {
 			return fmt.Sprintf("step %d complete with a node gone", step)
 		}
-		bufs := net.Buffers{sl.resHdr[:], sl.acc[:nb]}
 		r.wmu.Lock()
 		r.conn.SetWriteDeadline(time.Now().Add(cnIOTimeout))
-		_, err := bufs.WriteTo(r.conn)
+		_, err := r.conn.Write(sl.frame[:cnHdrBytes+nb])
 		r.wmu.Unlock()
 		if err != nil {
 			return fmt.Sprintf("step %d: sending the result to node %d: %v", step, r.node, err)
@@ -530,6 +529,13 @@ type cnLink struct {
 	hdrGot, payGot int
 	inPayload      bool
 
+	// readSome's read, made once so that a poll allocates nothing: it reads into rbuf and leaves
+	// the count and error in rn and rerr.
+	readFn func(fd uintptr) bool
+	rbuf   []byte
+	rn     int
+	rerr   error
+
 	err error
 }
 
@@ -559,6 +565,10 @@ func (c *Comm) dialCollNet(ch, share, node, nNodes, maxStep int) (*cnLink, error
 		return nil, fmt.Errorf("engine: CollNet endpoint %s: hello: %w", addr, err)
 	}
 	l := &cnLink{c: c, conn: conn, rc: rc, maxStep: maxStep, buf: make([]byte, cnHdrBytes+maxStep)}
+	l.readFn = func(fd uintptr) bool {
+		l.rn, l.rerr = syscall.Read(int(fd), l.rbuf)
+		return true // never wait for the poller
+	}
 	for i := range l.res {
 		l.res[i] = make([]byte, maxStep)
 	}
@@ -576,12 +586,11 @@ func (l *cnLink) fail(err error) {
 // readSome reads what the socket holds, without waiting, into b: the bytes read, 0 when none are
 // there yet.
 func (l *cnLink) readSome(b []byte) (int, error) {
-	var n int
-	var rerr error
-	if err := l.rc.Read(func(fd uintptr) bool {
-		n, rerr = syscall.Read(int(fd), b)
-		return true // never wait for the poller
-	}); err != nil {
+	l.rbuf = b
+	err := l.rc.Read(l.readFn)
+	n, rerr := l.rn, l.rerr
+	l.rbuf = nil
+	if err != nil {
 		return 0, err
 	}
 	switch {

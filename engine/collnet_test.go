@@ -437,3 +437,42 @@ func TestCollNetCoreProduct(t *testing.T) {
 	}
 	t.Logf("%d cases in %v", k, time.Since(start))
 }
+
+// TestCollNetNoAllocationPerStep: a CollNet call allocates nothing per step, on the ranks or in
+// the (in-process) endpoint: as many allocations for a call of many steps as for one of a few.
+func TestCollNetNoAllocationPerStep(t *testing.T) {
+	for _, a := range []costmodel.Algo{costmodel.CollNetDirect, costmodel.CollNetChain} {
+		t.Run(a.String(), func(t *testing.T) {
+			const n = 4
+			cfg := Config{Buffers: tinyBuffers(), RanksPerNode: 2, Override: Pin(a, costmodel.Simple)}
+			cfg.CollNet.Addr = testCollNetAddr(t)
+			comms, err := NewInProcess(n, cfg)
+			require.NoError(t, err)
+			defer closeAll(comms)
+			bufs := make([][]byte, n)
+			for r := range bufs {
+				bufs[r] = make([]byte, 8000*4)
+			}
+			// Both calls take long enough that every goroutine of the call reaches its waits' sleep
+			// phase, whose first time.Sleep allocates the goroutine's timer (once per call's
+			// goroutine, not per step): the in-process endpoint's round trips are slow.
+			runs, mid, large := 4, 2000, 8000
+			if testing.Short() {
+				runs, mid, large = 2, 1000, 3000
+			}
+			allocs := func(count int) float64 {
+				return testing.AllocsPerRun(runs, func() {
+					errs := runRanks(t, comms, 10*time.Second, func(r int, c *Comm) error {
+						return c.AllReduce(bg, bufs[r], bufs[r], count, kernels.Float32, kernels.Sum)
+					})
+					for _, err := range errs {
+						require.NoError(t, err)
+					}
+				})
+			}
+			few, many := allocs(mid), allocs(large)
+			t.Logf("allocs per call: %v (%d elements), %v (%d)", few, mid, many, large)
+			assert.LessOrEqual(t, many, few+2, "allocation grows with the message")
+		})
+	}
+}

@@ -7,14 +7,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"flag"
 	"fmt"
 	"math"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -38,7 +35,7 @@ import (
 //
 // The CollNetDirect cases pin CollNetDirect/Simple on one channel in virtual nodes of n/2 ranks
 // (2 nodes) with the aggregation endpoint the launcher starts (this test binary running
-// TestStagingEndpoint): the node's region (collnet.go: NVLS's shape, 2 MiB per rank on 2 ranks,
+// TestCollNetEndpointHelper): the node's region (collnet.go: NVLS's shape, 2 MiB per rank on 2 ranks,
 // 8 MiB on 4) and the endpoint connection's NCCL_STEPS result slots of a Simple step (4 MiB) are
 // the staging; 1 MiB against 1 GiB on 2 and 4 ranks.
 //
@@ -106,7 +103,7 @@ func stagingRun(t *testing.T, n int, size int64, algo string) []int64 {
 		Stdout: &out, Stderr: &errb,
 	}
 	if algo == "collnetdirect" {
-		l.CollNet = []string{os.Args[0], "-test.run=^TestStagingEndpoint$"} // the launcher appends the address
+		l.CollNet = []string{os.Args[0], "-test.run=^TestCollNetEndpointHelper$"} // the launcher appends the address
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -201,23 +198,6 @@ func TestStagingRank(t *testing.T) {
 	}
 	p := c.LastPlan()
 	fmt.Printf("STAGING rank=%d bytes=%d vmhwm=%d plan=%v/%v/%dch\n", env.Rank, size, hwm, p.Algo, p.Proto, p.Channels)
-}
-
-// TestStagingEndpoint is the aggregation endpoint process of TestStagingBounded's CollNetDirect
-// cases (it skips unless launched by it with an address): it serves until SIGTERM.
-func TestStagingEndpoint(t *testing.T) {
-	addr := flag.Arg(0)
-	if addr == "" {
-		t.Skip("the endpoint process of TestStagingBounded")
-	}
-	ep, err := engine.ListenCollNet(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	<-ctx.Done()
-	ep.Close()
 }
 
 // stagingTable is collbench's plan source: the planner's AllReduce table for the cpu node table,

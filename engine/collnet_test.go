@@ -476,3 +476,54 @@ func TestCollNetNoAllocationPerStep(t *testing.T) {
 		})
 	}
 }
+
+// TestCollNetSequence interleaves CollNetDirect and CollNetChain (which share share 0's endpoint
+// connection on each channel: the node's first rank heads it in both) on 1-3 channels with Tree,
+// Ring and NVLS_TREE (whose connections the chain shares) on one communicator of 6 ranks in 3
+// nodes of 2. Rank r's element i is 1000r+i, so the sum is 6i+15000 (by hand).
+func TestCollNetSequence(t *testing.T) {
+	const n = 6
+	cfg := Config{Buffers: tinyBuffers(), RanksPerNode: 2}
+	cfg.CollNet.Addr = testCollNetAddr(t)
+	comms, err := NewInProcess(n, cfg)
+	require.NoError(t, err)
+	defer closeAll(comms)
+	le := binary.LittleEndian
+	seq := []struct {
+		algo  costmodel.Algo
+		ch    int
+		count int
+	}{
+		{costmodel.CollNetDirect, 2, 3001},
+		{costmodel.CollNetChain, 2, 777},
+		{costmodel.Tree, 2, 100},
+		{costmodel.CollNetChain, 3, 17},
+		{costmodel.CollNetDirect, 1, 1},
+		{costmodel.Ring, 3, 500},
+		{costmodel.NVLSTree, 3, 400},
+		{costmodel.CollNetChain, 1, 4000},
+		{costmodel.CollNetDirect, 3, 9999},
+		{costmodel.CollNetChain, 2, 5},
+	}
+	for k, sc := range seq {
+		o := Pin(sc.algo, costmodel.Simple)
+		o.Channels = sc.ch
+		outs := make([][]byte, n)
+		errs := runRanks(t, comms, 20*time.Second, func(r int, c *Comm) error {
+			c.SetOverride(o)
+			outs[r] = make([]byte, 4*sc.count)
+			for i := 0; i < sc.count; i++ {
+				le.PutUint32(outs[r][4*i:], uint32(1000*r+i))
+			}
+			return c.AllReduce(bg, outs[r], outs[r], sc.count, kernels.Int32, kernels.Sum)
+		})
+		for r := 0; r < n; r++ {
+			require.NoError(t, errs[r], "call %d rank %d", k, r)
+			for i := 0; i < sc.count; i++ {
+				if got, want := int(int32(le.Uint32(outs[r][4*i:]))), n*i+1000*n*(n-1)/2; got != want {
+					t.Fatalf("call %d (%v, %d channels) rank %d element %d: %d, want %d", k, sc.algo, sc.ch, r, i, got, want)
+				}
+			}
+		}
+	}
+}

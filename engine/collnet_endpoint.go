@@ -38,8 +38,9 @@ import (
 // the contributors of a step agree on them); a bad frame, a hello that does not fit its group, or a
 // connection that ends without the goodbye fails the whole job: the endpoint sends every
 // connection of the job an error frame saying why and closes them, so every head's communicator
-// aborts (its reader stores the abort word). A frame that has begun must arrive whole within
-// cnIOTimeout; every write to a contributor has the same deadline. Nothing read is trusted as a
+// aborts (the head that reads the error, or the end of the connection, stores the abort word). A
+// frame that has begun must arrive whole within cnIOTimeout; every write to a contributor has the
+// same deadline. Nothing read is trusted as a
 // size before it is checked, so a bad peer cannot make the endpoint allocate.
 //
 // Wire format (little-endian):

@@ -163,6 +163,7 @@ func TestCollNetInvalid(t *testing.T) {
 				{"LL128", 4, 2, costmodel.AllReduce, costmodel.LL128, f32, kernels.Sum, "with Simple only"},
 				{"one-node", 4, 4, costmodel.AllReduce, costmodel.Simple, f32, kernels.Sum, "2 or more nodes"},
 				{"one-node-default", 3, 0, costmodel.AllReduce, costmodel.Simple, f32, kernels.Sum, "2 or more nodes"},
+				{"one-rank", 1, 1, costmodel.AllReduce, costmodel.Simple, f32, kernels.Sum, "2 or more nodes"},
 				{"int8", 4, 2, costmodel.AllReduce, costmodel.Simple, kernels.Int8, kernels.Sum, "the endpoint reduces"},
 				{"uint8", 4, 2, costmodel.AllReduce, costmodel.Simple, kernels.Uint8, kernels.Max, "the endpoint reduces"},
 				{"fp8", 4, 2, costmodel.AllReduce, costmodel.Simple, kernels.Fp8E4M3, kernels.Sum, "the endpoint reduces"},
@@ -532,5 +533,52 @@ func TestCollNetSequence(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestCollNetChunk checks collNetChunk against calcCollChunking's CollNet rules worked by hand, on
+// NCCL's default buffers (Simple step 512 KiB; NVLS step min(128 KiB, 512 KiB) = 128 KiB), 4 ranks
+// in 2 nodes of 2, 2 channels:
+//   - CollNetDirect (nHeads 2, depth 2: ops 4): 1 GiB/(4 x 512 KiB) = 512 >= 128: 512 KiB, capped
+//     at 128 KiB. 8 MiB: 4 < 128 halves to 256 KiB (8 < 128), 128 KiB (stop: not above 128 KiB);
+//     8 MiB/(4 x 128 KiB) = 16 is not below 16: 128 KiB. 4 MiB: to 128 KiB, then 8 < 16 halves
+//     to 64 KiB, and 4 MiB/(4 x 64 KiB) = 16: 64 KiB. 1 MiB: 128 KiB, 64 KiB (1 MiB/256 KiB = 4),
+//     then 4 < 16 and above 32 KiB: 32 KiB.
+//   - CollNetChain (depth 4/2 = 2; from min(256 KiB, 512 KiB)): 1 GiB/(2 x 256 KiB) = 2048: 256
+//     KiB. 16 MiB: 32 < 128 halves to 128 KiB; 16 MiB/256 KiB = 64 >= 16: 128 KiB. 1 MiB: 128 KiB,
+//     then 4 < 16: 64 KiB, then 1 MiB/128 KiB = 8 >= 2: 64 KiB. 64 KiB: 128 KiB, 64 KiB, then 0 <
+//     2: 32 KiB.
+//   - a planned chunk is kept up to the cap: 1 MiB -> 128 KiB (Direct), 100000 -> 100000 (Chain).
+//
+// With tinyBuffers (Simple step 64 B) both are 64 B whatever the size.
+func TestCollNetChunk(t *testing.T) {
+	comms, err := NewInProcess(4, Config{RanksPerNode: 2})
+	require.NoError(t, err)
+	defer closeAll(comms)
+	c := comms[0]
+	const K, M, G = 1 << 10, 1 << 20, 1 << 30
+	for _, tc := range []struct {
+		algo            costmodel.Algo
+		nBytes, planned int64
+		want            int64
+	}{
+		{costmodel.CollNetDirect, G, 0, 128 * K},
+		{costmodel.CollNetDirect, 8 * M, 0, 128 * K},
+		{costmodel.CollNetDirect, 4 * M, 0, 64 * K},
+		{costmodel.CollNetDirect, M, 0, 32 * K},
+		{costmodel.CollNetDirect, 4 * M, M, 128 * K},
+		{costmodel.CollNetChain, G, 0, 256 * K},
+		{costmodel.CollNetChain, 16 * M, 0, 128 * K},
+		{costmodel.CollNetChain, M, 0, 64 * K},
+		{costmodel.CollNetChain, 64 * K, 0, 32 * K},
+		{costmodel.CollNetChain, M, 100000, 100000},
+	} {
+		assert.Equal(t, tc.want, c.collNetChunk(tc.algo, tc.nBytes, tc.planned, 2), "%v nBytes %d planned %d", tc.algo, tc.nBytes, tc.planned)
+	}
+	tiny, err := NewInProcess(4, Config{RanksPerNode: 2, Buffers: tinyBuffers()})
+	require.NoError(t, err)
+	defer closeAll(tiny)
+	for _, a := range []costmodel.Algo{costmodel.CollNetDirect, costmodel.CollNetChain} {
+		assert.Equal(t, int64(64), tiny[0].collNetChunk(a, G, 0, 2), "%v", a)
 	}
 }

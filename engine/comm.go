@@ -675,7 +675,10 @@ func (c *Comm) execute(w *waiter, cl *call) error {
 			return wk.err
 		}
 	}
-	return c.withCollNetCause(abortE)
+	if abortE != nil {
+		return c.withCollNetCause(abortE) // a CollNetChain head's endpoint connection may be the cause
+	}
+	return nil
 }
 
 func isAbort(err error) bool {

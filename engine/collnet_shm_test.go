@@ -56,6 +56,7 @@ func TestShmCollNetProcesses(t *testing.T) {
 	defer cancel()
 	require.NoError(t, l.Run(ctx), "stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
 	assert.Regexp(t, regexp.MustCompile(`ENDPOINT pid=\d+`), out.String())
+	assert.Len(t, regexp.MustCompile(`COLLNET rank=\d algo=COLLNET_DIRECT`).FindAllString(out.String(), -1), n, "%s", out.String())
 	assert.Regexp(t, regexp.MustCompile(`(?s)(DONE rank=\d.*){4}`), out.String())
 	assert.Empty(t, ShmFiles(job), "the job's files are removed")
 }

@@ -173,6 +173,9 @@ func helperRank() (err error) {
 		fmt.Printf("NVLS rank=%d algo=%v p2p=%d ld=%d st=%d\n", env.Rank, c.LastPlan().Algo,
 			tot.PayloadBytes+tot.RecvBytes+tot.WireBytes, tot.LdReduceBytes, tot.StBytes)
 	}
+	if collnet {
+		fmt.Printf("COLLNET rank=%d algo=%v\n", env.Rank, c.LastPlan().Algo)
+	}
 	fmt.Printf("READY rank=%d pid=%d job=%s\n", env.Rank, os.Getpid(), job)
 	deadline := time.Now().Add(helperLimit)
 	switch {

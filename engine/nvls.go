@@ -400,7 +400,7 @@ const (
 )
 
 // nvlsPhases are the phases of AllReduce, AllGather and ReduceScatter, upstream first, then
-// NVLS_TREE AllReduce's at a tree's root and elsewhere.
+// NVLS_TREE AllReduce's at a tree's root and elsewhere, then CollNetDirect AllReduce's.
 var nvlsPhases = [...][]uint8{{phScatter, phReduce, phGather}, {phSt, phGather}, {phScatter, phLdReduce},
 	{phScatter, phTreeUp, phGather}, {phScatter, phTreeUp, phTreeDown, phGather},
 	{phCnScatter, phNetUp, phNetDown, phGather}}
@@ -488,7 +488,7 @@ func (wk *nvlsWorker) blocked(kind uint8, s uint64, i int) int {
 		free = s - NCCLSteps + 1
 	}
 	switch kind {
-	case phScatter, phCnScatter:
+	case phScatter:
 		return g.behind(g.reduced, free)
 	case phReduce:
 		if m := g.behind(g.posted, s+1); m >= 0 {
@@ -501,6 +501,8 @@ func (wk *nvlsWorker) blocked(kind uint8, s uint64, i int) int {
 		return g.behind(g.reduced, s+1)
 	case phTreeUp, phTreeDown:
 		return wk.treeBlocked(kind, s, i, free)
+	case phCnScatter:
+		return g.behind(g.reduced, free)
 	case phNetUp, phNetDown:
 		return wk.netBlocked(kind, s, i, free)
 	}
@@ -547,16 +549,18 @@ func (wk *nvlsWorker) act(kind uint8, s uint64, i int) {
 				wk.stats.StBytes += uint64(len(mine))
 			}
 			storeRelease(g.reduced[me], me64)
-		case phTreeUp, phTreeDown, phNetUp, phNetDown:
+		case phTreeUp, phTreeDown:
 			nb := 0
 			if e0 := me * share; e0 < rem {
 				nb = (min(e0+share, rem) - e0) * es
 			}
-			if kind >= phNetUp {
-				wk.netAct(kind, s, nb)
-			} else {
-				wk.treeAct(kind, s, nb)
+			wk.treeAct(kind, s, nb)
+		case phNetUp, phNetDown:
+			nb := 0
+			if e0 := me * share; e0 < rem {
+				nb = (min(e0+share, rem) - e0) * es
 			}
+			wk.netAct(kind, s, nb)
 		case phCnScatter:
 			in := span(cl.send, off, rem, es)
 			for h := 0; h*share < rem; h++ {

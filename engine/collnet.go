@@ -233,7 +233,7 @@ func (c *Comm) withCollNetCause(err error) error {
 //	gather      as NVLS's
 
 // netBlocked is blocked for net-up and net-down of step s, the i-th of the call on this channel. A
-// wait for the endpoint names this rank.
+// wait for the endpoint names rank n, which the watchdog takes for the endpoint (wait.go).
 func (wk *nvlsWorker) netBlocked(kind uint8, s uint64, i int, free uint64) int {
 	g, l := wk.g, wk.net
 	_, rem, share := wk.arStep(i)
@@ -243,12 +243,12 @@ func (wk *nvlsWorker) netBlocked(kind uint8, s uint64, i int, free uint64) int {
 			return m
 		}
 		if mine && !l.sendReady() {
-			return g.rank0 + g.me
+			return wk.w.c.n
 		}
 		return -1
 	}
 	if mine && !l.recvReady() {
-		return g.rank0 + g.me
+		return wk.w.c.n
 	}
 	return g.behind(g.done, free)
 }
@@ -340,10 +340,6 @@ func (r *cnChainRun) run(w *worker) error {
 	cl, l := r.cl, r.link
 	es, ce := cl.es, cl.plan.chunkElems
 	steps := divUp(r.hi-r.lo, ce)
-	peer := w.c.rank
-	if r.fromKid != nil {
-		peer = r.fromKid.peer
-	}
 	for up, down, i := 0, 0, 0; down < steps; {
 		moved := false
 		if up < steps && l.sendReady() && (r.fromKid == nil || r.fromKid.recvReady()) {
@@ -394,6 +390,10 @@ func (r *cnChainRun) run(w *worker) error {
 		if moved {
 			i = 0
 			continue
+		}
+		peer := w.c.n // the endpoint (wait.go's watchdog), unless the child's partial is what is missing
+		if r.fromKid != nil && up < steps && l.sendReady() && !r.fromKid.recvReady() {
+			peer = r.fromKid.peer
 		}
 		if err := w.w.idle(i, peer); err != nil {
 			return err

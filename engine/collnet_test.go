@@ -582,3 +582,41 @@ func TestCollNetChunk(t *testing.T) {
 		assert.Equal(t, int64(64), tiny[0].collNetChunk(a, G, 0, 2), "%v", a)
 	}
 }
+
+// TestCollNetWatchdogStoppedEndpoint: an endpoint that takes the contributions and never answers
+// (stopped, or hung) is what the watchdog names, on every rank, when every rank is alive: not a
+// rank (before, the heads' watchdog named a live rank, which a Launcher then kills).
+func TestCollNetWatchdogStoppedEndpoint(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(io.Discard, c); c.Close() }()
+		}
+	}()
+	for _, a := range []costmodel.Algo{costmodel.CollNetDirect, costmodel.CollNetChain} {
+		t.Run(a.String(), func(t *testing.T) {
+			cfg := Config{Buffers: tinyBuffers(), RanksPerNode: 2, Override: Pin(a, costmodel.Simple), Timeout: 300 * time.Millisecond}
+			cfg.CollNet.Addr = ln.Addr().String()
+			comms, err := NewInProcess(4, cfg)
+			require.NoError(t, err)
+			defer closeAll(comms)
+			start := time.Now()
+			errs := runRanks(t, comms, 20*time.Second, func(r int, c *Comm) error {
+				b := make([]byte, 4000)
+				return c.AllReduce(bg, b, b, 1000, kernels.Float32, kernels.Sum)
+			})
+			t.Logf("every rank failed in %v", time.Since(start))
+			for r, err := range errs {
+				require.ErrorIs(t, err, ErrAborted, "rank %d", r)
+				assert.Contains(t, err.Error(), "waited past the watchdog's timeout for the CollNet aggregation endpoint", "rank %d", r)
+				assert.NotContains(t, err.Error(), "stopped moving data", "rank %d", r)
+			}
+		})
+	}
+}

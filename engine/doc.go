@@ -162,9 +162,11 @@
 // later call fails. Comm.Abort does the same on purpose (ncclCommAbort), and a launcher can store
 // AbortWord at CtrlAbortOffset of the control region for a rank whose process died. A rank waiting
 // for a peer that closed without joining gets ErrPeerClosed. A rank whose CollNet endpoint
-// connection fails (the endpoint died, was stopped, or failed the job for a bad frame or a lost
-// contributor) aborts the communicator the same way, and a Launcher whose endpoint process exits
-// aborts it for every rank.
+// connection fails (the endpoint died, or failed the job for a bad frame or a lost contributor)
+// aborts the communicator the same way, and a Launcher whose endpoint process exits aborts it for
+// every rank. A wait for the endpoint is a wait for "rank n" to the watchdog: past the timeout it
+// names a rank that shows no sign of life (the endpoint waits for its node), else the endpoint
+// itself (stopped or hung), never a live rank.
 //
 // # Transports
 //

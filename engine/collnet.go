@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"runtime"
 
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/kernels"
@@ -197,6 +198,25 @@ func (c *Comm) closeCollNet() {
 		l.close()
 		delete(c.cnLinks, k)
 	}
+}
+
+// collNetWaits adjusts a CollNet call's waiter for the endpoint, one more process (or, when the
+// ranks are goroutines of one process, goroutine) that needs a core while the ranks wait for it:
+// rank processes yield the OS thread when they and the endpoint outnumber the cores, so the
+// endpoint gets one (wait.go: osYieldNeeded counts the ranks alone).
+func (c *Comm) collNetWaits(w *waiter) {
+	if _, inproc := c.tr.(rankTransport); !inproc && c.n+1 > runtime.NumCPU() {
+		w.osYield = true
+	}
+}
+
+// collNetSpinFits is spinFits for a CollNet call whose ranks each run k polling goroutines: every
+// poller and the endpoint have a core (and, in process, a P).
+func (c *Comm) collNetSpinFits(k int) bool {
+	if _, inproc := c.tr.(rankTransport); inproc {
+		return c.n*k+1 <= c.procs
+	}
+	return c.n*k+1 <= c.cores && k <= c.procs
 }
 
 // collNetError returns the first endpoint connection's failure, if any.

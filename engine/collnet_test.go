@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -619,4 +620,25 @@ func TestCollNetWatchdogStoppedEndpoint(t *testing.T) {
 			}
 		})
 	}
+}
+
+// processTransport is the in-process transport seen as another one: the engine treats its ranks as
+// processes (osYieldNeeded, spinFits).
+type processTransport struct{ rankTransport }
+
+// TestCollNetWaitsCountEndpoint: with as many rank processes as cores, a CollNet call's waits yield
+// the OS thread and do not spin, since the endpoint is one more process that needs a core; other
+// calls' waits keep their cores (the engine's rule for ranks that fit).
+func TestCollNetWaitsCountEndpoint(t *testing.T) {
+	n := runtime.NumCPU()
+	shared := rankTransport{newInProcess()}
+	c, err := New(0, n, processTransport{shared}, Config{})
+	require.NoError(t, err)
+	defer c.Close()
+	w := newWaiter(c, bg)
+	require.False(t, w.osYield, "the ranks fit the cores")
+	require.True(t, c.spinFits(1))
+	c.collNetWaits(&w)
+	assert.True(t, w.osYield, "with the endpoint, the processes outnumber the cores")
+	assert.False(t, c.collNetSpinFits(1))
 }

@@ -612,6 +612,10 @@ func (c *Comm) execute(w *waiter, cl *call) error {
 	nc := cl.plan.Channels
 	per := roundUp(divUp(total, nc), alignElems(cl.es))
 	tasks := c.tasks[:0]
+	collnet := cl.plan.Algo == costmodel.CollNetChain
+	if collnet {
+		c.collNetWaits(w) // before the workers copy the call's waiter
+	}
 	for ch := 0; ch < nc; ch++ {
 		lo := ch * per
 		if lo >= total {
@@ -636,6 +640,9 @@ func (c *Comm) execute(w *waiter, cl *call) error {
 	}
 	c.tasks = tasks
 	spin := c.spinFits(len(tasks))
+	if collnet {
+		spin = c.collNetSpinFits(len(tasks))
+	}
 	for _, wk := range tasks {
 		wk.w.spin, wk.w.shared = spin, len(tasks) > 1
 	}

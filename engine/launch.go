@@ -25,7 +25,8 @@ import (
 // dies takes its ranks with it (SIGKILL to each, rankProcAttr); the segments it leaves are removed
 // as stale by the next launch.
 //
-// When it starts more ranks than there are cores it sets GOMAXPROCS=1 in the ranks' environment
+// When it starts more ranks than there are cores (its CollNet endpoint counting as one) it sets
+// GOMAXPROCS=1 in the ranks' environment
 // (unless the environment sets GOMAXPROCS): the ranks then share the cores by the kernel's
 // scheduling of their one running thread each, instead of every rank's idle Ps and spinning
 // threads competing for them (measured on 2 cores, 4 ranks, 8 B to 1 MiB all-reduce: see
@@ -178,7 +179,11 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	env = rankEnv(env, l.N, len(b.cpus))
+	procs := l.N
+	if len(l.CollNet) > 0 {
+		procs++ // the endpoint needs a core too
+	}
+	env = rankEnv(env, procs, len(b.cpus))
 	bind := bindSupported && l.Bind == BindAuto && l.N > len(b.cpus)
 	if bind {
 		list := make([]string, len(b.cpus))

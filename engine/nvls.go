@@ -284,6 +284,10 @@ func (c *Comm) executeNVLS(w *waiter, cl *call) error {
 	nc := cl.plan.Channels
 	per := roundUp(divUp(total, nc), alignElems(cl.es))
 	tasks := c.nvlsRun[:0]
+	collnet := cl.plan.Algo == costmodel.CollNetDirect
+	if collnet {
+		c.collNetWaits(w)
+	}
 	for ch := 0; ch < nc; ch++ {
 		lo := ch * per
 		if lo >= total {
@@ -292,7 +296,7 @@ func (c *Comm) executeNVLS(w *waiter, cl *call) error {
 		var g *nvlsGroup
 		var link *cnLink
 		var err error
-		if cl.plan.Algo == costmodel.CollNetDirect {
+		if collnet {
 			if g, err = c.collNetGroupFor(ch); err == nil {
 				link, err = c.collNetLink(ch, g.me)
 			}
@@ -322,6 +326,9 @@ func (c *Comm) executeNVLS(w *waiter, cl *call) error {
 	}
 	c.nvlsRun = tasks
 	spin := c.spinFits(len(tasks))
+	if collnet {
+		spin = c.collNetSpinFits(len(tasks))
+	}
 	for _, wk := range tasks {
 		wk.w.spin, wk.w.shared = spin, len(tasks) > 1
 	}

@@ -68,6 +68,10 @@ func forcedDisable(t *Topology, a Algo) string {
 		return "CollNet not enabled (collnet_enable = false)"
 	case a == NVLS && t.NNodes > 1 && !t.CollNetEnable:
 		return "multi-node NVLS needs CollNet (collnet_enable = false)"
+	case (a == CollNetDirect || a == CollNetChain) && t.NNodes == 1 && t.Emulated.ReducingNetwork:
+		return "CollNet on one node: the emulated reducing network reduces across 2 or more nodes"
+	case a == NVLS && t.NNodes > 1 && t.Emulated.ReducingNetwork:
+		return "multi-node NVLS: the emulated reducing network does not run NVLS over CollNet"
 	case a == CollNetChain && !t.CollNetChainSupport:
 		return "CollNetChain not supported (collnet_chain_support = false)"
 	case a == CollNetDirect && t.NVSCount == 0 && !t.Emulated.MulticastSwitch:

@@ -19,7 +19,7 @@ import (
 //   - The CPU, NVSwitch, NVLS and CollNet fields come from [node] unchanged (collnet_enable and
 //     nvls_support are not cleared for one node or empty graphs: the table is trusted).
 //   - An emulated node's [emulation] (tables.Emulation) is copied to Emulated, and turns on what
-//     it emulates: multicast_switch sets NVLSSupport, reducing_network sets CollNetEnable. The
+//     it emulates: multicast_switch sets NVLSSupport, reducing_network sets CollNetEnable and CollNetChainSupport. The
 //     compute capability and the other [node] facts stay the table's.
 //     net_device_type "" means host, cudart_version 0 means 12080, max_tree_pattern 0 means 1.
 //   - With a fabric composed in (tables.WithFabric, n.Fabric), net_device_type is the fabric's
@@ -109,6 +109,7 @@ func fromNode(n *tables.Node, nNodes int) (Topology, error) {
 			ReducingNetwork: em.ReducingNetwork}
 		t.NVLSSupport = t.NVLSSupport || em.MulticastSwitch
 		t.CollNetEnable = t.CollNetEnable || em.ReducingNetwork
+		t.CollNetChainSupport = t.CollNetChainSupport || em.ReducingNetwork // the endpoint runs Chain too
 	}
 	if t.MaxTreePattern == 0 {
 		t.MaxTreePattern = defaultMaxTreePattern

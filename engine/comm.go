@@ -41,16 +41,18 @@ type Comm struct {
 	tree   [2][]capabilities.TreeLinks
 
 	eps      map[epKey]*endpoint
-	ringEps  [][2]*endpoint   // per channel: the ring's receive and send endpoints, once mapped
-	pats     []*patRun        // per channel: PAT's endpoints and state, made by the first PAT call (pat.go)
-	workers  [][2]*worker     // per channel: role 0 (ring, tree root, tree reduce-up), role 1 (tree broadcast-down)
-	nvls     []*nvlsGroup     // per channel: the multicast object of NVLS calls, once mapped (nvls.go)
-	nvlsWks  []*nvlsWorker    // per channel: the NVLS worker
-	nvlsRun  []*nvlsWorker    // the NVLS workers of the current call
-	nvlsTree []*nvlsTreeLinks // per channel: the NVLS_TREE connections, once mapped (nvlstree.go)
-	tasks    []*worker        // the workers of the current call
-	cur      call             // the current call (kept here so that a call allocates nothing)
-	wg       sync.WaitGroup   // the current call's extra workers
+	ringEps  [][2]*endpoint     // per channel: the ring's receive and send endpoints, once mapped
+	pats     []*patRun          // per channel: PAT's endpoints and state, made by the first PAT call (pat.go)
+	workers  [][2]*worker       // per channel: role 0 (ring, tree root, tree reduce-up), role 1 (tree broadcast-down)
+	nvls     []*nvlsGroup       // per channel: the multicast object of NVLS calls, once mapped (nvls.go)
+	nvlsWks  []*nvlsWorker      // per channel: the NVLS worker
+	nvlsRun  []*nvlsWorker      // the NVLS workers of the current call
+	nvlsTree []*nvlsTreeLinks   // per channel: the NVLS_TREE connections, once mapped (nvlstree.go)
+	cnGroups []*nvlsGroup       // per channel: CollNetDirect's intra-node region, once mapped (collnet.go)
+	cnLinks  map[[2]int]*cnLink // per (channel, share): the CollNet endpoint connections this rank heads
+	tasks    []*worker          // the workers of the current call
+	cur      call               // the current call (kept here so that a call allocates nothing)
+	wg       sync.WaitGroup     // the current call's extra workers
 
 	callMu    sync.Mutex // one call at a time; held by Close while it tears down
 	closed    atomic.Bool
@@ -117,6 +119,9 @@ func NewInProcess(n int, cfg Config) ([]*Comm, error) {
 		return nil, fmt.Errorf("%w: %d ranks", ErrInvalid, n)
 	}
 	tr := newInProcess()
+	if cfg.CollNet.Addr != "" && cfg.CollNet.Job == "" {
+		cfg.CollNet.Job = NewJobID(os.Getpid())
+	}
 	comms := make([]*Comm, n)
 	for r := range comms {
 		c, err := New(r, n, rankTransport{tr}, cfg)
@@ -265,6 +270,7 @@ func (c *Comm) Close() error {
 		c.callMu.Lock()
 		defer c.callMu.Unlock()
 		atomic.OrUint64(c.state[c.rank], stateClosed)
+		c.closeCollNet() // before the regions go: a failing connection stores the abort word
 		c.closeErr = c.tr.Close()
 	})
 	return c.closeErr
@@ -596,13 +602,20 @@ func (c *Comm) worker(w *waiter, cl *call, ch, role int) *worker {
 // does), sets up each channel's connections and workers, and runs every worker on its own
 // goroutine (the first on the calling one).
 func (c *Comm) execute(w *waiter, cl *call) error {
-	if cl.plan.Algo == costmodel.NVLS || cl.plan.Algo == costmodel.NVLSTree {
+	switch cl.plan.Algo {
+	case costmodel.NVLS, costmodel.NVLSTree:
 		return c.executeNVLS(w, cl)
+	case costmodel.CollNetDirect:
+		return c.withCollNetCause(c.executeNVLS(w, cl))
 	}
 	total := cl.count
 	nc := cl.plan.Channels
 	per := roundUp(divUp(total, nc), alignElems(cl.es))
 	tasks := c.tasks[:0]
+	collnet := cl.plan.Algo == costmodel.CollNetChain
+	if collnet {
+		c.collNetWaits(w) // before the workers copy the call's waiter
+	}
 	for ch := 0; ch < nc; ch++ {
 		lo := ch * per
 		if lo >= total {
@@ -615,6 +628,8 @@ func (c *Comm) execute(w *waiter, cl *call) error {
 			tasks, err = c.treeTasks(w, cl, ch, lo, hi, tasks)
 		case costmodel.PAT:
 			tasks, err = c.patTasks(w, cl, ch, lo, hi, tasks)
+		case costmodel.CollNetChain:
+			tasks, err = c.collNetChainTasks(w, cl, ch, lo, hi, tasks)
 		default:
 			tasks, err = c.ringTasks(w, cl, ch, lo, hi, tasks)
 		}
@@ -625,6 +640,9 @@ func (c *Comm) execute(w *waiter, cl *call) error {
 	}
 	c.tasks = tasks
 	spin := c.spinFits(len(tasks))
+	if collnet {
+		spin = c.collNetSpinFits(len(tasks))
+	}
 	for _, wk := range tasks {
 		wk.w.spin, wk.w.shared = spin, len(tasks) > 1
 	}
@@ -664,7 +682,10 @@ func (c *Comm) execute(w *waiter, cl *call) error {
 			return wk.err
 		}
 	}
-	return abortE
+	if abortE != nil {
+		return c.withCollNetCause(abortE) // a CollNetChain head's endpoint connection may be the cause
+	}
+	return nil
 }
 
 func isAbort(err error) bool {

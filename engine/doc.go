@@ -105,13 +105,30 @@
 // phases join the NVLS worker's pipeline on its goroutine, each running only when its counters
 // and connections are ready.
 //
+// CollNetDirect and CollNetChain, for AllReduce with Simple on 2 or more virtual nodes
+// (collnet.go), as NCCL's COLLNET_DIRECT and COLLNET_CHAIN kernels: the network's reduction across
+// the nodes is the aggregation endpoint's (collnet_endpoint.go), a server standing for a reducing
+// switch that every head reaches over TCP (Config.CollNet; COLLPLAN_COLLNET_ADDR for rank
+// processes). CollNetDirect: every rank of a node is a head, of share h of every step, as NCCL's
+// nHeads = localRanks; inside the node it runs on the NVLS worker over a region of NVLS's shape
+// ("collnet/NODE/CH"), which stands for NCCL's direct pointers: every rank scatters each step's
+// shares of its input (with the pre-op) into its up buffer, head h reduces share h across the
+// members' up buffers into a frame and sends it to the endpoint, receives the sum over the nodes,
+// applies the post-op and writes it into every member's down buffer, and every rank gathers the
+// step; no point-to-point connection carries a byte, and up to NCCL_STEPS steps are in flight to
+// the endpoint. CollNetChain: the node's ranks form a chain (Simple connections, one chunk per
+// FIFO step) to its first rank, the head: Tree's reduce-up and broadcast-down along it, and a head
+// worker that sends each step's node sum to the endpoint as soon as its child's partial is in and
+// a credit is free, and sends each result (post-op applied) down as soon as it is back.
+//
 // # Plans
 //
 // Each call's plan comes from Config.Plan (a function of collective and model byte count), else
 // the first matching Config.Tables (compiled planner.DecisionTables), else Ring/Simple on
-// Config.Channels; Config.Override (or SetOverride) pins the algorithm, protocol or channel count.
-// CollNet, and Tree outside AllReduce, are refused with ErrNotImplemented ("not implemented in
-// the engine") on every rank. PAT where NCCL would not run it (a collective other
+// Config.Channels; Config.Override (or SetOverride) pins the algorithm, protocol or channel count; a
+// pinned algorithm that NCCL runs with Simple only (NVLS, NVLS_TREE, CollNet, PAT) runs with Simple
+// unless the protocol is pinned too. Tree outside AllReduce is refused with ErrNotImplemented ("not
+// implemented in the engine") on every rank. PAT where NCCL would not run it (a collective other
 // than AllGather and ReduceScatter, more than one rank per node, LL or LL128, ReduceScatter with avg
 // or PreMulSum) is ErrInvalid on every rank; a PAT chunk is NCCL's (the Simple slot, halved while
 // chunk*channels*32, or 16 for ReduceScatter, exceeds the model bytes, floor 64 KiB) and is also its
@@ -125,7 +142,17 @@
 // rank: a collective other than AllReduce; LL or LL128; one virtual node, nodes of one rank, or
 // nodes of different sizes (RanksPerNode not dividing n); an op/dtype the switch does not reduce
 // (NVLS's rule). Its chunk is NCCL's NVLS_TREE chunk: the NVLS step, at most 64 KiB on 4 or more
-// nodes, shrunk to 256, 128, 64 and 32 KiB below 32, 16, 4 and 1 times RanksPerNode chunks.
+// nodes, shrunk to 256, 128, 64 and 32 KiB below 32, 16, 4 and 1 times RanksPerNode chunks. A
+// CollNet plan NCCL would not run is ErrInvalid on every rank: a collective other than AllReduce
+// (CollNetDirect AllGather and ReduceScatter need a plugin with iallgather and ireducescatter,
+// which the endpoint lacks); LL or LL128; one virtual node; for CollNetDirect nodes of different
+// sizes or of more than 8 ranks (NCCL_MAX_DIRECT_ARITY+1); an op/dtype outside the endpoint's
+// collNetSupportMatrix (sum, min and max of int32, uint32, int64, uint64, float16, bfloat16, float32
+// and float64, looked up with avg and PreMulSum as sum, as getCollNetSupport does: their pre- and
+// post-ops run on the ranks). Without an endpoint (Config.CollNet.Addr empty) a CollNet call is
+// ErrConfig on every rank. Its chunk, one FIFO step (per head for CollNetDirect), is NCCL's CollNet
+// chunk (calcCollChunking: from the Simple step, or min(256 KiB, it) for the chain, halved while
+// the call is small for its channels, heads and depth), capped for CollNetDirect at the NVLS step.
 //
 // # Failures
 //
@@ -134,13 +161,23 @@
 // so every rank's call ends with an error (the cause on that rank, *AbortError elsewhere) and every
 // later call fails. Comm.Abort does the same on purpose (ncclCommAbort), and a launcher can store
 // AbortWord at CtrlAbortOffset of the control region for a rank whose process died. A rank waiting
-// for a peer that closed without joining gets ErrPeerClosed.
+// for a peer that closed without joining gets ErrPeerClosed. A rank whose CollNet endpoint
+// connection fails (the endpoint died, or failed the job for a bad frame or a lost contributor)
+// aborts the communicator the same way, and a Launcher whose endpoint process exits aborts it for
+// every rank. A wait for the endpoint is a wait for "rank n" to the watchdog: past the timeout it
+// names a rank that shows no sign of life (the endpoint waits for its node), else the endpoint
+// itself (stopped or hung), never a live rank.
 //
 // # Transports
 //
 // Transport is the seam for other memories (see its documentation): regions named "ctrl" and
-// "conn/C/FROM-TO" (and "nvls/NODE/CH" for NVLS's multicast objects), zeroed, aligned, identical for every rank that asks, holding nothing but bytes
-// and 64-bit words used with sync/atomic, so they can live in a file mapped by several processes.
+// "conn/C/FROM-TO" (and "nvls/NODE/CH" for NVLS's multicast objects, "collnet/NODE/CH" for
+// CollNetDirect's intra-node buffers), zeroed, aligned, identical for every rank that asks, holding
+// nothing but bytes and 64-bit words used with sync/atomic, so they can live in a file mapped by
+// several processes. The CollNet network is not a region: each head's connection to the
+// aggregation endpoint is a TCP stream with a small framed protocol (collnet_endpoint.go: a hello
+// naming job, channel, share, node and node count; data and result frames of one step; error and
+// goodbye frames), NCCL_STEPS credits per connection, and a deadline on every frame once begun.
 //
 // # Shared memory
 //

@@ -59,6 +59,9 @@ type AbortError struct {
 }
 
 func (e *AbortError) Error() string {
+	if e.Rank < 0 {
+		return fmt.Sprintf("engine: communicator aborted: %s", e.Reason)
+	}
 	if e.Lost {
 		return fmt.Sprintf("engine: communicator aborted: rank %d: %s", e.Rank, e.Reason)
 	}
@@ -70,22 +73,28 @@ func (e *AbortError) Is(target error) bool { return target == ErrAborted }
 
 // Abort reasons, stored in the abort word.
 const (
-	abortCancel   = 1 // the rank's context was done
-	abortClosed   = 2 // the rank's Comm was closed during a call
-	abortInternal = 3 // the rank failed (transport error, ...)
-	abortUser     = 4 // Comm.Abort, or AbortWord stored by a launcher
-	abortDisagree = 5 // the ranks disagreed on a call (agree.go)
-	abortPeer     = 6 // a peer closed without joining a call; the word names the peer
-	abortGone     = 7 // the named rank is lost: its rendezvous connection ended without a goodbye
-	abortStalled  = 8 // the named rank stopped moving data: the watchdog (Config.Timeout) fired
-	abortExited   = 9 // the named rank's process exited (its launcher saw it)
+	abortCancel         = 1  // the rank's context was done
+	abortClosed         = 2  // the rank's Comm was closed during a call
+	abortInternal       = 3  // the rank failed (transport error, ...)
+	abortUser           = 4  // Comm.Abort, or AbortWord stored by a launcher
+	abortDisagree       = 5  // the ranks disagreed on a call (agree.go)
+	abortPeer           = 6  // a peer closed without joining a call; the word names the peer
+	abortGone           = 7  // the named rank is lost: its rendezvous connection ended without a goodbye
+	abortStalled        = 8  // the named rank stopped moving data: the watchdog (Config.Timeout) fired
+	abortExited         = 9  // the named rank's process exited (its launcher saw it)
+	abortCollNet        = 10 // the rank's connection to the CollNet aggregation endpoint failed
+	abortEndpoint       = 11 // the launcher saw the CollNet aggregation endpoint's process exit; no rank named
+	abortCollNetStalled = 12 // the rank waited past the watchdog's timeout for the CollNet endpoint, every rank alive
 )
 
 var abortReasons = [...]string{"", "context done", "closed during a collective", "internal error", "aborted",
 	"the ranks disagreed on a call", "a peer closed without joining a call",
 	"lost: its rendezvous connection ended without a goodbye (its process died, or the connection was cut)",
 	"it stopped moving data: a rank waited on it past the watchdog's timeout (stopped, hung, or not in the call)",
-	"its process exited before the job ended"}
+	"its process exited before the job ended",
+	"its connection to the CollNet aggregation endpoint failed (the endpoint died, stopped, or failed the job)",
+	"the CollNet aggregation endpoint's process exited before the job ended",
+	"it waited past the watchdog's timeout for the CollNet aggregation endpoint, every rank alive (the endpoint is stopped or hung)"}
 
 // AbortWord returns the value that, stored with an atomic 8-byte store at byte CtrlAbortOffset of
 // the "ctrl" region while the word is still 0, aborts the communicator on behalf of rank: every

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"runtime"
@@ -24,7 +25,8 @@ import (
 // dies takes its ranks with it (SIGKILL to each, rankProcAttr); the segments it leaves are removed
 // as stale by the next launch.
 //
-// When it starts more ranks than there are cores it sets GOMAXPROCS=1 in the ranks' environment
+// When it starts more ranks than there are cores (its CollNet endpoint counting as one) it sets
+// GOMAXPROCS=1 in the ranks' environment
 // (unless the environment sets GOMAXPROCS): the ranks then share the cores by the kernel's
 // scheduling of their one running thread each, instead of every rank's idle Ps and spinning
 // threads competing for them (measured on 2 cores, 4 ranks, 8 B to 1 MiB all-reduce: see
@@ -50,6 +52,12 @@ type Launcher struct {
 	Job string
 	// Bind is how the ranks are placed on CPUs; the zero value binds when they outnumber them.
 	Bind Binding
+	// CollNet, when set, is the command of the job's CollNet aggregation endpoint (for collbench,
+	// itself with --serve-collnet); the launcher appends a free loopback address to it, starts it
+	// before the ranks, waits until it accepts connections, gives the ranks its address in
+	// COLLPLAN_COLLNET_ADDR (CollNetEnv), treats its death before the ranks' end like a rank's
+	// (every rank's communicator is aborted), and stops it at the end.
+	CollNet []string
 }
 
 // Binding is a Launcher's placement of ranks on CPUs.
@@ -68,7 +76,7 @@ const (
 const EnvBind = "COLLPLAN_BIND"
 
 // LaunchError names the rank whose failure ended the job: the first rank that exited with an
-// error (Rank, Err) and, when the communicator's abort named another rank as gone or stalled
+// error (Rank, Err; Rank -1 when the job's CollNet aggregation endpoint exited first) and, when the communicator's abort named another rank as gone or stalled
 // before that (Culprit, Cause), that rank.
 type LaunchError struct {
 	Rank int
@@ -79,6 +87,9 @@ type LaunchError struct {
 }
 
 func (e *LaunchError) Error() string {
+	if e.Rank < 0 {
+		return fmt.Sprintf("engine: launch: %v", e.Err) // not a rank: the CollNet endpoint
+	}
 	if e.Cause != nil {
 		return fmt.Sprintf("engine: launch: rank %d: %v (rank %d exited first: %v)", e.Culprit, e.Cause, e.Rank, e.Err)
 	}
@@ -168,7 +179,11 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	env = rankEnv(env, l.N, len(b.cpus))
+	procs := l.N
+	if len(l.CollNet) > 0 {
+		procs++ // the endpoint needs a core too
+	}
+	env = rankEnv(env, procs, len(b.cpus))
 	bind := bindSupported && l.Bind == BindAuto && l.N > len(b.cpus)
 	if bind {
 		list := make([]string, len(b.cpus))
@@ -176,6 +191,18 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 			list[i] = strconv.Itoa(cpu)
 		}
 		env = append(env, EnvBind+"="+strings.Join(list, ","))
+	}
+	var ep *exec.Cmd
+	epExit := make(chan error, 1)
+	if len(l.CollNet) > 0 {
+		var epAddr string
+		if ep, epAddr, err = startCollNet(l.CollNet, out, errw); err != nil {
+			b.restore()
+			return err
+		}
+		go func() { epExit <- ep.Wait() }()
+		defer stopCollNet(ep, epExit)
+		env = append(env, CollNetEnv+"="+epAddr)
 	}
 	cmds, err := l.start(ctx, b, bind, env, addr, job, out, errw)
 	if rerr := b.restore(); err == nil && rerr != nil {
@@ -244,6 +271,18 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 					cmd.Process.Kill()
 				}
 			}
+		case e := <-epExit:
+			// The aggregation endpoint died under the ranks: abort the job as for a rank (the
+			// ranks whose connections ended abort by themselves too).
+			epExit <- e // for stopCollNet
+			epExit = nil
+			if first == nil {
+				first = &LaunchError{Rank: -1, Err: fmt.Errorf("the CollNet aggregation endpoint exited: %v", e)}
+				if _, aerr := abortShm(job, -1, abortEndpoint); aerr != nil {
+					fmt.Fprintf(errw, "collplan: aborting job %s for its CollNet endpoint: %v\n", job, aerr)
+				}
+				startGrace()
+			}
 		}
 	}
 	if first != nil {
@@ -283,6 +322,46 @@ func (l *Launcher) start(ctx context.Context, b *binder, bind bool, env []string
 		cmds = append(cmds, cmd)
 	}
 	return cmds, nil
+}
+
+// startCollNet starts the aggregation endpoint argv with a free loopback address appended and
+// waits (up to cnIOTimeout) until it accepts connections.
+func startCollNet(argv []string, out, errw io.Writer) (*exec.Cmd, string, error) {
+	addr, err := FreeLoopbackAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	cmd := exec.Command(argv[0], append(argv[1:len(argv):len(argv)], addr)...)
+	cmd.Stdout, cmd.Stderr = out, errw
+	cmd.SysProcAttr = rankProcAttr()
+	if err := cmd.Start(); err != nil {
+		return nil, "", fmt.Errorf("engine: launch: starting the CollNet endpoint %s: %w", argv[0], err)
+	}
+	deadline := time.Now().Add(cnIOTimeout)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return cmd, addr, nil
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			return nil, "", fmt.Errorf("engine: launch: the CollNet endpoint %s did not listen on %s within %v: %w", argv[0], addr, cnIOTimeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stopCollNet stops the endpoint: SIGTERM, then SIGKILL after a second; it reaps it.
+func stopCollNet(cmd *exec.Cmd, exited chan error) {
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(time.Second):
+		cmd.Process.Kill()
+		<-exited
+	}
 }
 
 // killAll kills and reaps started ranks.

@@ -378,13 +378,16 @@ func runMatrixCase(t *testing.T, m matrixCase) {
 	if m.rpn == 0 {
 		cfg.RanksPerNode = m.n
 	}
+	if m.ca.algo == costmodel.CollNetDirect || m.ca.algo == costmodel.CollNetChain {
+		cfg.CollNet.Addr = testCollNetAddr(t)
+	}
 	comms, err := NewInProcess(m.n, cfg)
 	require.NoError(t, err)
 	defer closeAll(comms)
 	n, dt, op, coll := m.n, m.do.dt, m.do.op, m.ca.coll
 	es := dt.Size()
 	count := matrixCount(m, int(comms[0].slotPayload(m.proto)))
-	if (m.ca.algo == costmodel.NVLS || m.ca.algo == costmodel.NVLSTree) && coll == costmodel.AllReduce && m.size == sizeWrap {
+	if (m.ca.algo == costmodel.NVLS || m.ca.algo == costmodel.NVLSTree || m.ca.algo == costmodel.CollNetDirect) && coll == costmodel.AllReduce && m.size == sizeWrap {
 		// An NVLS (NVLS_TREE) AllReduce step carries a chunk per head, the node's ranks: that many
 		// times the bytes for as many steps.
 		count = (32*comms[0].topo.rpn*comms[0].nvlsStepBytes()*m.channels)/es + 37
@@ -456,8 +459,10 @@ func runMatrixCase(t *testing.T, m matrixCase) {
 		}
 	} else if m.ca.algo == costmodel.NVLSTree {
 		checkNVLSTreeConns(t, comms, m.size == sizeWrap)
+	} else if m.ca.algo == costmodel.CollNetDirect || m.ca.algo == costmodel.CollNetChain {
+		checkCollNetWrap(t, comms, m.ca.algo, m.size == sizeWrap)
 	}
-	if m.ca.algo != costmodel.NVLS && m.size == sizeWrap && n > 1 {
+	if m.ca.algo != costmodel.NVLS && m.ca.algo != costmodel.CollNetDirect && m.size == sizeWrap && n > 1 && (m.ca.algo != costmodel.CollNetChain || comms[0].topo.rpn > 1) {
 		used := 0
 		for _, c := range comms {
 			for k, e := range c.eps {

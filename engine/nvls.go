@@ -185,14 +185,17 @@ func (g *nvlsGroup) st(s uint64, data []byte, off int) {
 
 // nvlsWorker runs one channel's NVLS share of a call on one goroutine.
 type nvlsWorker struct {
-	w      waiter
-	g      *nvlsGroup
-	cl     *call
-	ch     int
-	lo, hi int
-	tree   *nvlsTreeLinks // NVLS_TREE (nvlstree.go): this rank's tree connections on the channel
-	stats  ChannelStats
-	err    error
+	w       waiter
+	g       *nvlsGroup
+	cl      *call
+	ch      int
+	lo, hi  int
+	tree    *nvlsTreeLinks // NVLS_TREE (nvlstree.go): this rank's tree connections on the channel
+	net     *cnLink        // CollNetDirect (collnet.go): this rank's endpoint connection on the channel
+	netOp   kernels.Op     // CollNetDirect: the operator on the wire
+	postDiv bool           // CollNetDirect: the post-op divides (integer avg)
+	stats   ChannelStats
+	err     error
 }
 
 // nvlsCheck returns the error of an NVLS plan that NCCL would not run (see the facts above):
@@ -281,12 +284,25 @@ func (c *Comm) executeNVLS(w *waiter, cl *call) error {
 	nc := cl.plan.Channels
 	per := roundUp(divUp(total, nc), alignElems(cl.es))
 	tasks := c.nvlsRun[:0]
+	collnet := cl.plan.Algo == costmodel.CollNetDirect
+	if collnet {
+		c.collNetWaits(w)
+	}
 	for ch := 0; ch < nc; ch++ {
 		lo := ch * per
 		if lo >= total {
 			break
 		}
-		g, err := c.nvlsGroupFor(ch)
+		var g *nvlsGroup
+		var link *cnLink
+		var err error
+		if collnet {
+			if g, err = c.collNetGroupFor(ch); err == nil {
+				link, err = c.collNetLink(ch, g.me)
+			}
+		} else {
+			g, err = c.nvlsGroupFor(ch)
+		}
 		if err != nil {
 			c.setAbort(abortInternal)
 			return err
@@ -295,7 +311,10 @@ func (c *Comm) executeNVLS(w *waiter, cl *call) error {
 			c.nvlsWks = append(c.nvlsWks, &nvlsWorker{})
 		}
 		wk := c.nvlsWks[ch]
-		*wk = nvlsWorker{w: *w, g: g, cl: cl, ch: ch, lo: lo, hi: min(total, lo+per)}
+		*wk = nvlsWorker{w: *w, g: g, cl: cl, ch: ch, lo: lo, hi: min(total, lo+per), net: link}
+		if link != nil {
+			wk.netOp, wk.postDiv = collNetWireOp(cl.opKind), cl.red.DevOp() == kernels.DevSumPostDiv
+		}
 		if cl.plan.Algo == costmodel.NVLSTree {
 			if wk.tree, err = c.nvlsTreeLinksFor(ch); err != nil {
 				c.setAbort(abortInternal)
@@ -307,6 +326,9 @@ func (c *Comm) executeNVLS(w *waiter, cl *call) error {
 	}
 	c.nvlsRun = tasks
 	spin := c.spinFits(len(tasks))
+	if collnet {
+		spin = c.collNetSpinFits(len(tasks))
+	}
 	for _, wk := range tasks {
 		wk.w.spin, wk.w.shared = spin, len(tasks) > 1
 	}
@@ -369,7 +391,8 @@ func (wk *nvlsWorker) runJob(wg *sync.WaitGroup) {
 //	ldReduce  every member's posted >= s+1; publishes reduced and done (RS)
 //
 // NVLS_TREE AllReduce replaces reduce by tree-up and tree-down (nvlstree.go, which says what
-// they wait for).
+// they wait for); CollNetDirect AllReduce runs cn-scatter, net-up, net-down and gather
+// (collnet.go).
 const (
 	phScatter = iota
 	phReduce
@@ -378,12 +401,16 @@ const (
 	phLdReduce
 	phTreeUp
 	phTreeDown
+	phCnScatter // CollNetDirect (collnet.go): scatter with the pre-op
+	phNetUp
+	phNetDown
 )
 
 // nvlsPhases are the phases of AllReduce, AllGather and ReduceScatter, upstream first, then
-// NVLS_TREE AllReduce's at a tree's root and elsewhere.
+// NVLS_TREE AllReduce's at a tree's root and elsewhere, then CollNetDirect AllReduce's.
 var nvlsPhases = [...][]uint8{{phScatter, phReduce, phGather}, {phSt, phGather}, {phScatter, phLdReduce},
-	{phScatter, phTreeUp, phGather}, {phScatter, phTreeUp, phTreeDown, phGather}}
+	{phScatter, phTreeUp, phGather}, {phScatter, phTreeUp, phTreeDown, phGather},
+	{phCnScatter, phNetUp, phNetDown, phGather}}
 
 // run pipelines the call's steps through its phases on one goroutine, as NCCL's runNvls runs them
 // in separate warps: each round it runs, upstream first, every phase whose step is ready (a phase
@@ -403,6 +430,9 @@ func (wk *nvlsWorker) run() error {
 		if wk.tree.toUp != nil {
 			ph = nvlsPhases[4]
 		}
+	}
+	if wk.net != nil {
+		ph = nvlsPhases[5]
 	}
 	g := wk.g
 	per := wk.cl.plan.chunkElems
@@ -478,6 +508,10 @@ func (wk *nvlsWorker) blocked(kind uint8, s uint64, i int) int {
 		return g.behind(g.reduced, s+1)
 	case phTreeUp, phTreeDown:
 		return wk.treeBlocked(kind, s, i, free)
+	case phCnScatter:
+		return g.behind(g.reduced, free)
+	case phNetUp, phNetDown:
+		return wk.netBlocked(kind, s, i, free)
 	}
 	return g.behind(g.posted, s+1) // phLdReduce
 }
@@ -528,6 +562,19 @@ func (wk *nvlsWorker) act(kind uint8, s uint64, i int) {
 				nb = (min(e0+share, rem) - e0) * es
 			}
 			wk.treeAct(kind, s, nb)
+		case phNetUp, phNetDown:
+			nb := 0
+			if e0 := me * share; e0 < rem {
+				nb = (min(e0+share, rem) - e0) * es
+			}
+			wk.netAct(kind, s, nb)
+		case phCnScatter:
+			in := span(cl.send, off, rem, es)
+			for h := 0; h*share < rem; h++ {
+				e0, e1 := h*share, min((h+1)*share, rem)
+				cl.red.Load(g.slotAt(s, me, false, h*S, (e1-e0)*es), in[e0*es:e1*es])
+			}
+			storeRelease(g.posted[me], me64)
 		default: // phGather
 			out := span(cl.recv, off, rem, es)
 			for h := 0; h*share < rem; h++ {

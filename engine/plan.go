@@ -49,10 +49,24 @@ type Config struct {
 	// NCCL_DEBUG_SUBSYS asks for TUNING (see tuninglog.go); nil means standard error.
 	DebugLog io.Writer
 
+	// CollNet is the aggregation endpoint of CollNetDirect and CollNetChain calls (collnet.go).
+	CollNet CollNetConfig
+
 	// Timeout is the watchdog's: a wait inside a call that sees no progress for this long aborts
 	// the communicator on every rank, naming the rank that stopped moving data (see wait.go).
 	// 0 turns it off. (collbench defaults to 10 minutes, as PyTorch's process groups do.)
 	Timeout time.Duration
+}
+
+// CollNetConfig says where a communicator's CollNet calls find their aggregation endpoint
+// (collnet_endpoint.go).
+type CollNetConfig struct {
+	// Addr is the endpoint's TCP address, host:port: what COLLPLAN_COLLNET_ADDR (CollNetEnv) gives
+	// rank processes. "" means none: a CollNet call is then ErrConfig on every rank.
+	Addr string
+	// Job names the communicator at the endpoint, the same on every rank and unique among the
+	// endpoint's live jobs (collbench passes its job id). NewInProcess makes one when it is "".
+	Job string
 }
 
 // PlanFunc returns the plan for a call of collective coll on nBytes bytes (the model byte count).
@@ -180,6 +194,10 @@ func (c *Comm) resolve(coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, cou
 	}
 	if o.PinProto {
 		d.Proto = o.Proto
+	} else if o.PinAlgo && simpleOnly(d.Algo) {
+		// A pinned algorithm that runs Simple alone runs with Simple, as NCCL_ALGO does: NCCL's
+		// model gives its LL and LL128 cells no bandwidth, so the tuner picks Simple.
+		d.Proto = costmodel.Simple
 	}
 	if o.Channels > 0 {
 		d.Channels = o.Channels
@@ -208,6 +226,16 @@ func (c *Comm) resolve(coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, cou
 			chunk = c.nvlsTreeChunk(nBytes, d.ChunkBytes)
 		}
 		ce := max(1, int(chunk)/es)
+		d.ChunkBytes, d.SliceBytes = int64(ce*es), int64(ce*es)
+		return plan{Decision: d, chunkElems: ce, pieceElems: ce}, nil
+	}
+	if d.Algo == costmodel.CollNetDirect || d.Algo == costmodel.CollNetChain {
+		if cfg.CollNet.Addr == "" {
+			return plan{}, fmt.Errorf("%w: %v needs a CollNet aggregation endpoint and none is configured (Config.CollNet.Addr; rank processes read %s)",
+				ErrConfig, d.Algo, CollNetEnv)
+		}
+		// One chunk is one FIFO step (a share per head for CollNetDirect): collnet.go.
+		ce := max(1, int(c.collNetChunk(d.Algo, nBytes, d.ChunkBytes, d.Channels))/es)
 		d.ChunkBytes, d.SliceBytes = int64(ce*es), int64(ce*es)
 		return plan{Decision: d, chunkElems: ce, pieceElems: ce}, nil
 	}
@@ -260,12 +288,24 @@ func algoError(coll costmodel.Coll, a costmodel.Algo, p costmodel.Proto, n, rpn 
 		return fmt.Errorf("engine: %v for %v: %w (NCCL runs Tree for AllReduce only)", a, coll, ErrNotImplemented)
 	case a == costmodel.PAT:
 		return patLegal(rpn, coll, op, p)
+	case a == costmodel.CollNetDirect || a == costmodel.CollNetChain:
+		return collNetCheck(a, n, rpn, coll, dt, op, p)
 	case a >= 0 && a < costmodel.NumAlgos:
 		return fmt.Errorf("engine: algorithm %v for %v: %w", a, coll, ErrNotImplemented)
 	default:
 		return fmt.Errorf("%w: algorithm %d", ErrInvalid, int(a))
 	}
 	return nil
+}
+
+// simpleOnly reports whether NCCL runs algorithm a with Simple only (NVLS, NVLS_TREE, CollNet,
+// PAT).
+func simpleOnly(a costmodel.Algo) bool {
+	switch a {
+	case costmodel.NVLS, costmodel.NVLSTree, costmodel.CollNetDirect, costmodel.CollNetChain, costmodel.PAT:
+		return true
+	}
+	return false
 }
 
 // PinError is the error every rank of a communicator of n ranks, rpn per virtual node (0: one

@@ -43,6 +43,7 @@ type worker struct {
 	job  job // what the worker runs in this call
 	ring ringRun
 	tree treeRun
+	cn   cnChainRun
 	err  error
 }
 
@@ -62,7 +63,8 @@ const (
 	jobTreeLeafDown
 	jobTreeUpDown
 	jobTreeLeafUpDown
-	jobPat // pat.go: the channel's patRun
+	jobPat              // pat.go: the channel's patRun
+	jobCollNetChainHead // collnet.go: a CollNetChain head's cnChainRun
 )
 
 // runJob runs the worker's job, records its error and, when wg is not nil, marks it done.
@@ -94,6 +96,8 @@ func (w *worker) runJob(wg *sync.WaitGroup) {
 		w.err = w.tree.upDown(w, send, recv)
 	case jobPat:
 		w.err = w.c.pats[w.ch].run(w)
+	case jobCollNetChainHead:
+		w.err = w.cn.run(w)
 	}
 	if wg != nil {
 		wg.Done()

@@ -83,9 +83,10 @@ func EnvFrom(getenv func(string) string) (e Env, ok bool, err error) {
 }
 
 // ConfigHash hashes what every rank of a communicator must agree on before it starts: n, the
-// normalized configuration (ranks per node, buffers, channels, override), its decision tables, and
-// extra values the caller adds (benchmark parameters, ...). A Config.Plan function cannot be
-// hashed; callers that use one should add what determines it to extra.
+// normalized configuration (ranks per node, buffers, channels, override, the CollNet endpoint's
+// address), its decision tables, and extra values the caller adds (benchmark parameters, ...). A
+// Config.Plan function cannot be hashed; callers that use one should add what determines it to
+// extra.
 func ConfigHash(n int, cfg Config, extra ...string) (uint64, error) {
 	c, err := cfg.normalize(n)
 	if err != nil {
@@ -94,6 +95,9 @@ func ConfigHash(n int, cfg Config, extra ...string) (uint64, error) {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "n=%d rpn=%d buf=%d/%d/%d ch=%d override=%+v plan=%t\n", n, c.RanksPerNode,
 		c.Buffers.LL, c.Buffers.LL128, c.Buffers.Simple, c.Channels, c.Override, c.Plan != nil)
+	if c.CollNet.Addr != "" {
+		fmt.Fprintf(h, "collnet=%q\n", c.CollNet.Addr) // (the job name comes from the rendezvous)
+	}
 	for i, t := range c.Tables {
 		if t == nil {
 			fmt.Fprintf(h, "table %d nil\n", i)

@@ -447,6 +447,12 @@ func TestConfigHash(t *testing.T) {
 	d, err := ConfigHash(4, Config{}, "-n 20")
 	require.NoError(t, err)
 	assert.NotEqual(t, a, d)
+	e, err := ConfigHash(4, Config{CollNet: CollNetConfig{Addr: "127.0.0.1:7777"}})
+	require.NoError(t, err)
+	assert.NotEqual(t, a, e, "ranks pointed at different CollNet endpoints do not start together")
+	f, err := ConfigHash(4, Config{CollNet: CollNetConfig{Addr: "127.0.0.1:7777", Job: "x"}})
+	require.NoError(t, err)
+	assert.Equal(t, e, f, "the job name comes from the rendezvous, after the hash")
 }
 
 func TestEnvFrom(t *testing.T) {

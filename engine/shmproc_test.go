@@ -34,6 +34,7 @@ const (
 	envShmBig      = "COLLPLAN_SHM_BIG"         // rank: NCCL's default buffers instead of tiny ones
 	envShmNVLS     = "COLLPLAN_SHM_NVLS"        // rank: pin NVLS/Simple, and report the traffic (NVLS line)
 	envShmNVLSTree = "COLLPLAN_SHM_NVLSTREE"    // rank: pin NVLSTree/Simple in nodes of 2 ranks, and report the traffic (NVLS line)
+	envShmCollNet  = "COLLPLAN_SHM_COLLNET"     // rank: pin CollNetDirect/Simple in nodes of 2 ranks (the endpoint: COLLPLAN_COLLNET_ADDR)
 	envShmOwner    = "COLLPLAN_SHM_OWNER"       // hold: create the job's lock first
 	envShmLastPid  = "COLLPLAN_SHM_NS_LAST_PID" // nsdriver: where the namespace's pids start
 	helperLimit    = 60 * time.Second           // no helper waits longer for anything
@@ -116,11 +117,18 @@ func helperRank() (err error) {
 		cfg.Override = Pin(costmodel.NVLSTree, costmodel.Simple)
 		cfg.Override.Channels = 2
 	}
+	collnet := os.Getenv(envShmCollNet) == "1"
+	if collnet {
+		cfg.RanksPerNode = 2
+		cfg.Override = Pin(costmodel.CollNetDirect, costmodel.Simple)
+		cfg.Override.Channels = 2
+	}
 	h, err := ConfigHash(env.Size, cfg)
 	if err != nil {
 		return err
 	}
 	job, tr, release, err := helperJoin(env, h)
+	cfg.CollNet = CollNetConfig{Addr: os.Getenv(CollNetEnv), Job: job}
 	defer func() {
 		if rerr := release(); err == nil {
 			err = rerr
@@ -164,6 +172,9 @@ func helperRank() (err error) {
 		}
 		fmt.Printf("NVLS rank=%d algo=%v p2p=%d ld=%d st=%d\n", env.Rank, c.LastPlan().Algo,
 			tot.PayloadBytes+tot.RecvBytes+tot.WireBytes, tot.LdReduceBytes, tot.StBytes)
+	}
+	if collnet {
+		fmt.Printf("COLLNET rank=%d algo=%v\n", env.Rank, c.LastPlan().Algo)
 	}
 	fmt.Printf("READY rank=%d pid=%d job=%s\n", env.Rank, os.Getpid(), job)
 	deadline := time.Now().Add(helperLimit)

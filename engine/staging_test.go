@@ -33,6 +33,12 @@ import (
 // NCCL_STEPS steps of nvlsChunkSize per head, up and down, for every member: 6 MiB touched per rank
 // on 2 ranks, 14 MiB on 4) and run 1 MiB against 1 GiB on 2 and 4 ranks.
 //
+// The CollNetDirect cases pin CollNetDirect/Simple on one channel in virtual nodes of n/2 ranks
+// (2 nodes) with the aggregation endpoint the launcher starts (this test binary running
+// TestCollNetEndpointHelper): the node's region (collnet.go: NVLS's shape, 2 MiB per rank on 2 ranks,
+// 8 MiB on 4) and the endpoint connection's NCCL_STEPS result slots of a Simple step (4 MiB) are
+// the staging; 1 MiB against 1 GiB on 2 and 4 ranks.
+//
 // It allocates 2 x 1 GiB per rank on up to 4 ranks, so it runs only when COLLPLAN_STAGING_TEST=1
 // (and never under -short or the race detector):
 //
@@ -40,7 +46,7 @@ import (
 
 const (
 	stagingBytesEnv = "COLLPLAN_STAGING_BYTES" // set in the rank processes: the message size
-	stagingAlgoEnv  = "COLLPLAN_STAGING_ALGO"  // set in the rank processes: "nvls" pins NVLS/Simple on 1 channel
+	stagingAlgoEnv  = "COLLPLAN_STAGING_ALGO"  // set in the rank processes: "nvls" pins NVLS/Simple on 1 channel, "collnetdirect" CollNetDirect
 	stagingSlack    = 16 << 20
 )
 
@@ -60,6 +66,8 @@ func TestStagingBounded(t *testing.T) {
 		{4, 1 << 20, 256 << 20, ""},
 		{2, 1 << 20, 1 << 30, "nvls"},
 		{4, 1 << 20, 1 << 30, "nvls"},
+		{2, 1 << 20, 1 << 30, "collnetdirect"},
+		{4, 1 << 20, 1 << 30, "collnetdirect"},
 	} {
 		name := fmt.Sprintf("ranks=%d", tc.n)
 		if tc.algo != "" {
@@ -93,6 +101,9 @@ func stagingRun(t *testing.T, n int, size int64, algo string) []int64 {
 		Argv:   []string{os.Args[0], "-test.run=^TestStagingRank$", "-test.v"},
 		Env:    append(os.Environ(), stagingBytesEnv+"="+strconv.FormatInt(size, 10), stagingAlgoEnv+"="+algo),
 		Stdout: &out, Stderr: &errb,
+	}
+	if algo == "collnetdirect" {
+		l.CollNet = []string{os.Args[0], "-test.run=^TestCollNetEndpointHelper$"} // the launcher appends the address
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -136,9 +147,15 @@ func TestStagingRank(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Tables = []*planner.DecisionTable{dt}
-	if os.Getenv(stagingAlgoEnv) == "nvls" {
+	switch os.Getenv(stagingAlgoEnv) {
+	case "nvls":
 		cfg.Override = engine.Pin(costmodel.NVLS, costmodel.Simple)
 		cfg.Override.Channels = 1
+	case "collnetdirect":
+		cfg.Override = engine.Pin(costmodel.CollNetDirect, costmodel.Simple)
+		cfg.Override.Channels = 1
+		cfg.RanksPerNode = env.Size / 2
+		cfg.CollNet = engine.CollNetConfig{Addr: os.Getenv(engine.CollNetEnv), Job: env.Job}
 	}
 	h, err := engine.ConfigHash(env.Size, cfg)
 	if err != nil {

@@ -36,11 +36,19 @@ func (c *Comm) treeTasks(w *waiter, cl *call, ch, lo, hi int, tasks []*worker) (
 		wk.tree, wk.job = t, jobTreeRoot
 		return append(tasks, wk), nil
 	}
-	fromUp, err := c.endpoint(ch, links.Up, c.rank)
+	return c.treeBranchTasks(w, cl, ch, lo, hi, links.Up, fromKids, toKids, tasks)
+}
+
+// treeBranchTasks appends the workers of a non-root rank whose parent is rank up: reduce-up and
+// broadcast-down on two goroutines, or one when the range is one FIFO step (Tree, and the
+// non-head ranks of a CollNetChain, collnet.go).
+func (c *Comm) treeBranchTasks(w *waiter, cl *call, ch, lo, hi, up int, fromKids, toKids []*endpoint, tasks []*worker) ([]*worker, error) {
+	t := treeRun{cl: cl, lo: lo, hi: hi}
+	fromUp, err := c.endpoint(ch, up, c.rank)
 	if err != nil {
 		return tasks, err
 	}
-	toUp, err := c.endpoint(ch, c.rank, links.Up)
+	toUp, err := c.endpoint(ch, c.rank, up)
 	if err != nil {
 		return tasks, err
 	}
@@ -56,24 +64,24 @@ func (c *Comm) treeTasks(w *waiter, cl *call, ch, lo, hi int, tasks []*worker) (
 		}
 		return append(tasks, wk), nil
 	}
-	up := c.worker(w, cl, ch, 0)
-	up.setPeers(fromKids, []*endpoint{toUp})
-	up.ensureScratch(up.pieceBytes, len(fromKids))
+	upw := c.worker(w, cl, ch, 0)
+	upw.setPeers(fromKids, []*endpoint{toUp})
+	upw.ensureScratch(upw.pieceBytes, len(fromKids))
 	down := c.worker(w, cl, ch, 1)
 	down.setPeers([]*endpoint{fromUp}, toKids)
 	down.ensureScratch(down.pieceBytes, 1)
-	up.tree, down.tree = t, t
-	up.job, down.job = jobTreeUp, jobTreeDown
+	upw.tree, down.tree = t, t
+	upw.job, down.job = jobTreeUp, jobTreeDown
 	if c.raceHidden {
 		// In place, down writes chunk k where up read it; the order runs through the root and
 		// the transport's atomics, which the race detector cannot see here (race.go).
-		up.raceRel = unsafe.Pointer(&up.raceTok)
-		down.raceAcq = up.raceRel
+		upw.raceRel = unsafe.Pointer(&upw.raceTok)
+		down.raceAcq = upw.raceRel
 	}
 	if len(fromKids) == 0 {
-		up.job, down.job = jobTreeLeafUp, jobTreeLeafDown
+		upw.job, down.job = jobTreeLeafUp, jobTreeLeafDown
 	}
-	return append(tasks, up, down), nil
+	return append(tasks, upw, down), nil
 }
 
 // treeRun is one channel's tree schedule over its element range [lo, hi), chunk by chunk: the

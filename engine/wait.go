@@ -195,7 +195,11 @@ func (w *waiter) watch(now int64, peer int) error {
 	if now-(w.yieldEnd-int64(yieldTime)) < int64(c.cfg.Timeout) {
 		return nil
 	}
-	c.abortFor(c.stalledRank(peer), abortStalled)
+	if r, endpoint := c.stalledRank(peer); endpoint {
+		c.setAbort(abortCollNetStalled)
+	} else {
+		c.abortFor(r, abortStalled)
+	}
 	return c.abortError(atomic.LoadUint64(c.abort))
 }
 
@@ -204,33 +208,40 @@ func (w *waiter) watch(now int64, peer int) error {
 // beats while it waits), looked for first at peer, then along the "waits for" links from peer
 // (which rank each waits for; a rank with two waiting goroutines publishes one of them, so the
 // links are a hint), then among all ranks; peer itself when every rank is alive and waiting (a call
-// the ranks disagree on).
-func (c *Comm) stalledRank(peer int) int {
+// the ranks disagree on). Peer n stands for the CollNet aggregation endpoint (collnet.go): when
+// the wait, or the links from peer, lead to it and every rank is alive, endpoint is true: the
+// endpoint is the one that stopped.
+func (c *Comm) stalledRank(peer int) (rank int, endpoint bool) {
 	stale := int64(max(3*beatEvery, c.cfg.Timeout/2))
 	now := monoNow()
 	quiet := func(r int) bool { return now-int64(atomic.LoadUint64(c.beat[r])) > stale }
+	endpoint = peer == c.n
 	if peer < 0 || peer >= c.n || peer == c.rank {
 		peer = (c.rank + 1) % c.n
 	}
-	if quiet(peer) {
-		return peer
+	if !endpoint && quiet(peer) {
+		return peer, false
 	}
-	for r, hops := peer, 0; hops < c.n; hops++ {
+	for r, hops := peer, 0; !endpoint && hops < c.n; hops++ {
 		next := int(atomic.LoadUint64(c.waitsFor[r])) - 1
+		if next == c.n {
+			endpoint = true
+			break
+		}
 		if next < 0 || next >= c.n || next == c.rank {
 			break
 		}
 		if quiet(next) {
-			return next
+			return next, false
 		}
 		r = next
 	}
 	for r := range c.n {
 		if r != c.rank && quiet(r) {
-			return r
+			return r, false
 		}
 	}
-	return peer
+	return peer, endpoint
 }
 
 // nanotime is a monotonic clock in nanoseconds.

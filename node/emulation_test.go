@@ -57,8 +57,7 @@ func modelException(c costmodel.Coll, a costmodel.Algo, p costmodel.Proto, n int
 // collective x algorithm x protocol x (nodes, ranks per node) x dtype x op, the planner's menu
 // finds the cell legal (no reason, bandwidth > 0) exactly where engine.PinError is nil. The
 // exceptions by design are modelException's, each checked to be a real disagreement (the model
-// refuses, the engine runs). NVLS, NVLS_TREE and PAT are legal where the engine runs them; CollNet
-// is off in both while the engine lacks it.
+// refuses, the engine runs). NVLS, NVLS_TREE, PAT and CollNet are legal where the engine runs them.
 func TestCPUTableLegalityIsTheEngines(t *testing.T) {
 	base, err := tables.LoadBase("cpu")
 	require.NoError(t, err)
@@ -118,8 +117,9 @@ func TestCPUTableLegalityIsTheEngines(t *testing.T) {
 }
 
 // withoutEmulation returns a copy of the cpu table n without what the emulation adds: no
-// [emulation], no nvls graphs or nvls_channels, no [constants] rows for NVLS and NVLS_TREE (the
-// table has no other constants). That is the table as it was before the emulated paths.
+// [emulation], no nvls or collnet graphs or nvls_channels, no collnet_support, no [constants] rows
+// for NVLS, NVLS_TREE and CollNet (the table has no other constants). That is the table as it was
+// before the emulated paths.
 func withoutEmulation(t *testing.T, n *tables.Node) *tables.Node {
 	t.Helper()
 	c := *n
@@ -129,19 +129,20 @@ func withoutEmulation(t *testing.T, n *tables.Node) *tables.Node {
 		s.NVLSChannels = 0
 		g := map[string]tables.Graph{}
 		for name, gr := range s.Graphs {
-			if name != "nvls" {
+			if name != "nvls" && name != "collnet_direct" && name != "collnet_chain" {
 				g[name] = gr
 			}
 		}
 		s.Graphs = g
 		c.Scale[k] = s
 	}
+	c.Node.CollNetSupport = nil
 	require.NotNil(t, n.Constants)
-	require.Empty(t, n.Constants.BaseLatencies)
+	require.Equal(t, []string{"collnet_chain", "collnet_direct"}, keysOf(n.Constants.BaseLatencies))
 	require.Equal(t, []string{"pci"}, keysOf(n.Constants.HWLatencies))
 	require.Equal(t, []string{"nvls", "nvls_tree"}, keysOf(n.Constants.HWLatencies["pci"]))
 	k := *n.Constants
-	k.HWLatencies = nil
+	k.HWLatencies, k.BaseLatencies = nil, nil
 	require.Equal(t, tables.Constants{}, k, "no other constant")
 	c.Constants = nil
 	return &c
@@ -193,8 +194,9 @@ func TestEmulationKeepsRingAndTree(t *testing.T) {
 // (testdata/emulated-collnet.toml), CollNet is legal as collnet_enable = true makes it: at 2 nodes
 // of 2, CollNetDirect and CollNetChain AllReduce with Simple for the (op, dtype) pairs of
 // collnet_support, not LL or LL128, not prod; multi-node NVLS (which NCCL runs only with CollNet)
-// becomes legal with it; CollNetDirect needs the emulated switch (nvs_count is 0); without
-// reducing_network every CollNet cell is off. On the cpu table CollNet is off.
+// stays off on an emulated network, which does not run it; CollNetDirect needs the emulated switch
+// (nvs_count is 0); without reducing_network every CollNet cell is off. The cpu table declares the
+// network (the engine's aggregation endpoint), so its CollNet cells are legal.
 func TestReducingNetworkLegality(t *testing.T) {
 	n, err := tables.LoadFile("testdata/emulated-collnet.toml")
 	require.NoError(t, err)
@@ -205,8 +207,9 @@ func TestReducingNetworkLegality(t *testing.T) {
 	cpu, err := tables.LoadBase("cpu")
 	require.NoError(t, err)
 	const (
-		legal     = ""
-		notEnable = "CollNet not enabled (collnet_enable = false)"
+		legal             = ""
+		notEnable         = "CollNet not enabled (collnet_enable = false)"
+		noNVLSOverCollNet = "multi-node NVLS: the emulated reducing network does not run NVLS over CollNet"
 	)
 	sumF32 := [2]int{int(capabilities.Sum), int(capabilities.Float32)}
 	prodF32 := [2]int{int(capabilities.Prod), int(capabilities.Float32)}
@@ -226,15 +229,18 @@ func TestReducingNetworkLegality(t *testing.T) {
 		{"direct LL", n, 2, costmodel.CollNetDirect, costmodel.LL, sumF32, "COLLNET_DIRECT is Simple only"},
 		{"chain LL128", n, 2, costmodel.CollNetChain, costmodel.LL128, sumF32, "COLLNET_CHAIN is Simple only"},
 		{"direct prod", n, 2, costmodel.CollNetDirect, costmodel.Simple, prodF32, "CollNet plugin does not reduce prod:float32"},
-		{"multi-node NVLS", n, 2, costmodel.NVLS, costmodel.Simple, sumF32, legal},
+		// NCCL runs multi-node NVLS over CollNet; the engine's emulated network does not.
+		{"multi-node NVLS", n, 2, costmodel.NVLS, costmodel.Simple, sumF32, noNVLSOverCollNet},
 		{"multi-node NVLS prod", n, 2, costmodel.NVLS, costmodel.Simple, prodF32, "NVLS does not reduce prod on float32"},
 		{"direct without the switch", &noSwitch, 2, costmodel.CollNetDirect, costmodel.Simple, sumF32, "CollNetDirect needs an NVSwitch (nvs_count = 0)"},
 		{"chain without the switch", &noSwitch, 2, costmodel.CollNetChain, costmodel.Simple, sumF32, legal},
 		{"direct without the network", &noNet, 2, costmodel.CollNetDirect, costmodel.Simple, sumF32, notEnable},
 		{"chain without the network", &noNet, 2, costmodel.CollNetChain, costmodel.Simple, sumF32, notEnable},
 		{"multi-node NVLS without the network", &noNet, 2, costmodel.NVLS, costmodel.Simple, sumF32, "multi-node NVLS needs CollNet support: " + notEnable},
-		{"cpu direct", cpu, 2, costmodel.CollNetDirect, costmodel.Simple, sumF32, notEnable},
-		{"cpu chain", cpu, 2, costmodel.CollNetChain, costmodel.Simple, sumF32, notEnable},
+		{"cpu direct", cpu, 2, costmodel.CollNetDirect, costmodel.Simple, sumF32, legal},
+		{"cpu chain", cpu, 2, costmodel.CollNetChain, costmodel.Simple, sumF32, legal},
+		{"cpu direct prod", cpu, 2, costmodel.CollNetDirect, costmodel.Simple, prodF32, "CollNet plugin does not reduce prod:float32"},
+		{"cpu multi-node NVLS", cpu, 2, costmodel.NVLS, costmodel.Simple, sumF32, noNVLSOverCollNet},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pl := cpuPlanner(t, tc.n, tc.nodes, 0)

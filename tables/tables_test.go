@@ -239,9 +239,14 @@ func TestTableFacts(t *testing.T) {
 			assert.False(t, n.Node.CollNetEnable, "no table assumes CollNet/SHARP")
 			if n.Emulation != nil {
 				assert.Equal(t, "cpu", c.name, "only the emulated cpu table declares [emulation]")
-				assert.False(t, n.Emulation.ReducingNetwork, "the emulated reducing network stays off until the engine's CollNet lands")
+				assert.True(t, n.Emulation.ReducingNetwork, "the cpu table declares the engine's CollNet endpoint")
 			}
 			for k, s := range n.Scale {
+				if n.Emulation != nil && n.Emulation.ReducingNetwork && k != "1" {
+					assert.Contains(t, s.Graphs, "collnet_direct", k)
+					assert.Contains(t, s.Graphs, "collnet_chain", k)
+					continue
+				}
 				assert.NotContains(t, s.Graphs, "collnet_direct", k)
 				assert.NotContains(t, s.Graphs, "collnet_chain", k)
 			}

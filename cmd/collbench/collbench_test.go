@@ -31,6 +31,15 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
+	if len(os.Args) > 1 && strings.HasPrefix(os.Args[1], "--serve-collnet") {
+		// The test binary as the aggregation endpoint a CollNet job's launcher starts; SIGTERM
+		// (the launcher's stop) ends it.
+		if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "collbench:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if os.Getenv("COLLPLAN_RANK") != "" {
 		if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
 			fmt.Fprintln(os.Stderr, "collbench:", err)
@@ -240,6 +249,68 @@ func TestKillRank(t *testing.T) {
 		assert.Contains(t, errb.String(), "communicator aborted: rank 2: ", "the other ranks fail on the abort word (the launcher's, or their own rendezvous connections')")
 	case <-time.After(15 * time.Second):
 		t.Fatalf("the job still runs 15 s after rank 2 was killed:\n%s", errb.String())
+	}
+	files, _ := filepath.Glob(filepath.Join(engine.ShmDir(), fmt.Sprintf("collplan-%d.*", os.Getpid())))
+	assert.Empty(t, files, "segments left behind")
+}
+
+// TestShmCollNet: a CollNetDirect and a CollNetChain job of four rank processes in two virtual
+// nodes, with the aggregation endpoint the launcher starts, pass every check.
+func TestShmCollNet(t *testing.T) {
+	for _, algo := range []string{"CollNetDirect", "CollNetChain"} {
+		t.Run(algo, func(t *testing.T) {
+			out, stderr, err := runCollbench(t, append([]string{"allreduce", "-np", "4", "--ranks-per-node", "2", "--algo", algo, "-d", "int32"}, small...)...)
+			require.NoError(t, err, "%s\n%s", out, stderr)
+			s := parse(t, out)
+			require.Len(t, s.Rows, 3, out)
+			for _, r := range s.Rows {
+				assert.Zero(t, r.OOP.Wrong, "row %d", r.Line)
+				assert.Zero(t, r.IP.Wrong, "row %d", r.Line)
+			}
+			assert.Contains(t, out, "# NCCL_ALGO="+algo)
+			assert.Contains(t, stderr, "CollNet aggregation endpoint pid ")
+		})
+	}
+}
+
+var endpointRE = regexp.MustCompile(`CollNet aggregation endpoint pid (\d+) listening`)
+
+// TestKillCollNetEndpoint: kill -9 of the aggregation endpoint in the middle of a CollNetDirect
+// job: every rank process exits with an error within 10 s, naming the endpoint, and no segment
+// of the job is left.
+func TestKillCollNetEndpoint(t *testing.T) {
+	var out, errb syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(context.Background(), []string{"allreduce", "-np", "4", "--ranks-per-node", "2", "--algo", "CollNetDirect",
+			"-b", "4K", "-e", "1M", "-f", "2", "-n", "5", "-w", "0", "-N", "0"}, &out, &errb)
+	}()
+	var pid int
+	deadline := time.Now().Add(30 * time.Second)
+	for pid == 0 && time.Now().Before(deadline) {
+		if m := endpointRE.FindStringSubmatch(errb.String()); m != nil {
+			pid, _ = strconv.Atoi(m[1])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.NotZero(t, pid, "no endpoint line:\n%s\n%s", out.String(), errb.String())
+	for !strings.Contains(out.String(), "float") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond) // the ranks are in the sweep
+	}
+	time.Sleep(200 * time.Millisecond)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	killed := time.Now()
+	select {
+	case err := <-done:
+		assert.Less(t, time.Since(killed), 10*time.Second)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "CollNet aggregation endpoint exited")
+		t.Logf("%v\n%s", err, errb.String())
+		for r := 0; r < 4; r++ {
+			assert.Regexp(t, fmt.Sprintf("collbench: rank %d: .*(CollNet|communicator aborted)", r), errb.String(), "rank %d fails", r)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the job still runs 15 s after the endpoint was killed:\n%s", errb.String())
 	}
 	files, _ := filepath.Glob(filepath.Join(engine.ShmDir(), fmt.Sprintf("collplan-%d.*", os.Getpid())))
 	assert.Empty(t, files, "segments left behind")

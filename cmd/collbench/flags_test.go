@@ -68,7 +68,11 @@ func TestFlags(t *testing.T) {
 		{"NVLS with LL", []string{"allreduce", "-np", "3", "--algo", "NVLS", "--proto", "LL"}, "--algo NVLS: engine: invalid argument: NVLS with LL"},
 		{"NVLSTree on one node", []string{"allreduce", "-np", "4", "--algo", "NVLSTree"}, "--algo NVLSTree: engine: invalid argument: NVLS_TREE on 4 ranks in virtual nodes of 4"},
 		{"Tree broadcast", []string{"broadcast", "--algo", "Tree"}, "--algo Tree: engine: TREE for Broadcast: not implemented in the engine"},
-		{"CollNet", []string{"allreduce", "-np", "4", "--ranks-per-node", "2", "--algo", "CollNetDirect"}, "--algo CollNetDirect: engine: algorithm COLLNET_DIRECT for AllReduce: not implemented in the engine"},
+		{"CollNet on one node", []string{"allreduce", "-np", "4", "--algo", "CollNetDirect"}, "--algo CollNetDirect: engine: invalid argument: COLLNET_DIRECT on one virtual node of 4 ranks (NCCL builds CollNet for 2 or more nodes)"},
+		{"CollNetChain allgather", []string{"allgather", "-np", "4", "--ranks-per-node", "2", "--algo", "CollNetChain"}, "--algo CollNetChain: engine: invalid argument: COLLNET_CHAIN for AllGather"},
+		{"serve-collnet with a collective", []string{"allreduce", "--serve-collnet", "127.0.0.1:0"}, "--serve-collnet runs an aggregation endpoint alone"},
+		{"serve-collnet without an address", []string{"--serve-collnet"}, "--serve-collnet ADDR: missing the address"},
+		{"serve-collnet bad address", []string{"--serve-collnet", "nohost"}, `--serve-collnet "nohost": want host:port`},
 		{"two algorithms", []string{"allreduce", "--algo", "Ring,Tree"}, `--algo (or NCCL_ALGO) "Ring,Tree": collbench pins one algorithm`},
 		{"unknown device", []string{"allreduce", "--device", "gpu"}, `--device "gpu": want cpu or cuda`},
 	} {

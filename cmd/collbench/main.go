@@ -28,6 +28,13 @@
 // blocked 2 s later (hardGrace), or at a second signal, is aborted and the rank cleans up and
 // exits; a third signal ends the process.
 //
+// CollNet: --algo CollNetDirect or CollNetChain (AllReduce, Simple, 2 or more virtual nodes) reduces
+// across the nodes in a CollNet aggregation endpoint: the launcher starts one for the job (this
+// program with --serve-collnet and a free loopback address) and gives the ranks its address in
+// COLLPLAN_COLLNET_ADDR; --transport inproc runs one in the process; ranks started by hand need
+// COLLPLAN_COLLNET_ADDR, naming one started with collbench --serve-collnet ADDR, which serves until
+// SIGINT or SIGTERM.
+//
 // Policies: the planner's DecisionTable can come through a tuner plugin (--tuner NAME|PATH
 // [--tuner-config FILE] [--tuner-timeout D] [--tuner-sha256 HEX]); every rank compiles it and the
 // rendezvous checks that the tables agree (a failing tuner falls back to the built-in policy on

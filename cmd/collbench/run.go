@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,6 +35,8 @@ var selfExe = os.Executable
 
 // options are the parsed command line.
 type options struct {
+	serveCollNet string // --serve-collnet: only an aggregation endpoint (run refuses it with a collective)
+
 	coll     costmodel.Coll
 	program  string
 	minBytes int64
@@ -203,7 +206,8 @@ func newFlags(name string) (*options, *flag.FlagSet) {
 	fs.StringVar(&o.transport, "transport", "shm", "shm (ranks are processes) or inproc (goroutines)")
 	fs.StringVar(&o.device, "device", "cpu", "cpu (the engine on CPUs) or cuda (GPUs through libcuda.so.1; without a driver: one line and exit status 3, a missing runtime, not bad input)")
 	fs.StringVar(&o.bindTo, "bind-to", "auto", "shm ranks on CPUs: auto (rank r on the (r mod c)-th of c CPUs when ranks outnumber them) or none")
-	fs.StringVar(&o.algo, "algo", "", "pin the algorithm (NCCL_ALGO; Ring, Tree for allreduce, PAT for allgather and reducescatter at --ranks-per-node 1 with Simple, NVLS for allreduce, allgather and reducescatter on one node with Simple, NVLS_TREE for allreduce on 2+ equal nodes of 2+ ranks with Simple)")
+	fs.StringVar(&o.algo, "algo", "", "pin the algorithm (NCCL_ALGO; Ring, Tree for allreduce, PAT for allgather and reducescatter at --ranks-per-node 1 with Simple, NVLS for allreduce, allgather and reducescatter on one node with Simple, NVLS_TREE for allreduce on 2+ equal nodes of 2+ ranks with Simple, CollNetDirect (2+ equal nodes of at most 8 ranks) and CollNetChain (2+ nodes) for allreduce with Simple, through a CollNet aggregation endpoint: the launcher starts one, ranks started by hand need COLLPLAN_COLLNET_ADDR)")
+	fs.StringVar(&o.serveCollNet, "serve-collnet", "", "ADDR: run only a CollNet aggregation endpoint on ADDR (host:port, e.g. 127.0.0.1:7777) until SIGINT or SIGTERM, with no collective: collbench --serve-collnet ADDR; ranks find it through COLLPLAN_COLLNET_ADDR")
 	fs.StringVar(&o.proto, "proto", "", "pin the protocol (NCCL_PROTO; LL, LL128, Simple)")
 	fs.IntVar(&o.channels, "channels", 0, "pin the channel count")
 	fs.BoolVar(&o.usePlan, "planner", true, "plan calls with the planner's DecisionTable for the cpu node table (unless pinned)")
@@ -327,6 +331,7 @@ func (o *options) setCombo(dt, op string) {
 // engineConfig turns the options into the engine's configuration for n ranks.
 func (o *options) engineConfig(n int) (engine.Config, string, error) {
 	cfg := engine.Config{RanksPerNode: o.rpn, Buffers: o.buffers, Timeout: o.timeout}
+	cfg.CollNet.Addr = os.Getenv(engine.CollNetEnv)
 	if o.algo != "" {
 		a, err := parseAlgo(o.algo, "algorithm")
 		if err != nil {
@@ -430,12 +435,56 @@ func parseEnum(s, what string, num int, name func(int) string) (int, error) {
 	return 0, fmt.Errorf("%s %q: collbench pins one value (e.g. Ring, Tree, LL, LL128, Simple)", what, s)
 }
 
+// pinsCollNet reports whether --algo (or NCCL_ALGO) pins CollNetDirect or CollNetChain: the job
+// needs an aggregation endpoint.
+func (o *options) pinsCollNet() bool {
+	if o.algo == "" {
+		return false
+	}
+	a, err := parseAlgo(o.algo, "--algo")
+	return err == nil && (a == costmodel.CollNetDirect || a == costmodel.CollNetChain)
+}
+
+// serveCollNet is collbench --serve-collnet ADDR: a CollNet aggregation endpoint on ADDR until ctx
+// is done (SIGINT, SIGTERM). It prints the address it listens on.
+func serveCollNet(ctx context.Context, args []string, stderr io.Writer) error {
+	var addr string
+	switch a := strings.TrimLeft(args[0], "-"); {
+	case strings.HasPrefix(a, "serve-collnet="):
+		addr, args = strings.TrimPrefix(a, "serve-collnet="), args[1:]
+	case a == "serve-collnet" && len(args) > 1:
+		addr, args = args[1], args[2:]
+	default:
+		return usagef("--serve-collnet ADDR: missing the address (host:port, e.g. 127.0.0.1:7777)")
+	}
+	if len(args) > 0 {
+		return usagef("--serve-collnet runs an aggregation endpoint alone: unexpected arguments %q", args)
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return usagef("--serve-collnet %q: want host:port (%v)", addr, err)
+	}
+	ep, err := engine.ListenCollNet(addr)
+	if err != nil {
+		return err
+	}
+	ep.Errorf = func(format string, a ...any) { fmt.Fprintf(stderr, "collbench: "+format+"\n", a...) }
+	fmt.Fprintf(stderr, "collbench: CollNet aggregation endpoint pid %d listening on %s (%s=%s)\n", os.Getpid(), ep.Addr(), engine.CollNetEnv, ep.Addr())
+	<-ctx.Done()
+	return ep.Close()
+}
+
 // run is collbench: a launcher of rank processes, one rank of a multi-process job, or (inproc)
 // every rank of a job in this process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && strings.HasPrefix(strings.TrimLeft(args[0], "-"), "serve-collnet") && strings.HasPrefix(args[0], "-") {
+		return serveCollNet(ctx, args, stderr)
+	}
 	o, err := parseArgs(args, stdout)
 	if err != nil {
 		return err
+	}
+	if o.serveCollNet != "" {
+		return usagef("--serve-collnet runs an aggregation endpoint alone: collbench --serve-collnet ADDR, without a collective")
 	}
 	env, isRank, err := engine.EnvFrom(os.Getenv)
 	if err != nil {
@@ -463,6 +512,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.device == "cuda" {
 		return runCUDA()
 	}
+	if isRank && o.pinsCollNet() && os.Getenv(engine.CollNetEnv) == "" {
+		return usagef("--algo %s needs a CollNet aggregation endpoint: start one (collbench --serve-collnet ADDR) and give the ranks its address in %s, or let collbench launch the job",
+			o.algo, engine.CollNetEnv)
+	}
 	if o.transport == "inproc" {
 		return runInProcess(ctx, o, n, stdout, stderr)
 	}
@@ -485,6 +538,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	go forwardHups(fctx, reload)
 	l := &engine.Launcher{N: n, Argv: append([]string{exe}, args...), Env: append(os.Environ(), envReload+"="+reload),
 		Stdout: stdout, Stderr: stderr, Grace: 5 * time.Second}
+	if o.pinsCollNet() {
+		l.CollNet = []string{exe, "--serve-collnet"} // the launcher appends the address
+	}
 	if o.bindTo == "none" {
 		l.Bind = engine.BindNone
 	}
@@ -538,6 +594,7 @@ func runRankProcess(ctx context.Context, o *options, env engine.Env, stdout, std
 	}
 	defer sess.Close()
 	job = sess.Job
+	cfg.CollNet.Job = job
 	tr, err := engine.NewShmTransport(job)
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", env.Rank, err)
@@ -579,6 +636,14 @@ func runInProcess(ctx context.Context, o *options, n int, stdout, stderr io.Writ
 		}
 	}
 	logw := &lockedWriter{w: stderr}
+	if o.pinsCollNet() && cfg.CollNet.Addr == "" {
+		ep, err := engine.ListenCollNet("127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		defer ep.Close()
+		cfg.CollNet.Addr = ep.Addr()
+	}
 	comms, err := engine.NewInProcess(n, cfg)
 	if err != nil {
 		return err

@@ -55,7 +55,7 @@ func TestExplainCPUEmulatedPaths(t *testing.T) {
 	}{
 		{"allreduce-1x2", []string{"--coll", "allreduce"}, []string{"NVLS/SIMPLE"}},
 		{"allreduce-1x4", []string{"--coll", "allreduce", "--gpus-per-node", "4"}, []string{"NVLS/SIMPLE"}},
-		{"allreduce-2x2", []string{"--coll", "allreduce", "--nodes", "2"}, []string{"NVLS_TREE/SIMPLE"}},
+		{"allreduce-2x2", []string{"--coll", "allreduce", "--nodes", "2"}, []string{"NVLS_TREE/SIMPLE", "COLLNET_DIRECT/SIMPLE", "COLLNET_CHAIN/SIMPLE"}},
 		{"allgather-1x2", []string{"--coll", "allgather"}, []string{"NVLS/SIMPLE"}},
 		{"allgather-4x1", []string{"--coll", "allgather", "--nodes", "4", "--gpus-per-node", "1"}, []string{"PAT/SIMPLE"}},
 		{"reducescatter-2x1", []string{"--coll", "reducescatter", "--nodes", "2", "--gpus-per-node", "1"}, []string{"PAT/SIMPLE"}},

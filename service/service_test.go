@@ -193,7 +193,7 @@ func TestEndpoints(t *testing.T) {
 	require.Equal(t, 200, rec.Code)
 	tb = nil
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &tb))
-	assert.Equal(t, map[string]any{"multicast_switch": true, "nvls_efficiency": 0.8, "reducing_network": false}, tb["emulation"])
+	assert.Equal(t, map[string]any{"multicast_switch": true, "nvls_efficiency": 0.8, "reducing_network": true}, tb["emulation"])
 
 	// The H100 acceptance picks (TestH100Picks in cmd/planner: NCCL 2.30 on 8xH100): RING/LL at
 	// 1 MiB, NVLS/SIMPLE at 2 MiB.

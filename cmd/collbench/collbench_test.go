@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,7 +22,9 @@ import (
 
 	"github.com/collplan/collplan/calibrate"
 	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/engine"
+	"github.com/collplan/collplan/planner"
 )
 
 // TestMain makes the test binary a collbench rank when the launcher starts it as one.
@@ -269,6 +272,30 @@ func TestShmCollNet(t *testing.T) {
 			}
 			assert.Contains(t, out, "# NCCL_ALGO="+algo)
 			assert.Contains(t, stderr, "CollNet aggregation endpoint pid ")
+		})
+	}
+}
+
+// TestPlannedCollNet: a job whose planner table picks CollNet (AllReduce at 4 nodes of one rank: the
+// cpu table prices CollNetDirect lowest from about 14 KiB; checked here on the table itself, with
+// --planner's compile) gets the aggregation endpoint without a pin, on both transports, and every
+// size passes its check. Before, only an --algo pin started one, and every rank failed at 64 KiB
+// with "COLLNET_DIRECT needs a CollNet aggregation endpoint and none is configured".
+func TestPlannedCollNet(t *testing.T) {
+	dt, err := compileTable(context.Background(), costmodel.AllReduce, 4, 1, false, tunerSpec{}, io.Discard)
+	require.NoError(t, err)
+	require.True(t, plansCollNet([]*planner.DecisionTable{dt}), "the table picks CollNet at some size: %v", dt.Entries())
+	assert.Equal(t, costmodel.CollNetDirect, dt.Lookup(64<<10).Algo, "the 64 KiB plan")
+	for _, tr := range []string{"shm", "inproc"} {
+		t.Run(tr, func(t *testing.T) {
+			out, stderr, err := runCollbench(t, "allreduce", "-np", "4", "--ranks-per-node", "1", "--transport", tr, "-b", "1K", "-e", "64K", "-f", "8", "-n", "2", "-w", "1")
+			require.NoError(t, err, "%s\n%s", out, stderr)
+			s := parse(t, out)
+			require.Len(t, s.Rows, 3, out)
+			for _, r := range s.Rows {
+				assert.Zero(t, r.OOP.Wrong, "row %d", r.Line)
+				assert.Zero(t, r.IP.Wrong, "row %d", r.Line)
+			}
 		})
 	}
 }

@@ -445,6 +445,48 @@ func (o *options) pinsCollNet() bool {
 	return err == nil && (a == costmodel.CollNetDirect || a == costmodel.CollNetChain)
 }
 
+// needsCollNet reports whether a job of n ranks may run CollNet, so that its launcher starts the
+// aggregation endpoint: --algo pins CollNetDirect or CollNetChain, or a table the ranks plan with
+// (the planner's, or --ab's two) picks one at some size. A job that never runs CollNet gets no
+// endpoint, which would otherwise be one more process wanting a core. It compiles the tables the
+// ranks will compile (the same inputs give the same tables, which the ranks check by hash).
+func (o *options) needsCollNet(n int) (bool, error) {
+	if o.pinsCollNet() {
+		return true, nil
+	}
+	if os.Getenv(engine.CollNetEnv) != "" || o.coll != costmodel.AllReduce {
+		return false, nil // an endpoint is given; CollNet runs AllReduce only
+	}
+	cfg, _, err := o.engineConfig(n)
+	if err != nil {
+		return false, err
+	}
+	tbls := cfg.Tables
+	if len(o.ab) > 0 {
+		ab, err := o.abTables(n)
+		if err != nil {
+			return false, err
+		}
+		tbls = append(tbls, ab[0], ab[1])
+	}
+	return plansCollNet(tbls), nil
+}
+
+// plansCollNet reports whether one of the tables picks CollNetDirect or CollNetChain at some size.
+func plansCollNet(tbls []*planner.DecisionTable) bool {
+	for _, dt := range tbls {
+		if dt == nil {
+			continue
+		}
+		for _, e := range dt.Entries() {
+			if a := e.Decision.Algo; a == costmodel.CollNetDirect || a == costmodel.CollNetChain {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // serveCollNet is collbench --serve-collnet ADDR: a CollNet aggregation endpoint on ADDR until ctx
 // is done (SIGINT, SIGTERM). It prints the address it listens on.
 func serveCollNet(ctx context.Context, args []string, stderr io.Writer) error {
@@ -538,7 +580,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	go forwardHups(fctx, reload)
 	l := &engine.Launcher{N: n, Argv: append([]string{exe}, args...), Env: append(os.Environ(), envReload+"="+reload),
 		Stdout: stdout, Stderr: stderr, Grace: 5 * time.Second}
-	if o.pinsCollNet() {
+	collNet, err := o.needsCollNet(n)
+	if err != nil {
+		return err
+	}
+	if collNet {
 		l.CollNet = []string{exe, "--serve-collnet"} // the launcher appends the address
 	}
 	if o.bindTo == "none" {
@@ -636,7 +682,7 @@ func runInProcess(ctx context.Context, o *options, n int, stdout, stderr io.Writ
 		}
 	}
 	logw := &lockedWriter{w: stderr}
-	if o.pinsCollNet() && cfg.CollNet.Addr == "" {
+	if cfg.CollNet.Addr == "" && (o.pinsCollNet() || plansCollNet(append(cfg.Tables, ab[0], ab[1]))) {
 		ep, err := engine.ListenCollNet("127.0.0.1:0")
 		if err != nil {
 			return err

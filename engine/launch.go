@@ -239,6 +239,21 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		case e := <-exits:
 			running--
 			alive[e.rank] = false
+			if e.err != nil && first == nil && epExit != nil {
+				// A rank whose endpoint connection failed may exit before the launcher reaps the
+				// endpoint it saw die: wait for that (bounded) so the endpoint is named, not the rank.
+				if w, _ := abortWordShm(job); int(w&0xff) == abortCollNet {
+					select {
+					case ee := <-epExit:
+						epExit <- ee // for stopCollNet
+						epExit = nil
+						first = &LaunchError{Rank: -1, Err: fmt.Errorf("the CollNet aggregation endpoint exited: %v", ee)}
+						startGrace()
+						continue
+					case <-time.After(time.Second):
+					}
+				}
+			}
 			if e.err != nil && first == nil {
 				first = &LaunchError{Rank: e.rank, Err: e.err}
 				// The communicator may have been aborted already, naming the rank at fault (a

@@ -446,30 +446,33 @@ func (o *options) pinsCollNet() bool {
 }
 
 // needsCollNet reports whether a job of n ranks may run CollNet, so that its launcher starts the
-// aggregation endpoint: --algo pins CollNetDirect or CollNetChain, or a table the ranks plan with
-// (the planner's, or --ab's two) picks one at some size. A job that never runs CollNet gets no
-// endpoint, which would otherwise be one more process wanting a core. It compiles the tables the
-// ranks will compile (the same inputs give the same tables, which the ranks check by hash).
+// aggregation endpoint: --algo pins CollNetDirect or CollNetChain, or the ranks plan with tables
+// and CollNet is legal at the job's shape, and then either the planner's own table picks it at some
+// size or a tuner (--tuner, --ab) may. The launcher compiles the built-in table only: starting the
+// tuner here too would cost the job its deadline twice. A job that never runs CollNet gets no
+// endpoint, which would otherwise be one more process wanting a core.
 func (o *options) needsCollNet(n int) (bool, error) {
 	if o.pinsCollNet() {
 		return true, nil
 	}
-	if os.Getenv(engine.CollNetEnv) != "" || o.coll != costmodel.AllReduce {
-		return false, nil // an endpoint is given; CollNet runs AllReduce only
+	if os.Getenv(engine.CollNetEnv) != "" || o.coll != costmodel.AllReduce || !o.usePlan || n < 2 {
+		return false, nil // an endpoint is given; CollNet runs AllReduce only; no tables
 	}
-	cfg, _, err := o.engineConfig(n)
+	legal := false
+	for _, a := range []costmodel.Algo{costmodel.CollNetDirect, costmodel.CollNetChain} {
+		legal = legal || engine.PinError(o.coll, a, costmodel.Simple, n, o.rpn, kernels.Float32, kernels.Sum) == nil
+	}
+	if !legal {
+		return false, nil
+	}
+	if o.tuner.String() != "none" || len(o.ab) > 0 {
+		return true, nil
+	}
+	dt, err := compileTable(context.Background(), o.coll, n, o.rpn, o.noOverlay, tunerSpec{}, io.Discard)
 	if err != nil {
 		return false, err
 	}
-	tbls := cfg.Tables
-	if len(o.ab) > 0 {
-		ab, err := o.abTables(n)
-		if err != nil {
-			return false, err
-		}
-		tbls = append(tbls, ab[0], ab[1])
-	}
-	return plansCollNet(tbls), nil
+	return plansCollNet([]*planner.DecisionTable{dt}), nil
 }
 
 // plansCollNet reports whether one of the tables picks CollNetDirect or CollNetChain at some size.

@@ -143,30 +143,7 @@ func (c *Comm) collNetChunk(a costmodel.Algo, nBytes, planned int64, nc int) int
 // collNetGroupFor returns channel ch's CollNetDirect region of this rank's virtual node, mapping it
 // on first use.
 func (c *Comm) collNetGroupFor(ch int) (*nvlsGroup, error) {
-	for len(c.cnGroups) <= ch {
-		c.cnGroups = append(c.cnGroups, nil)
-	}
-	if g := c.cnGroups[ch]; g != nil {
-		return g, nil
-	}
-	rpn := c.topo.rpn
-	node := c.rank / rpn
-	l := NVLSLayout{Members: rpn, StepBytes: c.nvlsStepBytes()}
-	name := CollNetRegion(node, ch)
-	size := l.Size()
-	r, err := c.tr.Region(name, size)
-	if err == nil {
-		err = checkRegion(r, name, size)
-	}
-	if err == nil {
-		err = claimLayout(r, name, l.word())
-	}
-	if err != nil {
-		return nil, err
-	}
-	g := newNVLSGroup(r, l, c.rank-node*rpn, node*rpn)
-	c.cnGroups[ch] = g
-	return g, nil
+	return c.nodeGroup(&c.cnGroups, ch, CollNetRegion)
 }
 
 // CollNetRegion returns the name of CollNetDirect's intra-node region of virtual node node on

@@ -250,30 +250,34 @@ func (c *Comm) nvlsChunk(nBytes, planned int64) int64 {
 
 // nvlsGroupFor returns channel ch's multicast object of this rank's virtual node, mapping its
 // region on first use. (NVLS runs in one node of every rank; NVLS_TREE in each of several.)
-func (c *Comm) nvlsGroupFor(ch int) (*nvlsGroup, error) {
-	for len(c.nvls) <= ch {
-		c.nvls = append(c.nvls, nil)
+func (c *Comm) nvlsGroupFor(ch int) (*nvlsGroup, error) { return c.nodeGroup(&c.nvls, ch, NVLSRegion) }
+
+// nodeGroup returns channel ch's entry of groups (the NVLS multicast objects, or CollNetDirect's
+// regions of the same layout), mapping region name(node, ch) of this rank's virtual node on first use.
+func (c *Comm) nodeGroup(groups *[]*nvlsGroup, ch int, name func(node, ch int) string) (*nvlsGroup, error) {
+	for len(*groups) <= ch {
+		*groups = append(*groups, nil)
 	}
-	if g := c.nvls[ch]; g != nil {
+	if g := (*groups)[ch]; g != nil {
 		return g, nil
 	}
 	rpn := c.topo.rpn
 	node := c.rank / rpn
 	l := NVLSLayout{Members: rpn, StepBytes: c.nvlsStepBytes()}
-	name := NVLSRegion(node, ch)
+	rn := name(node, ch)
 	size := l.Size()
-	r, err := c.tr.Region(name, size)
+	r, err := c.tr.Region(rn, size)
 	if err == nil {
-		err = checkRegion(r, name, size)
+		err = checkRegion(r, rn, size)
 	}
 	if err == nil {
-		err = claimLayout(r, name, l.word())
+		err = claimLayout(r, rn, l.word())
 	}
 	if err != nil {
 		return nil, err
 	}
 	g := newNVLSGroup(r, l, c.rank-node*rpn, node*rpn)
-	c.nvls[ch] = g
+	(*groups)[ch] = g
 	return g, nil
 }
 

@@ -96,26 +96,8 @@ func runQuery(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	cache := map[planner.Class]compiled{}
 	rw := newRowWriter(stdout)
 	defer rw.w.Flush()
-	sc := linescan.New("stdin", stdin)
-	for line := 1; sc.Scan(); line++ {
-		text := strings.TrimSpace(sc.Text())
-		if text == "" || strings.HasPrefix(text, "#") {
-			continue
-		}
-		isJSON := strings.HasPrefix(text, "{")
-		var cls planner.Class
-		var n int64
-		if isJSON {
-			cls, n, err = parseJSONQuery(text, cf)
-		} else {
-			if strings.HasPrefix(strings.ToLower(text), "coll") {
-				continue
-			}
-			cls, n, err = parseCSVQuery(text, cf)
-		}
-		if err != nil {
-			return usagef("stdin:%d: %v", line, err)
-		}
+	err = scanQueries(stdin, cf, func(line int, isJSON bool, cls planner.Class, n int64) error {
+		var err error
 		c, ok := cache[cls]
 		if !ok {
 			if c.pr, err = pl.Prepare(ctx, cls); err != nil {
@@ -149,16 +131,10 @@ func runQuery(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		if d := c.dt.Lookup(n); d != plan.Decision {
 			return fmt.Errorf("stdin:%d: decision table and planner disagree at %d bytes (%v vs %v)", line, n, d, plan.Decision)
 		}
-		if err := rw.write(a, isJSON); err != nil {
-			return err
-		}
-	}
-	if err := sc.Err(); err != nil {
-		var le *linescan.LongLineError
-		if errors.As(err, &le) {
-			return usageError{err} // "stdin:N: line longer than ..."
-		}
-		return fmt.Errorf("stdin: %w", err)
+		return rw.write(a, isJSON)
+	})
+	if err != nil {
+		return err
 	}
 	if err := rw.cw.Error(); err != nil {
 		return err
@@ -201,6 +177,45 @@ func (rw *rowWriter) write(a answerJSON, isJSON bool) error {
 		strconv.FormatInt(a.SliceBytes, 10), a.Policy})
 	rw.cw.Flush()
 	return rw.cw.Error()
+}
+
+// scanQueries reads planner query's stdin: one query per line, CSV or JSON, skipping blank lines,
+// comments and a CSV header, and calls each with the line's number, its form and its class and
+// size. A query that does not parse, or a line too long, is a usage error naming stdin's line.
+func scanQueries(stdin io.Reader, cf *classFlags, each func(line int, isJSON bool, cls planner.Class, n int64) error) error {
+	sc := linescan.New("stdin", stdin)
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		isJSON := strings.HasPrefix(text, "{")
+		var cls planner.Class
+		var n int64
+		var err error
+		if isJSON {
+			cls, n, err = parseJSONQuery(text, cf)
+		} else {
+			if strings.HasPrefix(strings.ToLower(text), "coll") {
+				continue
+			}
+			cls, n, err = parseCSVQuery(text, cf)
+		}
+		if err != nil {
+			return usagef("stdin:%d: %v", line, err)
+		}
+		if err := each(line, isJSON, cls, n); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		var le *linescan.LongLineError
+		if errors.As(err, &le) {
+			return usageError{err} // "stdin:N: line longer than ..."
+		}
+		return fmt.Errorf("stdin: %w", err)
+	}
+	return nil
 }
 
 func parseJSONQuery(text string, def *classFlags) (planner.Class, int64, error) {

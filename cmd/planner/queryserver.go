@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/collplan/collplan/internal/linescan"
 	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/service"
 )
@@ -81,43 +79,19 @@ func queryServer(ctx context.Context, c *command, server, tokenFile string, stdi
 		pending = pending[:0]
 		return nil
 	}
-	sc := linescan.New("stdin", stdin)
-	for line := 1; sc.Scan(); line++ {
-		text := strings.TrimSpace(sc.Text())
-		if text == "" || strings.HasPrefix(text, "#") {
-			continue
-		}
-		isJSON := strings.HasPrefix(text, "{")
-		var cls planner.Class
-		var n int64
-		if isJSON {
-			cls, n, err = parseJSONQuery(text, &c.cf)
-		} else {
-			if strings.HasPrefix(strings.ToLower(text), "coll") {
-				continue
-			}
-			cls, n, err = parseCSVQuery(text, &c.cf)
-		}
-		if err != nil {
-			return usagef("stdin:%d: %v", line, err)
-		}
+	err = scanQueries(stdin, &c.cf, func(line int, isJSON bool, cls planner.Class, n int64) error {
 		q := tmpl
 		pipeOps := cls.PipeOps
 		q.Coll, q.Op, q.Dtype, q.PipeOps, q.RegBuff = cls.Coll.String(), cls.Op.String(), cls.Dtype.String(), &pipeOps, cls.RegBuff
 		q.Bytes = json.RawMessage(strconv.FormatInt(n, 10))
 		pending = append(pending, serverLine{line: line, isJSON: isJSON, q: q})
 		if len(pending) == serverBatch {
-			if err := flush(); err != nil {
-				return err
-			}
+			return flush()
 		}
-	}
-	if err := sc.Err(); err != nil {
-		var le *linescan.LongLineError
-		if errors.As(err, &le) {
-			return usageError{err}
-		}
-		return fmt.Errorf("stdin: %w", err)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if err := flush(); err != nil {
 		return err

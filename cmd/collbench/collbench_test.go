@@ -282,13 +282,14 @@ func TestShmCollNet(t *testing.T) {
 // size passes its check. Before, only an --algo pin started one, and every rank failed at 64 KiB
 // with "COLLNET_DIRECT needs a CollNet aggregation endpoint and none is configured".
 func TestPlannedCollNet(t *testing.T) {
-	dt, err := compileTable(context.Background(), costmodel.AllReduce, 4, 1, false, tunerSpec{}, io.Discard)
+	// The table alone (--no-overlay): the shipped overlay's 4 x 1 cells, fitted on this host, pick Ring.
+	dt, err := compileTable(context.Background(), costmodel.AllReduce, 4, 1, true, tunerSpec{}, io.Discard)
 	require.NoError(t, err)
 	require.True(t, plansCollNet([]*planner.DecisionTable{dt}), "the table picks CollNet at some size: %v", dt.Entries())
 	assert.Equal(t, costmodel.CollNetDirect, dt.Lookup(64<<10).Algo, "the 64 KiB plan")
 	for _, tr := range []string{"shm", "inproc"} {
 		t.Run(tr, func(t *testing.T) {
-			out, stderr, err := runCollbench(t, "allreduce", "-np", "4", "--ranks-per-node", "1", "--transport", tr, "-b", "1K", "-e", "64K", "-f", "8", "-n", "2", "-w", "1")
+			out, stderr, err := runCollbench(t, "allreduce", "-np", "4", "--ranks-per-node", "1", "--transport", tr, "--no-overlay", "-b", "1K", "-e", "64K", "-f", "8", "-n", "2", "-w", "1")
 			require.NoError(t, err, "%s\n%s", out, stderr)
 			s := parse(t, out)
 			require.Len(t, s.Rows, 3, out)

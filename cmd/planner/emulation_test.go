@@ -90,7 +90,7 @@ func TestExplainCPUEmulatedPaths(t *testing.T) {
 //	time:    25 x ceil(1/8) + 1048576 / (1000 x 3.2) = 25 + 327.68 = 352.68 us (correction 1)
 func TestExplainCPUNVLSPrice(t *testing.T) {
 	clearNCCLEnv(t)
-	m := explainJSON(t, "--node", "cpu", "--coll", "allreduce", "--bytes", "1M")
+	m := explainJSON(t, "--node", "cpu", "--coll", "allreduce", "--bytes", "1M", "--no-overlay") // the model's own price
 	var cell map[string]any
 	for _, x := range m["menu"].([]any) {
 		c := x.(map[string]any)
@@ -104,8 +104,16 @@ func TestExplainCPUNVLSPrice(t *testing.T) {
 	assert.InDelta(t, 3.2, cell["bw_gbps"], 1e-6)
 	assert.InDelta(t, 1.0, cell["correction"], 1e-9)
 	assert.InDelta(t, 352.68, cell["time_us"], 1e-3)
+	// With the shipped overlay, which fits the NVLS cell at this shape, the cell is still legal.
+	m = explainJSON(t, "--node", "cpu", "--coll", "allreduce", "--bytes", "1M")
 	ov, ok := m["overlay"].(map[string]any)
 	require.True(t, ok, "the shipped overlay applies")
 	assert.Equal(t, "cpu.fit.toml", ov["file"])
 	assert.Empty(t, ov["skipped"], "no fitted cell is refused at the overlay's own shape")
+	for _, x := range m["menu"].([]any) {
+		if c := x.(map[string]any); c["algo"] == "NVLS" && c["proto"] == "SIMPLE" {
+			assert.Equal(t, "", c["reason"])
+			assert.Positive(t, c["time_us"])
+		}
+	}
 }

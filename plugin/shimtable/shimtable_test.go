@@ -182,8 +182,18 @@ func TestCompileOverlayEveryShape(t *testing.T) {
 	for _, s := range one.Skipped {
 		assert.Equal(t, "single rank: NCCL builds no model (n_ranks = 1)", s.Reason)
 	}
-	for _, nn := range []int{2, 1024} {
-		assert.Equal(t, planner.Overlay{File: "cpu.fit.toml"}, got[[2]int{nn, 2 * nn}].Overlay, "%d nodes: no cell fitted there", nn)
+	assert.Equal(t, planner.Overlay{File: "cpu.fit.toml"}, got[[2]int{1024, 2048}].Overlay, "1024 nodes: no cell fitted there")
+	// 2 nodes of 2: the cells fitted at that shape apply; those fitted at 2 x 1 are skipped, named.
+	at2x2 := 0
+	for _, c := range n.Fit.Cell {
+		if c.Nodes == 2 && c.RanksPerNode == 2 {
+			at2x2++
+		}
+	}
+	two := got[[2]int{2, 4}].Overlay
+	assert.Equal(t, at2x2, two.Applied, "2 x 2: the cells fitted there apply")
+	for _, s := range two.Skipped {
+		assert.Contains(t, []string{"fitted at 2 x 1 (nodes x ranks per node), this is 2 x 2", "PAT auto: needs one rank per node"}, s.Reason)
 	}
 	// Lookups in the one-rank block give NCCL's only plan there, Ring/Simple.
 	plans := tb.Lookup(1, 1, int(costmodel.AllReduce), 1, 1<<20)

@@ -609,18 +609,27 @@ func (g *startGuard) abandon(conn *grpc.ClientConn) bool {
 	return false
 }
 
-// checkSum compares the binary at path with a SHA-256 pin.
-func checkSum(path string, want []byte) error {
+// FileSHA256 is the SHA-256 of the file at path (a tuner binary, to pin it).
+func FileSHA256(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("checksum: %w", err)
+		return nil, fmt.Errorf("checksum: %w", err)
 	}
 	defer f.Close()
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
-		return fmt.Errorf("checksum of %s: %w", path, err)
+		return nil, fmt.Errorf("checksum of %s: %w", path, err)
 	}
-	if got := h.Sum(nil); !bytes.Equal(got, want) {
+	return h.Sum(nil), nil
+}
+
+// checkSum compares the binary at path with a SHA-256 pin.
+func checkSum(path string, want []byte) error {
+	got, err := FileSHA256(path)
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(got, want) {
 		return fmt.Errorf("%s: checksums did not match: sha256 %x, pinned %x", path, got, want)
 	}
 	return nil

@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -155,16 +154,11 @@ func pinBinary(spec plugin.Spec) (plugin.Spec, error) {
 	if err != nil {
 		return spec, fmt.Errorf("--tuner %s: %w", spec.Name, err)
 	}
-	f, err := os.Open(path)
+	sum, err := plugin.FileSHA256(path)
 	if err != nil {
 		return spec, fmt.Errorf("--tuner %s: %w", spec.Name, err)
 	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return spec, fmt.Errorf("--tuner %s: %w", spec.Name, err)
-	}
-	spec.SHA256 = hex.EncodeToString(h.Sum(nil))
+	spec.SHA256 = hex.EncodeToString(sum)
 	return spec, nil
 }
 

@@ -3,10 +3,12 @@ package planner
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/bits"
 	"slices"
 
 	"github.com/collplan/collplan/correction"
+	"github.com/collplan/collplan/costmodel"
 )
 
 // MaxBytes is the end of the size domain a DecisionTable is compiled over (1 PiB); sizes beyond it
@@ -56,7 +58,7 @@ func (pr *Prepared) Compile() (*DecisionTable, error) {
 	dt.starts, dt.decs, err = intervals(pl.breakpoints(po), func(n int64) (Decision, error) {
 		d, _, err := pl.decide(m, n, po.edits(n))
 		return d, err
-	})
+	}, func(n int64) bool { return near(m, n, po.edits(n), 1) })
 	if err != nil {
 		return nil, err
 	}
@@ -66,8 +68,10 @@ func (pr *Prepared) Compile() (*DecisionTable, error) {
 
 // intervals walks [0, MaxBytes) segment by segment between cuts and returns the first size of each
 // run of equal values of decide, with the value. Within a segment each value must hold on one
-// interval, which bisection then finds exactly.
-func intervals[T comparable](cuts []int64, decide func(int64) (T, error)) ([]int64, []T, error) {
+// interval, which bisection then finds exactly, except where tie says the decision rests on a
+// float32 rounding: around each change bisection finds, the sizes where tie holds are decided one
+// by one, so that a decision flipping back and forth over a few bytes is followed flip by flip.
+func intervals[T comparable](cuts []int64, decide func(int64) (T, error), tie func(int64) bool) ([]int64, []T, error) {
 	var starts []int64
 	var vals []T
 	for i := 0; i+1 < len(cuts); i++ {
@@ -85,10 +89,67 @@ func intervals[T comparable](cuts []int64, decide func(int64) (T, error)) ([]int
 			if err != nil {
 				return nil, nil, err
 			}
+			if next < hi && tie != nil && (tie(next-1) || tie(next)) {
+				// The change sits in a tie zone: decide every size of the zone.
+				lo, end := next-1, next
+				for lo > x && next-lo < maxTieZone && tie(lo-1) {
+					lo--
+				}
+				for end < hi && end-next < maxTieZone && tie(end) {
+					end++
+				}
+				for n := lo; n < end; n++ {
+					d, err := decide(n)
+					if err != nil {
+						return nil, nil, fmt.Errorf("%w (at %d bytes)", err, n)
+					}
+					if vals[len(vals)-1] != d {
+						starts = append(starts, n)
+						vals = append(vals, d)
+					}
+				}
+				next = end
+			}
 			x = next
 		}
 	}
 	return starts, vals, nil
+}
+
+// maxTieZone bounds the sizes decided one by one on each side of a change (see near); the widest
+// zone of the embedded tables is far narrower (TestDecisionTableEqualsPerSizeArgmin).
+const maxTieZone = 1 << 16
+
+// tieULPs is how close, in units of the lower time's float32 ulp, two cells' times must be for
+// their order at a size to count as a rounding decision: m.Time is a handful of float32
+// operations, each rounding by half an ulp, so two cells whose exact times cross within the zone
+// can swap order at any size in it.
+const tieULPs = 64
+
+// near reports whether the order of the k cheapest cells at n (after the tuner's edits; k = 1 is
+// the argmin) rests on a float32 tie: two of the k+1 lowest accepted times differ, by at most
+// tieULPs ulps of the lower (equal included: the size itself rounds to float32, so two cells'
+// times can be equal over a run of sizes and apart on either side of it).
+func near(m *Menu, n int64, edits []Edit, k int) bool {
+	var t [costmodel.NumAlgos][costmodel.NumProtos]float32
+	costs(m, n, edits, &t)
+	var buf [costmodel.NumAlgos * costmodel.NumProtos]float32
+	vs := buf[:0]
+	for a := range t {
+		for _, v := range t[a] {
+			if v >= 0 && !math.IsInf(float64(v), 0) {
+				vs = append(vs, v)
+			}
+		}
+	}
+	slices.Sort(vs)
+	for i := 0; i+1 < len(vs) && i < k; i++ {
+		lo, hi := vs[i], vs[i+1]
+		if hi-lo <= tieULPs*(math.Nextafter32(lo, math.MaxFloat32)-lo) {
+			return true
+		}
+	}
+	return false
 }
 
 // lastEqual returns the first size in (x, hi] whose decision differs from d (hi when none does),

@@ -81,7 +81,8 @@ func (pr *Prepared) RankedTable(k int) ([]RankedInterval, error) {
 	if k < 1 || k > MaxRanked {
 		return nil, fmt.Errorf("planner: ranked plans %d out of range [1, %d]", k, MaxRanked)
 	}
-	starts, vals, err := intervals(pr.pl.breakpoints(pr.po), func(n int64) (ranking, error) { return pr.ranked(n, k) })
+	starts, vals, err := intervals(pr.pl.breakpoints(pr.po), func(n int64) (ranking, error) { return pr.ranked(n, k) },
+		func(n int64) bool { return near(pr.menu, n, pr.po.edits(n), k) })
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,6 @@ package report
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -24,13 +23,6 @@ func explainAt(t *testing.T, sd Side, nodes int, cls planner.Class, n int64) *pl
 	require.NoError(t, err)
 	return p
 }
-
-// knownDisagreement lists the sizes where a side's DecisionTable and its per-size Explain disagree
-// (a planner bug, not the diff's: the compile's bisection assumes one change per segment, and
-// near a float32 tie the argmin flips LL128, SIMPLE, LL128, SIMPLE over four bytes; reproduce with
-// echo broadcast,7003956 | planner query --node h200 --nodes 4). The diff follows the decision
-// table there; any other disagreement fails the test.
-var knownDisagreement = map[string]bool{"Broadcast 4 7003956": true, "Reduce 4 7003956": true}
 
 // TestDiffAgainstExplain checks NewDiff against per-size explains: at every power of two, a few
 // sizes on each side of every band edge and random sizes, a size lies in a band exactly when the
@@ -89,9 +81,6 @@ func TestDiffAgainstExplain(t *testing.T) {
 						sizes = append(sizes, lo+rng.Int64N(hi-lo))
 					}
 					for _, n := range sizes {
-						if knownDisagreement[fmt.Sprintf("%s %d %d", coll, nodes, n)] {
-							continue
-						}
 						pa, pb := explainAt(t, tc.a, nodes, c, n), explainAt(t, tc.b, nodes, c, n)
 						ca, cb := cellName(pa.Algo, pa.Proto), cellName(pb.Algo, pb.Proto)
 						var in *DiffBand

@@ -126,11 +126,7 @@ func (sa *sideAt) compile(ctx context.Context, cls planner.Class) (*compiled, er
 	if err != nil {
 		return nil, err
 	}
-	c := &compiled{dt: dt, menu: pr.Menu(), policy: "builtin"}
-	if name, _ := pr.Tuner(); name != "" && pr.TunerErr() == nil {
-		c.policy = name
-	}
-	return c, nil
+	return &compiled{dt: dt, menu: pr.Menu(), policy: PolicyOf(pr)}, nil
 }
 
 // NewDiff compares a and b: for every collective and node count, the bands of [Min, Max] where

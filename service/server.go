@@ -22,7 +22,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/report"
 	"github.com/collplan/collplan/tables"
 )
@@ -302,25 +301,6 @@ func readBody(r *http.Request) ([]byte, error) {
 	return b, nil
 }
 
-// Answer is one /v1/plan answer: the decision of planner explain --json (the same keys, the same
-// values) and the policy that made it (the tuner's name, or "builtin").
-type Answer struct {
-	Query      report.Query `json:"query"`
-	Algo       string       `json:"algo"`
-	Proto      string       `json:"proto"`
-	TimeUS     report.F32   `json:"time_us"`
-	Forced     bool         `json:"forced"`
-	ForcedBy   string       `json:"forced_by,omitempty"`
-	Channels   int          `json:"channels"`
-	Threads    int          `json:"threads"`
-	Warps      int          `json:"warps"`
-	ChunkBytes int64        `json:"chunk_bytes"`
-	SliceBytes int64        `json:"slice_bytes"`
-	Tuner      string       `json:"tuner"`
-	TunerNote  string       `json:"tuner_note,omitempty"`
-	Policy     string       `json:"policy"`
-}
-
 // Batch is the answer to a batch: the set generation that answered every query of it, and one
 // result per query, in order.
 type Batch[T any] struct {
@@ -340,8 +320,8 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, full bool) error
 	}
 	st := s.acquire()
 	defer st.release()
-	plans := make([]*report.Plan, len(qs)) // explain only
-	answers := make([]Answer, len(qs))     // plan only
+	plans := make([]*report.Plan, len(qs))      // explain only
+	answers := make([]report.Decision, len(qs)) // plan only
 	policies := make([]string, len(qs))
 	failed := map[string]string{} // tuner -> why, for the tuners that failed for a query of the batch
 	var m memo
@@ -357,7 +337,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, full bool) error
 			return err
 		}
 		policies[i] = pol
-		if t := tunerOf(&qs[i]); t != "" && pol == builtinPolicy {
+		if t := tunerOf(&qs[i]); t != "" && pol == report.BuiltinPolicy {
 			if _, ok := failed[t]; !ok {
 				failed[t] = note
 			}
@@ -368,7 +348,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, full bool) error
 	for i := range qs {
 		t := tunerOf(&qs[i])
 		why, ok := failed[t]
-		if !ok || policies[i] == builtinPolicy {
+		if !ok || policies[i] == report.BuiltinPolicy {
 			continue
 		}
 		var m memo
@@ -404,7 +384,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, full bool) error
 	default:
 		w.Header().Set("Collplan-Policy", policy)
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(append(appendAnswer(make([]byte, 0, 512), &answers[0]), '\n'))
+		_, _ = w.Write(append(answers[0].AppendJSON(make([]byte, 0, 512)), '\n'))
 	}
 	return nil
 }
@@ -425,7 +405,7 @@ type memo struct {
 
 // one answers one query on st (builtin: without its tuner): explain's report into *plan (full)
 // or plan's answer into *ans; it returns the tuner's note and the policy that made the answer.
-func (s *Server) one(ctx context.Context, st *set, q *Query, builtin, full bool, plan **report.Plan, ans *Answer, m *memo) (string, string, error) {
+func (s *Server) one(ctx context.Context, st *set, q *Query, builtin, full bool, plan **report.Plan, ans *report.Decision, m *memo) (string, string, error) {
 	res, ae := st.resolve(q, true)
 	if ae != nil {
 		return "", "", ae
@@ -440,7 +420,7 @@ func (s *Server) one(ctx context.Context, st *set, q *Query, builtin, full bool,
 			return "", "", err
 		}
 		m.key, m.c = k, c
-		if c.policy == builtinPolicy && res.tuner != "" {
+		if c.policy == report.BuiltinPolicy && res.tuner != "" {
 			m.c = nil // a fallback is not cached: the next query asks the tuner again
 		}
 	} else {
@@ -458,15 +438,8 @@ func (s *Server) one(ctx context.Context, st *set, q *Query, builtin, full bool,
 	if err != nil {
 		return "", "", &apiError{status: http.StatusBadRequest, msg: err.Error()}
 	}
-	su, cls := c.b.setup, &res.cls
-	tuner, note := c.pr.Tuner()
-	*ans = Answer{Query: report.Query{Topology: su.Source, NNodes: su.Topo.NNodes, NRanks: su.Topo.NRanks,
-		Coll: cls.Coll.String(), Bytes: res.bytes, Op: cls.Op.String(), Dtype: cls.Dtype.String(),
-		PipeOps: cls.PipeOps, RegBuff: cls.RegBuff},
-		Algo: p.Algo.String(), Proto: p.Proto.String(), TimeUS: report.F32(p.TimeUS),
-		Forced: p.Forced != planner.NotForced, ForcedBy: report.ForcedBy(p.Forced),
-		Channels: p.Channels, Threads: p.Threads, Warps: p.Threads / 32, ChunkBytes: p.ChunkBytes, SliceBytes: p.SliceBytes,
-		Tuner: orDefault(tuner, "none"), TunerNote: note, Policy: c.policy}
+	*ans = report.NewDecision(c.b.setup, c.pr, res.bytes, p)
+	_, note := c.pr.Tuner()
 	return note, c.policy, nil
 }
 

@@ -18,6 +18,8 @@ import (
 	"github.com/getkin/kin-openapi/routers/legacy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/collplan/collplan/report"
 )
 
 const topoDir = "../capabilities/testdata/topology/"
@@ -199,7 +201,7 @@ func TestEndpoints(t *testing.T) {
 	// 1 MiB, NVLS/SIMPLE at 2 MiB.
 	rec = call(t, h, "POST", "/v1/plan", `[{"node":"h100","bytes":"1MiB"},{"node":"h100","bytes":"2MiB"}]`, nil)
 	require.Equal(t, 200, rec.Code, rec.Body.String())
-	var batch Batch[Answer]
+	var batch Batch[report.Decision]
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &batch))
 	require.Len(t, batch.Results, 2)
 	assert.Equal(t, "RING/LL", batch.Results[0].Algo+"/"+batch.Results[0].Proto)

@@ -78,9 +78,6 @@ func (c *class) table() (*planner.DecisionTable, error) {
 	return c.dt, c.err
 }
 
-// builtinPolicy is the policy of an answer the planner's built-in policy made.
-const builtinPolicy = "builtin"
-
 // loadSet reads the topology files and opens the tuner plugins of cfg (nothing starts until a
 // first call). Every error names the file or flag at fault.
 func loadSet(cfg *Config, gen uint64, m *metrics, logTo io.Writer) (*set, error) {
@@ -245,7 +242,7 @@ func (st *set) class(ctx context.Context, r *resolved, lim *limiter) (*class, er
 	if err != nil {
 		return nil, &apiError{status: 400, msg: err.Error()}
 	}
-	c := &class{b: b, pr: pr, policy: builtinPolicy}
+	c := &class{b: b, pr: pr, policy: report.BuiltinPolicy}
 	st.metrics.prepareSeconds.Observe(time.Since(t0).Seconds())
 	if name, _ := pr.Tuner(); name != "" {
 		c.policy = name
@@ -253,7 +250,7 @@ func (st *set) class(ctx context.Context, r *resolved, lim *limiter) (*class, er
 			// Answered by the built-in policy, and not cached: a later request asks the tuner
 			// again (the plugin client restarts it after a backoff). The planner goes too, in
 			// case its tuner's Init is what failed.
-			c.policy = builtinPolicy
+			c.policy = report.BuiltinPolicy
 			st.metrics.tunerFallbacks.Inc()
 			st.planners.remove(key)
 			return c, nil

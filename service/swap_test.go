@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/collplan/collplan/plugin"
+	"github.com/collplan/collplan/report"
 )
 
 // swapTo installs the tuner binary src (tuner-rules or tuner-fault) as dir/tuner-swap with config
@@ -86,7 +87,7 @@ func TestHotSwapUnderLoad(t *testing.T) {
 	var requests, failures, builtinAnswers, tunerAnswers atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan string, 64)
-	report := func(format string, args ...any) {
+	fail := func(format string, args ...any) {
 		failures.Add(1)
 		select {
 		case errs <- fmt.Sprintf(format, args...):
@@ -102,18 +103,18 @@ func TestHotSwapUnderLoad(t *testing.T) {
 				resp, err := client.Post(url, "application/json", strings.NewReader(batch.String()))
 				requests.Add(1)
 				if err != nil {
-					report("request: %v", err)
+					fail("request: %v", err)
 					continue
 				}
 				body, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				if resp.StatusCode != 200 {
-					report("status %d: %s", resp.StatusCode, body)
+					fail("status %d: %s", resp.StatusCode, body)
 					continue
 				}
-				var b Batch[Answer]
+				var b Batch[report.Decision]
 				if err := json.Unmarshal(body, &b); err != nil || len(b.Results) != n {
-					report("answer %s: %v", body, err)
+					fail("answer %s: %v", body, err)
 					continue
 				}
 				mu.Lock()
@@ -122,24 +123,24 @@ func TestHotSwapUnderLoad(t *testing.T) {
 				pol := b.Results[0].Policy
 				for _, a := range b.Results {
 					if a.Policy != pol {
-						report("generation %d: policies %s and %s in one batch", b.Generation, pol, a.Policy)
+						fail("generation %d: policies %s and %s in one batch", b.Generation, pol, a.Policy)
 					}
 					switch {
 					case !known:
-						report("generation %d was never installed", b.Generation)
-					case a.Policy == builtinPolicy:
+						fail("generation %d was never installed", b.Generation)
+					case a.Policy == report.BuiltinPolicy:
 						if a.TunerNote == "" {
-							report("generation %d: builtin answer without a note", b.Generation)
+							fail("generation %d: builtin answer without a note", b.Generation)
 						}
 					case a.Policy != "swap":
-						report("generation %d: policy %q", b.Generation, a.Policy)
+						fail("generation %d: policy %q", b.Generation, a.Policy)
 					case k == "crash":
-						report("generation %d: the crashing tuner's answer labelled %q (%s/%s, note %q)", b.Generation, a.Policy, a.Algo, a.Proto, a.TunerNote)
+						fail("generation %d: the crashing tuner's answer labelled %q (%s/%s, note %q)", b.Generation, a.Policy, a.Algo, a.Proto, a.TunerNote)
 					case a.Proto != k || a.Algo != "RING":
-						report("generation %d (forcing RING/%s): %s answered %s/%s", b.Generation, k, a.Query.Coll, a.Algo, a.Proto)
+						fail("generation %d (forcing RING/%s): %s answered %s/%s", b.Generation, k, a.Query.Coll, a.Algo, a.Proto)
 					}
 				}
-				if pol == builtinPolicy {
+				if pol == report.BuiltinPolicy {
 					builtinAnswers.Add(1)
 				} else {
 					tunerAnswers.Add(1)
@@ -191,12 +192,12 @@ func TestCrashedTunerKeepsItsBinary(t *testing.T) {
 	h := s.Handler()
 	q := `{"node":"h100","nodes":2,"coll":"allreduce","bytes":4096,"tuner":"swap"}`
 	a, _ := plan1(t, h, q)
-	require.Equal(t, builtinPolicy, a.Policy, "the crashing tuner's first answer")
+	require.Equal(t, report.BuiltinPolicy, a.Policy, "the crashing tuner's first answer")
 
 	swapTo(t, dir, "tuner-rules", forceAll("ll"))
 	time.Sleep(1500 * time.Millisecond) // past the client's first restart backoff (1 s)
 	a, _ = plan1(t, h, q)
-	assert.Equal(t, builtinPolicy, a.Policy, "answer after the backoff: %s/%s", a.Algo, a.Proto)
+	assert.Equal(t, report.BuiltinPolicy, a.Policy, "answer after the backoff: %s/%s", a.Algo, a.Proto)
 	assert.Contains(t, a.TunerNote, "checksum")
 
 	_, err := s.Reload()

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/collplan/collplan/plugin"
+	"github.com/collplan/collplan/report"
 )
 
 // tunerBin holds tuner-rules and tuner-fault, built once by TestMain.
@@ -54,11 +55,11 @@ func tunerSpec(t *testing.T, name, conf string, timeout time.Duration) plugin.Sp
 	return plugin.Spec{Name: filepath.Join(tunerBin, "tuner-"+name), Config: writeTemp(t, conf), Timeout: timeout}
 }
 
-func plan1(t *testing.T, h http.Handler, body string) (Answer, *httptest.ResponseRecorder) {
+func plan1(t *testing.T, h http.Handler, body string) (report.Decision, *httptest.ResponseRecorder) {
 	t.Helper()
 	rec := call(t, h, "POST", "/v1/plan", body, nil)
 	require.Equal(t, 200, rec.Code, rec.Body.String())
-	var a Answer
+	var a report.Decision
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &a))
 	return a, rec
 }

@@ -49,9 +49,6 @@ type answerJSON struct {
 
 const csvHeader = "coll,bytes,op,dtype,pipe_ops,algo,proto,time_us,channels,threads,chunk_bytes,slice_bytes,policy"
 
-// builtinPolicy is the policy column of a row the planner's built-in policy produced.
-const builtinPolicy = "builtin"
-
 // runQuery answers queries from stdin. A line starting with '{' is a JSON object (answered with
 // a JSON line); any other non-blank, non-# line is CSV "coll,bytes[,op[,dtype[,pipe_ops]]]"
 // (answered with a CSV row; a header line starting with "coll" is skipped). A bad line stops the
@@ -110,13 +107,13 @@ func runQuery(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			c.policy, c.note = name, note
 			switch {
 			case name == "":
-				c.policy = builtinPolicy
+				c.policy = report.BuiltinPolicy
 			case c.pr.TunerErr() != nil:
-				c.policy = builtinPolicy
+				c.policy = report.BuiltinPolicy
 				at := fmt.Sprintf("stdin:%d: %v %v %v, pipe ops %d", line, cls.Coll, cls.Dtype, cls.Op, cls.PipeOps)
 				failed = append(failed, at)
 				fmt.Fprintf(stderr, "planner: %s: tuner %s failed: %v; this class's rows come from the built-in policy (policy %q)\n",
-					at, name, c.pr.TunerErr(), builtinPolicy)
+					at, name, c.pr.TunerErr(), report.BuiltinPolicy)
 			}
 			cache[cls] = c
 		}

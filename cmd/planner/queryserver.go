@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/collplan/collplan/planner"
+	"github.com/collplan/collplan/report"
 	"github.com/collplan/collplan/service"
 )
 
@@ -69,7 +70,7 @@ func queryServer(ctx context.Context, c *command, server, tokenFile string, stdi
 			row := answerJSON{Coll: a.Query.Coll, Bytes: a.Query.Bytes, Op: a.Query.Op, Dtype: a.Query.Dtype,
 				PipeOps: a.Query.PipeOps, Algo: a.Algo, Proto: a.Proto, TimeUS: a.TimeUS, Channels: a.Channels,
 				Threads: a.Threads, ChunkBytes: a.ChunkBytes, SliceBytes: a.SliceBytes, Policy: a.Policy, TunerNote: a.TunerNote}
-			if tmpl.Tuner != "" && a.Policy == builtinPolicy {
+			if tmpl.Tuner != "" && a.Policy == report.BuiltinPolicy {
 				failed = append(failed, fmt.Sprintf("stdin:%d", p.line))
 			}
 			if err := rw.write(row, p.isJSON); err != nil {
@@ -157,7 +158,7 @@ var batchField = regexp.MustCompile(`^\[(\d+)\]`)
 
 // postBatch sends one batch to /v1/plan and returns its answers in order; a refused query is a
 // usage error naming its stdin line.
-func postBatch(ctx context.Context, client *http.Client, base, token string, lines []serverLine) ([]service.Answer, error) {
+func postBatch(ctx context.Context, client *http.Client, base, token string, lines []serverLine) ([]report.Decision, error) {
 	qs := make([]service.Query, len(lines))
 	for i := range lines {
 		qs[i] = lines[i].q
@@ -199,7 +200,7 @@ func postBatch(ctx context.Context, client *http.Client, base, token string, lin
 		}
 		return nil, usagef("--server: %s: %s", resp.Status, e.Error)
 	}
-	var out service.Batch[service.Answer]
+	var out service.Batch[report.Decision]
 	if err := json.Unmarshal(data, &out); err != nil {
 		return nil, fmt.Errorf("--server: the answer is not a batch of plans: %w", err)
 	}

@@ -123,8 +123,9 @@ func randomCases(n int) []equalityCase {
 }
 
 // TestServeEqualsExplain: /v1/explain's body for a query is planner explain --json's stdout for
-// the same flags, byte for byte, in a clean environment; /v1/plan's answer has the same values
-// under the same keys, plus its policy; and a query the command refuses is a 400 with the
+// the same flags, byte for byte, in a clean environment; /v1/plan's body is planner explain --json
+// --decision's stdout, byte for byte, and has explain's values under the same keys, plus its
+// policy; and a query the command refuses is a 400 with the
 // command's message. The service's own NCCL_ALGO/NCCL_PROTO are set to values that would change
 // the picks, and must not be read.
 func TestServeEqualsExplain(t *testing.T) {
@@ -156,6 +157,9 @@ func TestServeEqualsExplain(t *testing.T) {
 		assert.Equal(t, want, rec.Body.String(), name)
 
 		require.Equal(t, 200, recPlan.Code, name)
+		wantPlan, err := runCLI(t, "", append([]string{"explain", "--json", "--decision"}, c.args...)...)
+		require.NoError(t, err, name)
+		assert.Equal(t, wantPlan, recPlan.Body.String(), name)
 		var full map[string]json.RawMessage
 		require.NoError(t, json.Unmarshal([]byte(want), &full))
 		var plan map[string]json.RawMessage

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"maps"
 	"net"
 	"net/http"
@@ -259,6 +260,10 @@ func limitName(msg string) string {
 // guard checks Host and Origin (against DNS rebinding and cross-site requests) and the bearer
 // token.
 func (s *Server) guard(rt route, r *http.Request) error {
+	if n := headerBytes(r); n > s.cfg.MaxHeaderBytes {
+		return &apiError{status: http.StatusRequestHeaderFieldsTooLarge, field: "headers",
+			msg: fmt.Sprintf("request headers of about %d bytes are over the %d-byte limit (--max-header-bytes)", n, s.cfg.MaxHeaderBytes)}
+	}
 	host := r.Host
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
@@ -281,6 +286,23 @@ func (s *Server) guard(rt route, r *http.Request) error {
 	}
 	return nil
 }
+
+// headerBytes is the size of r's request line and header block as it came (give or take the
+// whitespace around values): what --max-header-bytes limits.
+func headerBytes(r *http.Request) int {
+	n := len(r.Method) + 1 + len(r.RequestURI) + 1 + len(r.Proto) + 2 + len("Host: ") + len(r.Host) + 2 + 2
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			n += len(k) + 2 + len(v) + 2
+		}
+	}
+	return n
+}
+
+// headerSlack is how far past --max-header-bytes Go's HTTP server reads a header block before it
+// gives up with its own plain-text 431 and closes the connection; up to there the service reads
+// the headers and answers its JSON 431 naming the limit (guard).
+const headerSlack = 64 << 10
 
 // bearer says whether r carries "Authorization: Bearer want", compared in constant time.
 func bearer(r *http.Request, want []byte) bool {
@@ -574,8 +596,8 @@ func (s *Server) root(w http.ResponseWriter, r *http.Request) error {
 // It warms the tuners first (/readyz).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: s.cfg.ReadHeaderTimeout, ReadTimeout: s.cfg.ReadTimeout,
-		WriteTimeout: s.cfg.WriteTimeout, IdleTimeout: s.cfg.IdleTimeout, MaxHeaderBytes: s.cfg.MaxHeaderBytes,
-		ErrorLog: nil}
+		WriteTimeout: s.cfg.WriteTimeout, IdleTimeout: s.cfg.IdleTimeout, MaxHeaderBytes: s.cfg.MaxHeaderBytes + headerSlack,
+		ErrorLog: log.New(s.cfg.Log, "planner serve: ", 0)} // TLS handshake failures and the like
 	s.mu.RLock()
 	go s.warm(s.cur)
 	s.mu.RUnlock()

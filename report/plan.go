@@ -1,7 +1,6 @@
 package report
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -201,9 +200,8 @@ func NewPlan(s *Setup, p *planner.Plan) *Plan {
 // WriteJSON writes p as planner explain --json prints it: one object indented by two spaces, then
 // a newline.
 func (p *Plan) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(p)
+	_, err := w.Write(p.AppendJSON(make([]byte, 0, 8192)))
+	return err
 }
 
 func num(v F32, illegal bool) string {

@@ -37,3 +37,30 @@ func BenchmarkBatchPlan(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)*1000/b.Elapsed().Seconds(), "decisions/s")
 }
+
+// BenchmarkColdExplain is an explain of a class never seen before (a new pipe-ops count and
+// collective each time: the menu is priced and compiled first), through the handler; the cold
+// explain of bench/run-serve.sh without the network.
+func BenchmarkColdExplain(b *testing.B) {
+	cfg := testConfig()
+	cfg.Log = io.Discard
+	s, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	h := s.Handler()
+	colls := []string{"allreduce", "allgather", "reducescatter", "broadcast", "reduce"}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		body := fmt.Sprintf(`{"node":"h100","nodes":2,"coll":"%s","pipe_ops":%d,"bytes":65536}`, colls[i%5], i/5%65536+1)
+		req := httptest.NewRequest("POST", "/v1/explain", strings.NewReader(body))
+		req.Host = "127.0.0.1:7480"
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			b.Fatal(rec.Body.String())
+		}
+	}
+}

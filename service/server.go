@@ -1,7 +1,6 @@
 package service
 
 import (
-	"bytes"
 	"context"
 	"crypto/subtle"
 	_ "embed"
@@ -397,12 +396,8 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, full bool) error
 		_, _ = w.Write(append(appendAnswers(make([]byte, 0, 400*len(answers)), st.gen, answers), '\n'))
 	case full:
 		w.Header().Set("Collplan-Policy", policy)
-		var buf bytes.Buffer
-		if err := plans[0].WriteJSON(&buf); err != nil {
-			return err
-		}
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(buf.Bytes())
+		_, _ = w.Write(plans[0].AppendJSON(make([]byte, 0, 8192)))
 	default:
 		w.Header().Set("Collplan-Policy", policy)
 		w.Header().Set("Content-Type", "application/json")

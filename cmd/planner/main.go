@@ -30,6 +30,7 @@ commands:
   compare   score two tuners against pinned sweeps: each one's pick and regret per size
   diff      two node tables or overlays, or one table under two tuners: where the pick changed
   serve     the planner as an HTTP/JSON service (docs/service.md)
+  show-decisions  what NCCL ran per collective and size (a TUNING log) beside what collplan picks
 
 Run 'planner COMMAND -h' (or 'planner help COMMAND') for a command's flags.
 `
@@ -74,6 +75,8 @@ func dispatch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return runCompare(ctx, args[1:], stdout, stderr)
 	case "diff":
 		return runDiff(ctx, args[1:], stdout, stderr)
+	case "show-decisions":
+		return runShowDecisions(ctx, args[1:], stdout, stderr)
 	case "serve":
 		return runServe(ctx, args[1:], stderr, serveStarted)
 	case "-h", "--help", "help":

@@ -10,10 +10,10 @@ import (
 )
 
 // Command returns a command that runs name with args on host: in the host's network namespace and in
-// its UTS and mount namespaces (its hostname, its /dev/shm), and in the caller's working directory
-// (or cmd.Dir); nothing else changes (same file systems, users, environment). The process is
-// `nsenter --net=... --uts=... --mount=... --wd=. -- name args...`, which enters the namespaces and
-// execs name, so cmd.Process is name's own process.
+// its UTS, IPC and mount namespaces (its hostname, System V IPC, /dev/shm and /etc/hosts), and in the
+// caller's working directory (or cmd.Dir); nothing else changes (same file systems, users,
+// environment). The process is `nsenter --net=... --uts=... --ipc=... --mount=... --wd=. -- name
+// args...`, which enters the namespaces and execs name, so cmd.Process is name's own process.
 //
 // It is nsenter into a per-host holder process's namespaces rather than a Go re-exec helper, since
 // it runs any program (mpirun, a shell, a binary without this package's init hook), and since a Go
@@ -28,7 +28,7 @@ func (l *Lab) Command(ctx context.Context, host int, name string, args ...string
 	if host >= 0 && host < l.spec.Hosts && !l.closed.Load() {
 		holder := strconv.Itoa(l.holders[host].cmd.Process.Pid)
 		argv = []string{"--net=/run/netns/" + l.rec.Netns[host], "--uts=/proc/" + holder + "/ns/uts",
-			"--mount=/proc/" + holder + "/ns/mnt", "--wd=.", "--", name}
+			"--ipc=/proc/" + holder + "/ns/ipc", "--mount=/proc/" + holder + "/ns/mnt", "--wd=.", "--", name}
 	}
 	cmd := exec.CommandContext(ctx, "nsenter", append(argv, args...)...)
 	switch {

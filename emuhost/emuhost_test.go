@@ -41,6 +41,8 @@ func helperMain(role string) int {
 		err = helperDial(strings.Split(os.Getenv("EMUHOST_PEERS"), ","))
 	case "makelab":
 		err = helperMakeLab()
+	case "resolve":
+		err = helperResolve(strings.Split(os.Getenv("EMUHOST_NAMES"), ","))
 	default:
 		err = fmt.Errorf("unknown helper role %q", role)
 	}
@@ -108,6 +110,18 @@ func helperDial(peers []string) error {
 	return nil
 }
 
+// helperResolve prints "<name> <addresses>" for each name, as Go's resolver finds them.
+func helperResolve(names []string) error {
+	for _, n := range names {
+		addrs, err := net.LookupHost(n)
+		if err != nil {
+			return err
+		}
+		fmt.Println(n, strings.Join(addrs, " "))
+	}
+	return nil
+}
+
 // helperMakeLab makes a lab of 2 hosts, prints its names as JSON and waits to be killed.
 func helperMakeLab() error {
 	lab, err := Create(context.Background(), Spec{Hosts: 2, Name: "stale"})
@@ -128,7 +142,7 @@ func requireNetns(t *testing.T) {
 	if os.Geteuid() != 0 {
 		why = "not root"
 	}
-	for _, tool := range []string{"ip", "tc", "nsenter", "unshare", "sleep", "hostname"} {
+	for _, tool := range []string{"ip", "tc", "nsenter", "unshare", "sleep", "hostname", "ipcmk", "ipcs"} {
 		if why == "" {
 			if _, err := exec.LookPath(tool); err != nil {
 				why = tool + " not on PATH"
@@ -322,10 +336,55 @@ func TestHostnames(t *testing.T) {
 	after, err := os.Hostname()
 	require.NoError(t, err)
 	assert.Equal(t, machine, after, "the machine's hostname")
+
+	// Each host finds every host by name (its /etc/hosts), and the machine's /etc/hosts is untouched.
+	etcHosts, err := os.ReadFile("/etc/hosts")
+	require.NoError(t, err)
+	var names, want []string
+	for j := range 3 {
+		names = append(names, lab.Hostname(j))
+		want = append(want, lab.Hostname(j)+" "+lab.Addr(j).String())
+	}
+	for i := range 3 {
+		out, err := helperCommand(ctx, lab, i, "resolve", "EMUHOST_NAMES="+strings.Join(names, ",")).CombinedOutput()
+		require.NoError(t, err, "host %d: %s", i, out)
+		assert.Equal(t, want, strings.Split(strings.TrimSpace(string(out)), "\n"), "host %d", i)
+	}
+	assert.NotContains(t, string(etcHosts), lab.Hostname(0), "the machine's /etc/hosts")
+}
+
+// TestKillHost: KillHost kills every process on a host, and the host stays up.
+func TestKillHost(t *testing.T) {
+	t.Parallel()
+	lab := newLab(t, Spec{Hosts: 2, Name: "killhost"})
+	ctx := testContext(t, 10*time.Second)
+	var sleepers []*exec.Cmd
+	for range 2 {
+		c := lab.Command(ctx, 1, "sleep", "100")
+		require.NoError(t, c.Start())
+		sleepers = append(sleepers, c)
+	}
+	spared := lab.Command(ctx, 0, "sleep", "100")
+	require.NoError(t, spared.Start())
+	n, err := lab.KillHost(ctx, 1)
+	require.NoError(t, err)
+	assert.Equal(t, 2, n, "processes killed on host 1")
+	for _, c := range sleepers {
+		err := c.Wait()
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit)
+		assert.Equal(t, syscall.SIGKILL, exit.Sys().(syscall.WaitStatus).Signal())
+	}
+	out, err := lab.Command(ctx, 1, "hostname").CombinedOutput()
+	require.NoError(t, err, "host 1 after KillHost: %s", out)
+	assert.Equal(t, "killhost-h1\n", string(out))
+	assert.Nil(t, spared.ProcessState, "host 0's command still runs")
+	require.NoError(t, spared.Process.Kill())
+	spared.Wait()
 }
 
 // TestShm: a file in host 0's /dev/shm is seen by host 0's other processes and by no other host nor
-// the machine.
+// the machine; so is a System V segment (by no other host).
 func TestShm(t *testing.T) {
 	t.Parallel()
 	lab := newLab(t, Spec{Hosts: 2, Name: "shm", ShmBytes: 16 << 20})
@@ -345,6 +404,14 @@ func TestShm(t *testing.T) {
 	out, err = lab.Command(ctx, 1, "df", "-B1", "--output=size", "/dev/shm").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	assert.Equal(t, strconv.Itoa(16<<20), strings.Fields(string(out))[1], "host 1's /dev/shm size")
+
+	out, err = lab.Command(ctx, 0, "ipcmk", "-M", "4096").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	id := strings.TrimSpace(strings.TrimPrefix(string(out), "Shared memory id:"))
+	require.NoError(t, lab.Command(ctx, 0, "ipcs", "-m", "-i", id).Run(), "host 0 sees its segment %s", id)
+	out, err = lab.Command(ctx, 1, "ipcs", "-m").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Len(t, strings.Split(strings.TrimSpace(string(out)), "\n"), 2, "host 1's segments: a title and a header, none listed:\n%s", out)
 }
 
 // TestNoWayOut: a host reaches nothing outside the lab's subnet (it has no default route), and the
@@ -705,17 +772,21 @@ func TestCommandKilledWithGroup(t *testing.T) {
 	assert.ErrorContains(t, badHost.Run(), "host 1 of a lab of 1 hosts")
 }
 
-// BenchmarkLinkBound reports the link's own capacity between two hosts, unshaped and at 1 Gbit/s.
+// BenchmarkLinkBound reports the link's own capacity between two hosts (LinkBound), unshaped and at
+// 200 and 1000 Mbit/s: copies of 256 MiB unshaped, of 1.5 s at the rate when shaped.
 func BenchmarkLinkBound(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root")
 	}
-	for _, rate := range []int{0, 1000} {
+	for _, rate := range []int{0, 200, 1000} {
 		b.Run(fmt.Sprintf("RateMbit=%d", rate), func(b *testing.B) {
 			lab, err := Create(context.Background(), Spec{Hosts: 2, RateMbit: rate})
 			require.NoError(b, err)
 			defer lab.Close()
-			const n = 128 << 20
+			n := int64(256 << 20)
+			if rate > 0 {
+				n = int64(rate) * 1e6 / 8 * 3 / 2
+			}
 			b.SetBytes(n)
 			var sum float64
 			for b.Loop() {
@@ -724,6 +795,7 @@ func BenchmarkLinkBound(b *testing.B) {
 				sum += bps
 			}
 			b.ReportMetric(sum/float64(b.N)*8/1e6, "Mbit/s")
+			b.ReportMetric(0, "ns/op")
 		})
 	}
 }

@@ -130,6 +130,11 @@ func Create(ctx context.Context, spec Spec) (*Lab, error) {
 	if err := writeRecord(&l.rec); err != nil {
 		return nil, err
 	}
+	if err := l.writeHostsFile(); err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+		defer cancel()
+		return nil, errors.Join(err, l.teardown(cctx))
+	}
 	if err := l.build(ctx); err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 		defer cancel()
@@ -267,7 +272,7 @@ func (l *Lab) build(ctx context.Context) error {
 				return err
 			}
 		}
-		h, err := startHolder(ctx, ns, l.Hostname(i), l.spec.ShmBytes)
+		h, err := startHolder(ctx, ns, l.Hostname(i), l.spec.ShmBytes, hostsPath(l.rec.Lab))
 		if err != nil {
 			return fmt.Errorf("emuhost: host %d: %w", i, err)
 		}
@@ -276,25 +281,50 @@ func (l *Lab) build(ctx context.Context) error {
 	return nil
 }
 
-// A holder is the process whose UTS and mount namespaces are a host's: every Command of the host enters
-// them (with nsenter), so all processes of one host share its hostname and its /dev/shm. It is
-// `ip netns exec NS unshare --uts --mount --propagation slave sh -c 'hostname ...; mount -t tmpfs ...
-// /dev/shm; exec sleep infinity'`: slave propagation, so that mounts made later on the machine still
-// appear in the host and the host's /dev/shm never appears on the machine.
+// writeHostsFile writes the hosts' /etc/hosts (bind-mounted over theirs by their holders): the
+// machine's /etc/hosts, then every host's hostname and address, so that hosts find each other by name
+// (a hostfile of mpirun, the first host of SLURM_STEP_NODELIST).
+func (l *Lab) writeHostsFile() error {
+	base, err := os.ReadFile("/etc/hosts")
+	if err != nil {
+		base = []byte("127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n")
+	}
+	var b bytes.Buffer
+	b.Write(base)
+	if len(base) > 0 && base[len(base)-1] != '\n' {
+		b.WriteByte('\n')
+	}
+	fmt.Fprintf(&b, "# the emulated hosts of lab %s (collplan emuhost)\n", l.rec.Lab)
+	for i := range l.spec.Hosts {
+		fmt.Fprintf(&b, "%s %s\n", l.Addr(i), l.Hostname(i))
+	}
+	if err := os.WriteFile(hostsPath(l.rec.Lab), b.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("emuhost: the hosts' /etc/hosts: %w", err)
+	}
+	return nil
+}
+
+// A holder is the process whose UTS, IPC and mount namespaces are a host's: every Command of the host
+// enters them (with nsenter), so all processes of one host share its hostname, its System V IPC, its
+// /dev/shm and its /etc/hosts. It is `ip netns exec NS unshare --uts --ipc --mount --propagation slave
+// sh -c 'hostname ...; mount -t tmpfs ... /dev/shm; mount --bind <lab>.hosts /etc/hosts; exec sleep
+// infinity'`: slave propagation, so that mounts made later on the machine still appear in the host and
+// the host's mounts never appear on the machine.
 type holder struct {
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has been waited for
 }
 
-const holderScript = `hostname "$1" && mount -t tmpfs -o "$2" tmpfs /dev/shm && echo ready && exec sleep infinity </dev/null >/dev/null 2>&1`
+const holderScript = `hostname "$1" && mount -t tmpfs -o "$2" tmpfs /dev/shm && mount --bind "$3" /etc/hosts &&
+echo ready && exec sleep infinity </dev/null >/dev/null 2>&1`
 
-func startHolder(ctx context.Context, ns, hostname string, shmBytes int64) (*holder, error) {
+func startHolder(ctx context.Context, ns, hostname string, shmBytes int64, hostsFile string) (*holder, error) {
 	opts := "mode=1777"
 	if shmBytes > 0 {
 		opts += ",size=" + strconv.FormatInt(shmBytes, 10)
 	}
-	cmd := exec.Command("ip", "netns", "exec", ns, "unshare", "--uts", "--mount", "--propagation", "slave",
-		"sh", "-c", holderScript, "sh", hostname, opts)
+	cmd := exec.Command("ip", "netns", "exec", ns, "unshare", "--uts", "--ipc", "--mount", "--propagation", "slave",
+		"sh", "-c", holderScript, "sh", hostname, opts, hostsFile)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -415,6 +445,19 @@ func (l *Lab) Netns(host int) string {
 func (l *Lab) Link(host int) string {
 	l.check(host)
 	return l.rec.Links[host]
+}
+
+// KillHost sends SIGKILL to every process running on host (every process in its network namespace
+// but the host's namespace holder, which keeps the host up): the fault "a host's ranks killed". It
+// returns how many it signalled.
+func (l *Lab) KillHost(ctx context.Context, host int) (int, error) {
+	if host < 0 || host >= l.spec.Hosts {
+		return 0, fmt.Errorf("emuhost: kill host %d of a lab of %d hosts", host, l.spec.Hosts)
+	}
+	if l.closed.Load() {
+		return 0, fmt.Errorf("emuhost: kill host %d: lab %s is closed", host, l.rec.Lab)
+	}
+	return killNetns(ctx, l.rec.Netns[host], l.holders[host].cmd.Process.Pid)
 }
 
 // LinkDown cuts host's link: the bridge end of its veth pair goes down, so the host's HostInterface

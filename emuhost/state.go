@@ -104,6 +104,9 @@ func lockState(ctx context.Context) (unlock func(), err error) {
 
 func recordPath(lab string) string { return filepath.Join(stateDir, lab+".json") }
 
+// hostsPath is the file a lab's hosts see as /etc/hosts.
+func hostsPath(lab string) string { return filepath.Join(stateDir, lab+".hosts") }
+
 // writeRecord writes rec atomically (a temporary file renamed over the record).
 func writeRecord(rec *record) error {
 	b, err := json.MarshalIndent(rec, "", "  ")
@@ -170,7 +173,7 @@ func removeStale(ctx context.Context) (live []*record, err error) {
 
 // removeLab removes what rec names and then rec's file: it kills every process left in the lab's
 // namespaces (its hosts' namespace holders and any command still running), deletes the veth pairs, the
-// bridge, the namespaces and the route. Names already gone are skipped, so it can run twice.
+// bridge, the namespaces, the route and the hosts' /etc/hosts. Names already gone are skipped, so it can run twice.
 func removeLab(ctx context.Context, rec *record) error {
 	var errs []error
 	netns, err := listNetns(ctx)
@@ -181,7 +184,7 @@ func removeLab(ctx context.Context, rec *record) error {
 		if !netns[ns] {
 			continue
 		}
-		if err := killNetns(ctx, ns); err != nil {
+		if _, err := killNetns(ctx, ns, 0); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -218,29 +221,34 @@ func removeLab(ctx context.Context, rec *record) error {
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
+	if err := os.Remove(hostsPath(rec.Lab)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("emuhost: remove the hosts' /etc/hosts: %w", err)
+	}
 	if err := os.Remove(recordPath(rec.Lab)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("emuhost: remove lab record: %w", err)
 	}
 	return nil
 }
 
-// killNetns sends SIGKILL to every process whose network namespace is ns (never to this process, whose
-// threads visit hosts' namespaces in InNetns).
-func killNetns(ctx context.Context, ns string) error {
+// killNetns sends SIGKILL to every process whose network namespace is ns but spare and this process
+// (whose threads visit hosts' namespaces in InNetns), and returns how many it signalled.
+func killNetns(ctx context.Context, ns string, spare int) (int, error) {
 	out, err := run(ctx, "list processes in "+ns, "ip", "netns", "pids", ns)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	killed := 0
 	for _, f := range strings.Fields(out) {
 		pid, err := strconv.Atoi(f)
-		if err != nil || pid == os.Getpid() {
+		if err != nil || pid == os.Getpid() || pid == spare {
 			continue
 		}
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return fmt.Errorf("emuhost: kill pid %d in %s: %w", pid, ns, err)
+			return killed, fmt.Errorf("emuhost: kill pid %d in %s: %w", pid, ns, err)
 		}
+		killed++
 	}
-	return nil
+	return killed, nil
 }
 
 // listNetns is the set of named network namespaces (ip netns list).

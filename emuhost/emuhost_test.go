@@ -205,27 +205,32 @@ func TestSpecErrors(t *testing.T) {
 func TestFirstFree(t *testing.T) {
 	p := netip.MustParsePrefix
 	tests := []struct {
-		name string
-		used []netip.Prefix
-		want string // "" for an error
+		name  string
+		used  []netip.Prefix
+		start int
+		want  string // "" for an error
 	}{
-		{"nothing used", nil, "10.201.0.0/24"},
-		{"the machine's own networks", []netip.Prefix{p("127.0.0.0/8"), p("192.0.2.0/24")}, "10.201.0.0/24"},
-		{"one lab", []netip.Prefix{p("10.201.0.0/24")}, "10.201.0.0/24 taken: 10.201.1.0/24"},
-		{"a host address inside", []netip.Prefix{p("10.201.0.7/32")}, "10.201.1.0/24"},
-		{"a /16 over 10.201", []netip.Prefix{p("10.201.0.0/16"), p("10.202.0.0/24")}, "10.202.1.0/24"},
-		{"all of 10/8", []netip.Prefix{p("10.0.0.0/8")}, ""},
+		{"nothing used", nil, 0, "10.201.0.0/24"},
+		{"the machine's own networks", []netip.Prefix{p("127.0.0.0/8"), p("192.0.2.0/24")}, 0, "10.201.0.0/24"},
+		{"one lab", []netip.Prefix{p("10.201.0.0/24")}, 0, "10.201.1.0/24"},
+		{"a host address inside", []netip.Prefix{p("10.201.0.7/32")}, 0, "10.201.1.0/24"},
+		{"a /16 over 10.201", []netip.Prefix{p("10.201.0.0/16"), p("10.202.0.0/24")}, 0, "10.202.1.0/24"},
+		// Subnet 300 is 10.(201+300/256).(300%256) = 10.202.44.
+		{"lab 300's own", nil, 300, "10.202.44.0/24"},
+		{"lab 300's own taken", []netip.Prefix{p("10.202.44.0/24")}, 300, "10.202.45.0/24"},
+		// The last subnet is 55*256-1 = 14079, 10.255.255.0; after it, 10.201.0.0.
+		{"wraps around", []netip.Prefix{p("10.255.255.0/24")}, 14079, "10.201.0.0/24"},
+		{"all of 10/8", []netip.Prefix{p("10.0.0.0/8")}, 0, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := firstFree(tt.used)
+			got, err := firstFree(tt.used, tt.start)
 			if tt.want == "" {
 				assert.Error(t, err)
 				return
 			}
 			require.NoError(t, err)
-			want := tt.want[strings.LastIndex(tt.want, " ")+1:]
-			assert.Equal(t, want, got.String())
+			assert.Equal(t, tt.want, got.String())
 		})
 	}
 }
@@ -366,6 +371,11 @@ func TestKillHost(t *testing.T) {
 	}
 	spared := lab.Command(ctx, 0, "sleep", "100")
 	require.NoError(t, spared.Start())
+	// Started is not yet on the host: nsenter enters the namespaces after the fork.
+	require.Eventually(t, func() bool {
+		out, err := exec.Command("ip", "netns", "pids", lab.Netns(1)).Output()
+		return err == nil && len(strings.Fields(string(out))) == 3
+	}, 5*time.Second, 5*time.Millisecond, "the holder and two sleepers on host 1")
 	n, err := lab.KillHost(ctx, 1)
 	require.NoError(t, err)
 	assert.Equal(t, 2, n, "processes killed on host 1")
@@ -629,6 +639,10 @@ func TestCloseLeavesNothing(t *testing.T) {
 	// A command left running in a host is killed by Close.
 	sleeper := lab.Command(ctx, 2, "sleep", "100")
 	require.NoError(t, sleeper.Start())
+	require.Eventually(t, func() bool {
+		out, err := exec.Command("ip", "netns", "pids", lab.Netns(2)).Output()
+		return err == nil && len(strings.Fields(string(out))) == 2
+	}, 5*time.Second, 5*time.Millisecond, "the holder and the sleeper on host 2")
 	rec := lab.rec
 	require.NoError(t, lab.Close())
 	assert.NoError(t, lab.Close(), "second Close")

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -85,8 +86,8 @@ type Lab struct {
 }
 
 // Create makes a lab: it first removes the labs whose owner is dead, then, under the state directory's
-// lock, chooses an unused lab id and a 10.x.y.0/24 subnet that overlaps no address or route of the
-// machine's namespace nor another lab's, records the lab, and makes a bridge (no address), one network
+// lock, chooses an unused lab id (counting on from the last one chosen) and a 10.x.y.0/24 subnet that
+// overlaps no address or route of the machine's namespace nor another lab's, records the lab, and makes a bridge (no address), one network
 // namespace per host with lo up and a veth pair (HostInterface, 10.x.y.(i+1)/24, in the host; the other
 // end on the bridge), tbf on both ends' egress when spec.RateMbit > 0, an unreachable route to the
 // subnet in the machine's namespace, and each host's UTS and mount namespaces (hostname, /dev/shm). On
@@ -107,11 +108,12 @@ func Create(ctx context.Context, spec Spec) (*Lab, error) {
 	if err != nil {
 		return nil, err
 	}
-	id, err := chooseID(ctx, live)
+	n, err := chooseID(ctx, live)
 	if err != nil {
 		return nil, err
 	}
-	subnet, err := chooseSubnet(ctx, live)
+	id := labID(n)
+	subnet, err := chooseSubnet(ctx, n, live)
 	if err != nil {
 		return nil, err
 	}
@@ -143,16 +145,19 @@ func Create(ctx context.Context, spec Spec) (*Lab, error) {
 	return l, nil
 }
 
-// chooseID is the smallest lab id that no live lab's record holds and that no device or namespace of
-// the machine begins with.
-func chooseID(ctx context.Context, live []*record) (string, error) {
+// chooseID is the first lab id, counting on from the one after the last id any Create chose (the
+// file stateDir/next-id, read and written under the lock), that no live lab's record holds and that no
+// device or namespace of the machine begins with. Counting on, rather than taking the smallest free
+// id, keeps a new lab from taking the names of a lab just removed, which someone may still be looking
+// for (a test that checks they are gone, a log).
+func chooseID(ctx context.Context, live []*record) (int, error) {
 	links, err := listLinks(ctx)
 	if err != nil {
-		return "", err
+		return 0, err
 	}
 	netns, err := listNetns(ctx)
 	if err != nil {
-		return "", err
+		return 0, err
 	}
 	used := map[string]bool{}
 	for _, r := range live {
@@ -164,14 +169,28 @@ func chooseID(ctx context.Context, live []*record) (string, error) {
 	for name := range netns {
 		used[labOf(name)] = true
 	}
-	for n := range maxLabs {
-		id := labPrefix + strconv.Itoa(n)
-		if !used[id] {
-			return id, nil
+	next := 0
+	counter := filepath.Join(stateDir, "next-id")
+	if b, err := os.ReadFile(counter); err == nil {
+		// A counter that does not parse (not this package's) restarts at 0: it only says where to
+		// start looking, and every id is checked.
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n >= 0 {
+			next = n % maxLabs
 		}
 	}
-	return "", fmt.Errorf("emuhost: all %d lab ids are in use (see %s and ip link)", maxLabs, stateDir)
+	for k := range maxLabs {
+		n := (next + k) % maxLabs
+		if !used[labID(n)] {
+			if err := os.WriteFile(counter, []byte(strconv.Itoa(n+1)+"\n"), 0o644); err != nil {
+				return 0, fmt.Errorf("emuhost: lab id counter: %w", err)
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("emuhost: all %d lab ids are in use (see %s and ip link)", maxLabs, stateDir)
 }
+
+func labID(n int) string { return labPrefix + strconv.Itoa(n) }
 
 // labOf is the lab id a device or namespace name begins with ("cpeh12v3" and "cpeh12-h3": "cpeh12"),
 // or "" when it begins with none.
@@ -190,9 +209,9 @@ func labOf(name string) string {
 	return labPrefix + rest[:n]
 }
 
-// chooseSubnet is the first 10.x.y.0/24, from 10.201.0.0/24 up, that overlaps no address or route of
-// the machine's namespace and no live lab's subnet.
-func chooseSubnet(ctx context.Context, live []*record) (netip.Prefix, error) {
+// chooseSubnet is the first free 10.x.y.0/24 (firstFree) from lab id n's own, 10.(201+n/256).(n%256).0:
+// one that overlaps no address or route of the machine's namespace and no live lab's subnet.
+func chooseSubnet(ctx context.Context, n int, live []*record) (netip.Prefix, error) {
 	used, err := usedPrefixes(ctx)
 	if err != nil {
 		return netip.Prefix{}, err
@@ -204,12 +223,20 @@ func chooseSubnet(ctx context.Context, live []*record) (netip.Prefix, error) {
 		}
 		used = append(used, p)
 	}
-	return firstFree(used)
+	return firstFree(used, n)
 }
 
-// firstFree is the first 10.x.y.0/24 with x from 201 to 255 that overlaps none of used.
-func firstFree(used []netip.Prefix) (netip.Prefix, error) {
-	for k := 201 * 256; k < 256*256; k++ {
+// The lab subnets are the /24s 10.201.0.0 to 10.255.255.0: subnet k is 10.(201+k/256).(k%256).0/24.
+const (
+	firstSubnet = 201 * 256
+	subnets     = 256*256 - firstSubnet
+)
+
+// firstFree is the first of the lab subnets, from subnet start on and wrapping around, that overlaps
+// none of used.
+func firstFree(used []netip.Prefix, start int) (netip.Prefix, error) {
+	for i := range subnets {
+		k := firstSubnet + (start+i)%subnets
 		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(k >> 8), byte(k), 0}), 24)
 		free := true
 		for _, u := range used {
@@ -378,6 +405,8 @@ func (h *holder) kill() error {
 // (commands left running among them), and deletes the veth pairs, the bridge, the namespaces, the route
 // and the lab's record. It is idempotent (a second call returns the first's result) and takes at most
 // a minute. Should it fail, the record stays, and the first Create after this process exits retries.
+// Commands fail to start after Close; one started just before it may not be in its host yet (nsenter
+// enters it after the fork) and escape the kill: end commands (their contexts) before Close.
 func (l *Lab) Close() error {
 	l.closeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
@@ -449,7 +478,8 @@ func (l *Lab) Link(host int) string {
 
 // KillHost sends SIGKILL to every process running on host (every process in its network namespace
 // but the host's namespace holder, which keeps the host up): the fault "a host's ranks killed". It
-// returns how many it signalled.
+// returns how many it signalled. A Command started but not yet in the host (nsenter enters it just
+// after the fork) is not among them.
 func (l *Lab) KillHost(ctx context.Context, host int) (int, error) {
 	if host < 0 || host >= l.spec.Hosts {
 		return 0, fmt.Errorf("emuhost: kill host %d of a lab of %d hosts", host, l.spec.Hosts)

@@ -727,6 +727,19 @@ func TestStaleLab(t *testing.T) {
 	}
 }
 
+// TestIDsCountOn: a lab made after another was removed takes neither its id nor its subnet, so names
+// someone still checks for are never back in place (a second process's TestStaleLab).
+func TestIDsCountOn(t *testing.T) {
+	requireNetns(t)
+	ctx := testContext(t, 30*time.Second)
+	first, err := Create(ctx, Spec{Hosts: 1, Name: "first"})
+	require.NoError(t, err)
+	require.NoError(t, first.Close())
+	second := newLab(t, Spec{Hosts: 1, Name: "second"})
+	assert.NotEqual(t, first.ID(), second.ID(), "id")
+	assert.NotEqual(t, first.Subnet().String(), second.Subnet().String(), "subnet")
+}
+
 // TestConcurrentLabs: labs made at once get distinct ids and subnets, and one's hosts do not reach
 // the other's.
 func TestConcurrentLabs(t *testing.T) {

@@ -78,7 +78,7 @@ type Lab struct {
 	rec     record
 	spec    Spec
 	subnet  netip.Prefix
-	holders []*holder // one per host: the process whose UTS and mount namespaces are the host's
+	holders []*holder // one per host: the process whose UTS, IPC and mount namespaces are the host's
 	closed  atomic.Bool
 
 	closeOnce sync.Once
@@ -87,11 +87,12 @@ type Lab struct {
 
 // Create makes a lab: it first removes the labs whose owner is dead, then, under the state directory's
 // lock, chooses an unused lab id (counting on from the last one chosen) and a 10.x.y.0/24 subnet that
-// overlaps no address or route of the machine's namespace nor another lab's, records the lab, and makes a bridge (no address), one network
-// namespace per host with lo up and a veth pair (HostInterface, 10.x.y.(i+1)/24, in the host; the other
-// end on the bridge), tbf on both ends' egress when spec.RateMbit > 0, an unreachable route to the
-// subnet in the machine's namespace, and each host's UTS and mount namespaces (hostname, /dev/shm). On
-// an error it removes what it made.
+// overlaps no address or route of the machine's namespace nor another lab's, records the lab, and
+// makes a bridge (no address), one network namespace per host with lo up and a veth pair
+// (HostInterface, 10.x.y.(i+1)/24, in the host; the other end on the bridge), tbf on both ends' egress
+// when spec.RateMbit > 0, an unreachable route to the subnet in the machine's namespace, and each
+// host's UTS, IPC and mount namespaces (hostname, /dev/shm, /etc/hosts). On an error it removes what
+// it made.
 func Create(ctx context.Context, spec Spec) (*Lab, error) {
 	if err := spec.validate(); err != nil {
 		return nil, err

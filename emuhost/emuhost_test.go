@@ -243,6 +243,25 @@ func TestLabOf(t *testing.T) {
 	}
 }
 
+// TestStepError: a failed command's error names the step, the command line and its stderr; one that
+// outlives its context is ended and says so.
+func TestStepError(t *testing.T) {
+	requireNetns(t)
+	_, err := run(context.Background(), "delete link nosuchlink0", "ip", "link", "delete", "nosuchlink0")
+	var se *StepError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, "delete link nosuchlink0", se.Step)
+	assert.Contains(t, err.Error(), "emuhost: delete link nosuchlink0: ip link delete nosuchlink0: exit status 1: ")
+	assert.Contains(t, se.Stderr, "nosuchlink0", "ip's own message")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = run(ctx, "wait", "sleep", "100")
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, time.Since(start), 2*time.Second)
+}
+
 func TestOwnerAlive(t *testing.T) {
 	self, err := procStart(os.Getpid())
 	require.NoError(t, err)

@@ -575,8 +575,9 @@ func TestLinkDown(t *testing.T) {
 	<-flowing
 	cutMu.Lock()
 	cut = time.Now()
-	require.NoError(t, lab.LinkDown(ctx, 0))
+	err = lab.LinkDown(ctx, 0)
 	cutMu.Unlock()
+	require.NoError(t, err)
 	wg.Wait()
 	for _, r := range []struct {
 		name string

@@ -22,7 +22,8 @@ import (
 // /dev/shm.
 //
 // The command runs in its own process group; when ctx ends, the whole group is killed (SIGKILL), so
-// nothing it started is left. Start fails when host is out of range or the lab is closed.
+// nothing it started is left (cmd.Process.Kill signals the program alone; syscall.Kill(-pid, sig)
+// signals the group). Start fails when host is out of range or the lab is closed.
 func (l *Lab) Command(ctx context.Context, host int, name string, args ...string) *exec.Cmd {
 	var argv []string
 	if host >= 0 && host < l.spec.Hosts && !l.closed.Load() {

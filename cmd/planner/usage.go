@@ -68,6 +68,20 @@ protocol-only run whose pin allows it, the one with the fewest legal cells; a ru
 is NCCL's default, shown in a column of its own as the baseline to beat, and measures no pick.
 Every time comes from the --half of each row (in place by default, as calibrate fits).
 `,
+	"show-decisions": `usage: planner show-decisions --log FILE (--node NAME | --table FILE | --topology FILE) [--nodes N] [--coll C] [--json]
+
+Reads the TUNING lines of an NCCL log (NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING; the 2.20-2.22,
+2.23 and 2.24+ formats) and shows, per collective and size, what NCCL ran (algorithm, protocol,
+channels, and its own predicted time where the format prints one) and how often, beside what
+collplan picks for the same call on the given topology, both cells priced by collplan's model, and
+the share of calls where the two agree. The decisions of one process are shown (the lowest rank
+the launcher tagged, else the first process in the log): every rank of a communicator logs the
+same ones. AllGather and ReduceScatter sizes are NCCL's per-rank bytes; the model is asked at
+bytes x ranks. Lines that are not modelled collectives (SendRecv) or do not parse are listed with
+their line numbers. The 2.20-2.22 format names no collective: --coll names the one the log ran
+(nccl-tests prints it as "Collective test starting: all_reduce_perf"). The log's dtype is not
+printed: --dtype and --op (float32 sum by default) are assumed.
+`,
 	"diff": `usage: planner diff --a TABLE [--b TABLE] [--a-overlay FILE] [--b-no-overlay] [--a-tuner T] [--b-tuner T] [flags]
 
 Compares two node tables (an embedded NAME or a FILE.toml each), a table with and without its

@@ -2,7 +2,6 @@ package report
 
 import (
 	"encoding/json"
-	"strconv"
 
 	"github.com/collplan/collplan/planner"
 )
@@ -24,35 +23,19 @@ func PolicyOf(pr *planner.Prepared) string {
 // its note, and the policy that made it. It is what /v1/plan answers and what `planner explain
 // --json --decision` prints (the same bytes).
 type Decision struct {
-	Query      Query  `json:"query"`
-	Algo       string `json:"algo"`
-	Proto      string `json:"proto"`
-	TimeUS     F32    `json:"time_us"`
-	Forced     bool   `json:"forced"`
-	ForcedBy   string `json:"forced_by,omitempty"`
-	Channels   int    `json:"channels"`
-	Threads    int    `json:"threads"`
-	Warps      int    `json:"warps"`
-	ChunkBytes int64  `json:"chunk_bytes"`
-	SliceBytes int64  `json:"slice_bytes"`
-	Tuner      string `json:"tuner"`
-	TunerNote  string `json:"tuner_note,omitempty"`
-	Policy     string `json:"policy"`
+	Pick
+	Tuner     string `json:"tuner"`
+	TunerNote string `json:"tuner_note,omitempty"`
+	Policy    string `json:"policy"`
 }
 
 // NewDecision is the Decision of pick p of pr at nBytes on setup su.
 func NewDecision(su *Setup, pr *planner.Prepared, nBytes int64, p planner.Pick) Decision {
-	cls := &pr.Menu().Class
 	tuner, note := pr.Tuner()
 	if tuner == "" {
 		tuner = "none"
 	}
-	return Decision{Query: Query{Topology: su.Source, NNodes: su.Topo.NNodes, NRanks: su.Topo.NRanks,
-		Coll: cls.Coll.String(), Bytes: nBytes, Op: cls.Op.String(), Dtype: cls.Dtype.String(),
-		PipeOps: cls.PipeOps, RegBuff: cls.RegBuff},
-		Algo: p.Algo.String(), Proto: p.Proto.String(), TimeUS: F32(p.TimeUS),
-		Forced: p.Forced != planner.NotForced, ForcedBy: ForcedBy(p.Forced),
-		Channels: p.Channels, Threads: p.Threads, Warps: p.Threads / 32, ChunkBytes: p.ChunkBytes, SliceBytes: p.SliceBytes,
+	return Decision{Pick: newPick(su, &pr.Menu().Class, nBytes, p.Decision, p.TimeUS, p.Forced),
 		Tuner: tuner, TunerNote: note, Policy: PolicyOf(pr)}
 }
 
@@ -60,56 +43,19 @@ func NewDecision(su *Setup, pr *planner.Prepared, nBytes int64, p planner.Pick) 
 // escapes; TestDecisionAppendJSON holds it to that), without reflection: a service's batch hot
 // path.
 func (a *Decision) AppendJSON(b []byte) []byte {
-	q := &a.Query
-	b = append(b, `{"query":{"topology":`...)
-	b = appendString(b, q.Topology)
-	b = append(b, `,"n_nodes":`...)
-	b = strconv.AppendInt(b, int64(q.NNodes), 10)
-	b = append(b, `,"n_ranks":`...)
-	b = strconv.AppendInt(b, int64(q.NRanks), 10)
-	b = append(b, `,"coll":`...)
-	b = appendString(b, q.Coll)
-	b = append(b, `,"bytes":`...)
-	b = strconv.AppendInt(b, q.Bytes, 10)
-	b = append(b, `,"op":`...)
-	b = appendString(b, q.Op)
-	b = append(b, `,"dtype":`...)
-	b = appendString(b, q.Dtype)
-	b = append(b, `,"pipe_ops":`...)
-	b = strconv.AppendInt(b, int64(q.PipeOps), 10)
-	b = append(b, `,"reg_buff":`...)
-	b = strconv.AppendBool(b, q.RegBuff)
-	b = append(b, `},"algo":`...)
-	b = appendString(b, a.Algo)
-	b = append(b, `,"proto":`...)
-	b = appendString(b, a.Proto)
-	b = append(b, `,"time_us":`...)
-	b = a.TimeUS.AppendJSON(b)
-	b = append(b, `,"forced":`...)
-	b = strconv.AppendBool(b, a.Forced)
-	if a.ForcedBy != "" {
-		b = append(b, `,"forced_by":`...)
-		b = appendString(b, a.ForcedBy)
-	}
-	b = append(b, `,"channels":`...)
-	b = strconv.AppendInt(b, int64(a.Channels), 10)
-	b = append(b, `,"threads":`...)
-	b = strconv.AppendInt(b, int64(a.Threads), 10)
-	b = append(b, `,"warps":`...)
-	b = strconv.AppendInt(b, int64(a.Warps), 10)
-	b = append(b, `,"chunk_bytes":`...)
-	b = strconv.AppendInt(b, a.ChunkBytes, 10)
-	b = append(b, `,"slice_bytes":`...)
-	b = strconv.AppendInt(b, a.SliceBytes, 10)
-	b = append(b, `,"tuner":`...)
-	b = appendString(b, a.Tuner)
+	w := indented{b: b, compact: true}
+	w.open('{')
+	a.Pick.appendFields(&w)
+	w.key("tuner")
+	w.str(a.Tuner)
 	if a.TunerNote != "" {
-		b = append(b, `,"tuner_note":`...)
-		b = appendString(b, a.TunerNote)
+		w.key("tuner_note")
+		w.str(a.TunerNote)
 	}
-	b = append(b, `,"policy":`...)
-	b = appendString(b, a.Policy)
-	return append(b, '}')
+	w.key("policy")
+	w.str(a.Policy)
+	w.close('}')
+	return w.b
 }
 
 // appendString appends s quoted as encoding/json quotes it: printable ASCII other than the quote,

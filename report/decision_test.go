@@ -21,11 +21,11 @@ func TestDecisionAppendJSON(t *testing.T) {
 	s := func() string { return strs[r.IntN(len(strs))] }
 
 	for i := 0; i < 500; i++ {
-		a := Decision{Query: Query{Topology: s(), NNodes: r.IntN(5000), NRanks: r.IntN(1 << 20), Coll: s(), Bytes: r.Int64(),
+		a := Decision{Pick: Pick{Query: Query{Topology: s(), NNodes: r.IntN(5000), NRanks: r.IntN(1 << 20), Coll: s(), Bytes: r.Int64(),
 			Op: s(), Dtype: s(), PipeOps: r.IntN(9), RegBuff: r.IntN(2) == 0},
 			Algo: s(), Proto: s(), TimeUS: F32(times[r.IntN(len(times))] * r.Float32()), Forced: r.IntN(2) == 0,
 			ForcedBy: s(), Channels: r.IntN(64) - 1, Threads: r.IntN(1024), Warps: r.IntN(32), ChunkBytes: r.Int64() - r.Int64(),
-			SliceBytes: r.Int64N(1 << 40), Tuner: s(), TunerNote: s(), Policy: s()}
+			SliceBytes: r.Int64N(1 << 40)}, Tuner: s(), TunerNote: s(), Policy: s()}
 		want, err := json.Marshal(a)
 		require.NoError(t, err)
 		assert.Equal(t, string(want), string(a.AppendJSON(nil)))

@@ -63,26 +63,43 @@ type Query struct {
 	RegBuff  bool   `json:"reg_buff"`
 }
 
+// Pick is what a plan and a decision both begin with: the query, the chosen cell and its time,
+// what forced it, and its sizing.
+type Pick struct {
+	Query      Query  `json:"query"`
+	Algo       string `json:"algo"`
+	Proto      string `json:"proto"`
+	TimeUS     F32    `json:"time_us"`
+	Forced     bool   `json:"forced"`
+	ForcedBy   string `json:"forced_by,omitempty"`
+	Channels   int    `json:"channels"`
+	Threads    int    `json:"threads"`
+	Warps      int    `json:"warps"`
+	ChunkBytes int64  `json:"chunk_bytes"`
+	SliceBytes int64  `json:"slice_bytes"`
+}
+
+// newPick is the Pick of decision d at nBytes of class cls on setup su, d's model time t and
+// what forced it.
+func newPick(su *Setup, cls *planner.Class, nBytes int64, d planner.Decision, t float32, f planner.Forcing) Pick {
+	return Pick{Query: Query{Topology: su.Source, NNodes: su.Topo.NNodes, NRanks: su.Topo.NRanks,
+		Coll: cls.Coll.String(), Bytes: nBytes, Op: cls.Op.String(), Dtype: cls.Dtype.String(),
+		PipeOps: cls.PipeOps, RegBuff: cls.RegBuff},
+		Algo: d.Algo.String(), Proto: d.Proto.String(), TimeUS: F32(t),
+		Forced: f != planner.NotForced, ForcedBy: ForcedBy(f),
+		Channels: d.Channels, Threads: d.Threads, Warps: d.Threads / 32, ChunkBytes: d.ChunkBytes, SliceBytes: d.SliceBytes}
+}
+
 // Plan is planner explain --json: the pick, its sizing, the tuner's part, and the whole priced
 // menu (README.md lists the fields).
 type Plan struct {
-	Query      Query              `json:"query"`
-	Algo       string             `json:"algo"`
-	Proto      string             `json:"proto"`
-	TimeUS     F32                `json:"time_us"`
-	Forced     bool               `json:"forced"`
-	ForcedBy   string             `json:"forced_by,omitempty"`
-	Channels   int                `json:"channels"`
-	Threads    int                `json:"threads"`
-	Warps      int                `json:"warps"`
-	ChunkBytes int64              `json:"chunk_bytes"`
-	SliceBytes int64              `json:"slice_bytes"`
-	Env        map[string]Setting `json:"env"`
-	Tuner      string             `json:"tuner"`
-	TunerNote  string             `json:"tuner_note,omitempty"`
-	Edits      []string           `json:"edits"`
-	Menu       []Cell             `json:"menu"`
-	Estimated  []string           `json:"estimated_inputs"`
+	Pick
+	Env       map[string]Setting `json:"env"`
+	Tuner     string             `json:"tuner"`
+	TunerNote string             `json:"tuner_note,omitempty"`
+	Edits     []string           `json:"edits"`
+	Menu      []Cell             `json:"menu"`
+	Estimated []string           `json:"estimated_inputs"`
 	// Overlay is the node table's fitted overlay as applied here; null when none applied.
 	Overlay *Overlay `json:"overlay"`
 	// Fabric is the fabric table composed into the node table (--fabric); null when none.
@@ -145,14 +162,9 @@ func newOverlay(ov *planner.Overlay, embedded bool) *Overlay {
 // NewPlan is the explain report of plan p on the topology of s.
 func NewPlan(s *Setup, p *planner.Plan) *Plan {
 	out := &Plan{
-		Query: Query{Topology: s.Source, NNodes: s.Topo.NNodes, NRanks: s.Topo.NRanks,
-			Coll: p.Class.Coll.String(), Bytes: p.Bytes, Op: p.Class.Op.String(), Dtype: p.Class.Dtype.String(),
-			PipeOps: p.Class.PipeOps, RegBuff: p.Class.RegBuff},
-		Algo: p.Algo.String(), Proto: p.Proto.String(), TimeUS: F32(p.TimeUS),
-		Forced: p.Forced != planner.NotForced, ForcedBy: ForcedBy(p.Forced), forcing: p.Forced,
-		Channels: p.Channels, Threads: p.Threads, Warps: p.Threads / 32,
-		ChunkBytes: p.ChunkBytes, SliceBytes: p.SliceBytes,
-		Env: map[string]Setting{}, Tuner: p.Explain.Tuner, TunerNote: p.Explain.TunerNote,
+		Pick:    newPick(s, &p.Class, p.Bytes, p.Decision, p.TimeUS, p.Forced),
+		forcing: p.Forced,
+		Env:     map[string]Setting{}, Tuner: p.Explain.Tuner, TunerNote: p.Explain.TunerNote,
 		Edits: []string{}, Estimated: s.Estimated, Overlay: newOverlay(p.Explain.Overlay, s.Embedded),
 		Assumed: AssumedJSON{GPUsPerNode: s.Assumed.GPN, GPUsPerNodeSource: s.Assumed.GPNSource, Scale: s.Assumed.Scale,
 			ScaleStandsIn: s.Assumed.StandsIn, Graphs: s.Assumed.Graphs, gpnText: s.Assumed.GPNText},

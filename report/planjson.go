@@ -11,30 +11,7 @@ import (
 func (p *Plan) AppendJSON(b []byte) []byte {
 	w := indented{b: b}
 	w.open('{')
-	w.key("query")
-	p.Query.appendIndented(&w)
-	w.key("algo")
-	w.str(p.Algo)
-	w.key("proto")
-	w.str(p.Proto)
-	w.key("time_us")
-	w.f32(p.TimeUS)
-	w.key("forced")
-	w.bool(p.Forced)
-	if p.ForcedBy != "" {
-		w.key("forced_by")
-		w.str(p.ForcedBy)
-	}
-	w.key("channels")
-	w.int(int64(p.Channels))
-	w.key("threads")
-	w.int(int64(p.Threads))
-	w.key("warps")
-	w.int(int64(p.Warps))
-	w.key("chunk_bytes")
-	w.int(p.ChunkBytes)
-	w.key("slice_bytes")
-	w.int(p.SliceBytes)
+	p.Pick.appendFields(&w)
 	w.key("env")
 	if p.Env == nil {
 		w.null()
@@ -164,7 +141,36 @@ func (p *Plan) AppendJSON(b []byte) []byte {
 	return append(w.b, '\n')
 }
 
-func (q *Query) appendIndented(w *indented) {
+// appendFields writes the members of a Pick into the open object of w.
+func (p *Pick) appendFields(w *indented) {
+	w.key("query")
+	p.Query.appendFields(w)
+	w.key("algo")
+	w.str(p.Algo)
+	w.key("proto")
+	w.str(p.Proto)
+	w.key("time_us")
+	w.f32(p.TimeUS)
+	w.key("forced")
+	w.bool(p.Forced)
+	if p.ForcedBy != "" {
+		w.key("forced_by")
+		w.str(p.ForcedBy)
+	}
+	w.key("channels")
+	w.int(int64(p.Channels))
+	w.key("threads")
+	w.int(int64(p.Threads))
+	w.key("warps")
+	w.int(int64(p.Warps))
+	w.key("chunk_bytes")
+	w.int(p.ChunkBytes)
+	w.key("slice_bytes")
+	w.int(p.SliceBytes)
+}
+
+// appendFields writes q as an object.
+func (q *Query) appendFields(w *indented) {
 	w.open('{')
 	w.key("topology")
 	w.str(q.Topology)
@@ -188,14 +194,19 @@ func (q *Query) appendIndented(w *indented) {
 }
 
 // indented writes JSON as encoding/json indents it with prefix "" and indent "  ": each member or
-// element on its own line, an empty object or array as {} or [].
+// element on its own line, an empty object or array as {} or []; compact, as json.Marshal writes
+// it.
 type indented struct {
-	b     []byte
-	depth int
-	count [8]int // members written so far at each open level
+	b       []byte
+	compact bool
+	depth   int
+	count   [8]int // members written so far at each open level
 }
 
 func (w *indented) newline() {
+	if w.compact {
+		return
+	}
 	w.b = append(w.b, '\n')
 	for i := 0; i < w.depth; i++ {
 		w.b = append(w.b, "  "...)
@@ -229,7 +240,11 @@ func (w *indented) elem() {
 func (w *indented) key(k string) {
 	w.elem()
 	w.b = appendString(w.b, k)
-	w.b = append(w.b, ": "...)
+	if w.compact {
+		w.b = append(w.b, ':')
+	} else {
+		w.b = append(w.b, ": "...)
+	}
 }
 
 func (w *indented) str(s string) { w.b = appendString(w.b, s) }

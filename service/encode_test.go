@@ -18,8 +18,8 @@ func TestAppendAnswers(t *testing.T) {
 	s := func() string { return strs[r.IntN(len(strs))] }
 	var as []report.Decision
 	for i := 0; i < 50; i++ {
-		as = append(as, report.Decision{Query: report.Query{Topology: s(), Coll: s(), Bytes: r.Int64()}, Algo: s(), Proto: s(),
-			TimeUS: report.F32(r.Float32()), Channels: r.IntN(64), Tuner: s(), TunerNote: s(), Policy: s()})
+		as = append(as, report.Decision{Pick: report.Pick{Query: report.Query{Topology: s(), Coll: s(), Bytes: r.Int64()}, Algo: s(), Proto: s(),
+			TimeUS: report.F32(r.Float32()), Channels: r.IntN(64)}, Tuner: s(), TunerNote: s(), Policy: s()})
 	}
 	for _, n := range []int{0, 1, 50} {
 		want, err := json.Marshal(Batch[report.Decision]{Generation: 17, Results: as[:n]})

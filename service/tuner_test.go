@@ -8,9 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -26,26 +24,7 @@ import (
 var tunerBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "collplan-service-tuners-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	tunerBin = dir
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	out, err := exec.Command(goTool, "build", "-o", dir+string(os.PathSeparator),
-		"github.com/collplan/collplan/cmd/tuner-rules", "github.com/collplan/collplan/cmd/tuner-fault").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "building the tuner binaries: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	plugin.MainWithCommands(m, &tunerBin, nil, "tuner-rules", "tuner-fault")
 }
 
 // rulesConf forces RING/LL with 4 channels below 64 KiB on AllReduce (NCCL's example CSV).

@@ -4,43 +4,22 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/collplan/collplan/plugin"
 )
 
 // tunerBin holds tuner-rules and tuner-fault, built once by TestMain.
 var tunerBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "collplan-planner-tuners-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	tunerBin = dir
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	out, err := exec.Command(goTool, "build", "-o", dir+string(os.PathSeparator),
-		"github.com/collplan/collplan/cmd/tuner-rules", "github.com/collplan/collplan/cmd/tuner-fault").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "building the tuner binaries: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	openTuners.closeAll()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	plugin.MainWithCommands(m, &tunerBin, openTuners.closeAll, "tuner-rules", "tuner-fault")
 }
 
 func runTuner(t *testing.T, stdin string, args ...string) (stdout, stderr string, err error) {

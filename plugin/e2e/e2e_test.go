@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -36,37 +34,7 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "collplan-tuners-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin = dir
-	if err := build(dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-// build compiles every tuner binary with one go build.
-func build(dir string) error {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	args := []string{"build", "-o", dir + string(os.PathSeparator)}
-	for _, name := range []string{"rules", "regions", "table", "nccl", "fault"} {
-		args = append(args, "github.com/collplan/collplan/cmd/tuner-"+name)
-	}
-	cmd := exec.Command(goTool, args...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building the tuner binaries: %v\n%s", err, out)
-	}
-	return nil
+	plugin.MainWithCommands(m, &bin, nil, "tuner-rules", "tuner-regions", "tuner-table", "tuner-nccl", "tuner-fault")
 }
 
 func tuner(name string) string { return filepath.Join(bin, "tuner-"+name) }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/collplan/collplan/internal/proctree"
+	"github.com/collplan/collplan/plugin"
 )
 
 // bin holds the binaries TestMain builds.
@@ -36,28 +36,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "faults: PR_SET_CHILD_SUBREAPER:", err)
 		os.Exit(1)
 	}
-	dir, err := os.MkdirTemp("", "collplan-faults-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin = dir
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	args := []string{"build", "-o", dir + string(os.PathSeparator)}
-	for _, c := range []string{"planner", "collbench", "tuner-nccl", "tuner-fault", "tuner-table", "tuner-rules"} {
-		args = append(args, "github.com/collplan/collplan/cmd/"+c)
-	}
-	if out, err := exec.Command(goTool, args...).CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "faults: building: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	plugin.MainWithCommands(m, &bin, nil, "planner", "collbench", "tuner-nccl", "tuner-fault", "tuner-table", "tuner-rules")
 }
 
 // outcome is what the host must do with a fault in one place.

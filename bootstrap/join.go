@@ -93,6 +93,8 @@ var (
 	// verdict reaches ranks whose deadlines fall at about the same time (at most a tenth of the
 	// time left when Join starts).
 	verdictLead = 500 * time.Millisecond
+	// fatalLinger is how long rank 0 stays to tell late ranks that the job has failed.
+	fatalLinger = 2 * time.Second
 	// retryMin and retryMax bound a peer's backoff between attempts to reach rank 0.
 	retryMin, retryMax = 10 * time.Millisecond, 500 * time.Millisecond
 )
@@ -198,8 +200,8 @@ func joinRoot(ctx context.Context, id Identity, own Record) (Roster, error) {
 		if id.LocalSize == id.Size {
 			bind, publishHost = "127.0.0.1:0", "127.0.0.1"
 		}
-		if err := requireSecret(ctx, id, net.JoinHostPort(publishHost, "1")); err != nil {
-			return Roster{}, err
+		if publishHost != "127.0.0.1" && id.Secret == "" {
+			return Roster{}, fmt.Errorf("bootstrap: a file rendezvous for a job across hosts is off loopback: set %s (the same on every rank) so that strangers cannot join", EnvSecret)
 		}
 		if ln, err = lc.Listen(ctx, "tcp", bind); err != nil {
 			return Roster{}, fmt.Errorf("bootstrap: rank 0 listening on %s: %w", bind, err)
@@ -333,11 +335,44 @@ func joinRoot(ctx context.Context, id Identity, own Record) (Roster, error) {
 	if fatal != "" {
 		final = appendFrame(nil, frameFatal, []byte(fatal))
 		broadcast(append(conns, extra...), frameFatal, []byte(fatal))
+		lingerFatal(ctx, id.Size, conns, arrivals, final)
 		return Roster{}, &RemoteError{Msg: fatal, Fatal: true}
 	}
 	final = appendFrame(nil, frameRejected, []byte("the job has started without this connection"))
 	broadcast(conns, frameRoster, mustJSON(roster))
 	return roster, nil
+}
+
+// lingerFatal tells the ranks that arrive after a verdict against the job (conns: those already
+// told) the same verdict, for at most fatalLinger and not past ctx: without it they would retry
+// until their deadlines without knowing why.
+func lingerFatal(ctx context.Context, size int, conns []net.Conn, arrivals <-chan arrival, final []byte) {
+	told := make([]bool, size)
+	untold := size - 1
+	for r, c := range conns {
+		if r > 0 && c != nil {
+			told[r] = true
+			untold--
+		}
+	}
+	t := time.NewTimer(fatalLinger)
+	defer t.Stop()
+	for untold > 0 {
+		select {
+		case a := <-arrivals:
+			a.conn.SetWriteDeadline(time.Now().Add(time.Second))
+			a.conn.Write(final)
+			a.conn.Close()
+			if r := a.rec.Rank; r > 0 && r < size && !told[r] {
+				told[r] = true
+				untold--
+			}
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // admit runs rank 0's side of one connection up to its record, within handshakeTimeout. A
@@ -553,7 +588,9 @@ func joinPeer(ctx context.Context, id Identity, own Record) (Roster, error) {
 		if !a.retry {
 			return Roster{}, a.err
 		}
-		last = *a
+		if ctx.Err() == nil || last.err == nil {
+			last = *a // (an attempt cut short by the deadline says less than the one before it)
+		}
 		select {
 		case <-ctx.Done():
 			elapsed := time.Since(start).Round(time.Millisecond)

@@ -234,9 +234,20 @@ func joinRoot(ctx context.Context, id Identity, own Record) (Roster, error) {
 	var final []byte
 	arrivals := make(chan arrival)
 	var wg sync.WaitGroup
+	// The connections still in their handshakes: closed when Join ends, so that a stranger that
+	// says nothing cannot make rank 0 wait out its handshake deadline.
+	var mu sync.Mutex
+	pending := map[net.Conn]bool{}
+	closing := false
 	defer func() {
 		close(done)
 		ln.Close()
+		mu.Lock()
+		closing = true
+		for c := range pending {
+			c.Close()
+		}
+		mu.Unlock()
 		wg.Wait()
 	}()
 	wg.Add(1)
@@ -247,12 +258,27 @@ func joinRoot(ctx context.Context, id Identity, own Record) (Roster, error) {
 			if err != nil {
 				return
 			}
+			mu.Lock()
+			if closing {
+				mu.Unlock()
+				c.Close()
+				return
+			}
+			pending[c] = true
+			mu.Unlock()
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				rec, err := admit(c, id, nonce)
+				mu.Lock()
+				delete(pending, c)
+				mu.Unlock()
 				if err != nil {
-					slog.Default().Warn("bootstrap: dropped a connection to the rendezvous", "remote", c.RemoteAddr().String(), "err", err)
+					select {
+					case <-done: // closed by Join's end
+					default:
+						slog.Default().Warn("bootstrap: dropped a connection to the rendezvous", "remote", c.RemoteAddr().String(), "err", err)
+					}
 					c.Close()
 					return
 				}

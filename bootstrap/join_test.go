@@ -28,13 +28,28 @@ func TestMain(m *testing.M) {
 
 const testSecret = Secret("test-secret-0123456789")
 
-// freeAddr returns a loopback address whose port was free a moment ago.
+var (
+	portsMu sync.Mutex
+	ports   = map[string]bool{} // handed out by freeAddr
+)
+
+// freeAddr returns a loopback address whose port was free a moment ago and that no other test
+// of this process was given (the kernel may hand a closed port out again at once, and the
+// parallel tests would then fight over it).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		a := ln.Addr().String()
+		ln.Close()
+		if !ports[a] {
+			ports[a] = true
+			return a
+		}
+	}
 }
 
 type result struct {
@@ -223,140 +238,144 @@ func TestJoinEngineLauncherOneHost(t *testing.T) {
 	}
 }
 
-// rawHello opens a connection to addr and sends a Hello, returning the connection and rank 0's
-// challenge payload.
-func rawHello(t *testing.T, addr string) (net.Conn, []byte) {
-	t.Helper()
-	var c net.Conn
+// dialRetry connects to addr, retrying while rank 0 starts.
+func dialRetry(addr string) (net.Conn, error) {
 	var err error
-	for range 200 {
+	for range 400 {
+		var c net.Conn
 		if c, err = net.Dial("tcp", addr); err == nil {
-			break
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			return c, nil
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
-	require.NoError(t, err)
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	require.NoError(t, writeFrame(c, frameHello, append([]byte(protocolMagic), newNonce()...)))
-	ch, err := expect(c, maxHandshakeFrame, frameChallenge)
-	require.NoError(t, err)
-	return c, ch
+	return nil, err
 }
 
-// dialRetry connects to addr, retrying while rank 0 starts.
-func dialRetry(t *testing.T, addr string) net.Conn {
-	t.Helper()
-	for range 200 {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.SetDeadline(time.Now().Add(5 * time.Second))
-			return c
-		}
-		time.Sleep(10 * time.Millisecond)
+// rawHello sends a Hello on c and returns rank 0's challenge payload.
+func rawHello(c net.Conn) ([]byte, error) {
+	if err := writeFrame(c, frameHello, append([]byte(protocolMagic), newNonce()...)); err != nil {
+		return nil, err
 	}
-	t.Fatalf("nothing listens on %s", addr)
-	return nil
+	return expect(c, maxHandshakeFrame, frameChallenge)
 }
+
+// errSetup marks a stranger that could not even play its part (the test's fault, not rank 0's).
+var errSetup = errors.New("stranger setup")
 
 // TestJoinStrangers: strangers with the wrong secret, a reflected proof, a silent connection and
 // malformed frames are each dropped while the real ranks still meet.
 func TestJoinStrangers(t *testing.T) {
 	addr := freeAddr(t)
 	ids := job([]string{"a", "a", "b"}, addr, testSecret)
+	readOne := func(c net.Conn) error {
+		_, err := c.Read(make([]byte, 1))
+		return err
+	}
 	type stranger struct {
 		name string
-		run  func(t *testing.T) error // the stranger's view of its refusal
+		// run plays the stranger on c and returns its view of its refusal; played is closed once
+		// it has said what it had to say.
+		run func(c net.Conn, played func()) error
 	}
 	strangers := []stranger{
-		{"wrong secret", func(t *testing.T) error {
-			c := dialRetry(t, addr)
-			defer c.Close()
+		{"wrong secret", func(c net.Conn, played func()) error {
+			defer played()
 			return peerHandshake(c, "another-secret-0123456789")
 		}},
-		{"wrong secret, ignoring rank 0's proof", func(t *testing.T) error {
-			c, ch := rawHello(t, addr)
-			defer c.Close()
-			nc := make([]byte, nonceLen) // any nonce: it did not keep its own
-			require.NoError(t, writeFrame(c, frameProof, proof("another-secret-0123456789", labelPeer, nc, ch[:nonceLen])))
-			_, err := expect(c, maxRecordFrame, frameRoster)
-			return err
-		}},
-		{"rank 0's own proof reflected", func(t *testing.T) error {
-			c, ch := rawHello(t, addr)
-			defer c.Close()
-			require.NoError(t, writeFrame(c, frameProof, ch[nonceLen:]))
-			_, err := expect(c, maxRecordFrame, frameRoster)
-			return err
-		}},
-		{"silent", func(t *testing.T) error {
-			c := dialRetry(t, addr)
-			defer c.Close()
-			start := time.Now()
-			_, err := c.Read(make([]byte, 1))
-			assert.Less(t, time.Since(start), handshakeTimeout+2*time.Second, "rank 0 closes a silent connection at its handshake deadline")
-			return err
-		}},
-		{"oversized frame", func(t *testing.T) error {
-			c := dialRetry(t, addr)
-			defer c.Close()
-			c.Write(binary.BigEndian.AppendUint32(nil, 1<<30))
-			_, err := c.Read(make([]byte, 1))
-			return err
-		}},
-		{"empty frame", func(t *testing.T) error {
-			c := dialRetry(t, addr)
-			defer c.Close()
-			c.Write([]byte{0, 0, 0, 0})
-			_, err := c.Read(make([]byte, 1))
-			return err
-		}},
-		{"unknown frame type", func(t *testing.T) error {
-			c := dialRetry(t, addr)
-			defer c.Close()
-			c.Write(appendFrame(nil, 'Z', []byte("hi")))
-			_, err := c.Read(make([]byte, 1))
-			return err
-		}},
-		{"HTTP", func(t *testing.T) error {
-			c := dialRetry(t, addr)
-			defer c.Close()
-			fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-			_, err := c.Read(make([]byte, 1))
-			return err
-		}},
-		{"authenticated, malformed record", func(t *testing.T) error {
-			c := dialRetry(t, addr)
-			defer c.Close()
-			require.NoError(t, peerHandshake(c, testSecret))
-			require.NoError(t, writeFrame(c, frameRecord, []byte(`{"rank":1,"bogus":true}`)))
-			_, err := c.Read(make([]byte, 1))
-			return err
-		}},
-		{"authenticated, a rank that is no peer", func(t *testing.T) error {
-			c := dialRetry(t, addr)
-			defer c.Close()
-			require.NoError(t, peerHandshake(c, testSecret))
-			require.NoError(t, writeFrame(c, frameRecord, mustJSON(wireRecord{Record: Record{Rank: 0, Node: "x", LocalSize: 1}, Size: 3})))
-			_, err := expect(c, maxRecordFrame, frameRoster)
-			return err
-		}},
-	}
-	errs := make([]error, len(strangers))
-	var wg sync.WaitGroup
-	for i, s := range strangers {
-		wg.Go(func() { errs[i] = s.run(t) })
-	}
-	// The real ranks start while the strangers are at it; rank 2 a little later.
-	res := make([]result, 3)
-	for r, id := range ids {
-		wg.Go(func() {
-			if r == 2 {
-				time.Sleep(200 * time.Millisecond)
+		{"wrong secret, ignoring rank 0's proof", func(c net.Conn, played func()) error {
+			defer played()
+			ch, err := rawHello(c)
+			if err != nil {
+				return fmt.Errorf("%w: %v", errSetup, err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
-			defer cancel()
-			res[r].roster, res[r].err = Join(ctx, id, endpointOf(r))
+			nc := make([]byte, nonceLen) // any nonce: it did not keep its own
+			writeFrame(c, frameProof, proof("another-secret-0123456789", labelPeer, nc, ch[:nonceLen]))
+			_, err = expect(c, maxRecordFrame, frameRoster)
+			return err
+		}},
+		{"rank 0's own proof reflected", func(c net.Conn, played func()) error {
+			defer played()
+			ch, err := rawHello(c)
+			if err != nil {
+				return fmt.Errorf("%w: %v", errSetup, err)
+			}
+			writeFrame(c, frameProof, ch[nonceLen:])
+			_, err = expect(c, maxRecordFrame, frameRoster)
+			return err
+		}},
+		{"silent", func(c net.Conn, played func()) error {
+			played()
+			return readOne(c) // until rank 0 ends or the handshake deadline
+		}},
+		{"oversized frame", func(c net.Conn, played func()) error {
+			defer played()
+			c.Write(binary.BigEndian.AppendUint32(nil, 1<<30))
+			return readOne(c)
+		}},
+		{"empty frame", func(c net.Conn, played func()) error {
+			defer played()
+			c.Write([]byte{0, 0, 0, 0})
+			return readOne(c)
+		}},
+		{"unknown frame type", func(c net.Conn, played func()) error {
+			defer played()
+			c.Write(appendFrame(nil, 'Z', []byte("hi")))
+			return readOne(c)
+		}},
+		{"HTTP", func(c net.Conn, played func()) error {
+			defer played()
+			fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+			return readOne(c)
+		}},
+		{"authenticated, malformed record", func(c net.Conn, played func()) error {
+			defer played()
+			if err := peerHandshake(c, testSecret); err != nil {
+				return fmt.Errorf("%w: %v", errSetup, err)
+			}
+			writeFrame(c, frameRecord, []byte(`{"rank":1,"bogus":true}`))
+			return readOne(c)
+		}},
+		{"authenticated, a rank that is no peer", func(c net.Conn, played func()) error {
+			defer played()
+			if err := peerHandshake(c, testSecret); err != nil {
+				return fmt.Errorf("%w: %v", errSetup, err)
+			}
+			writeFrame(c, frameRecord, mustJSON(wireRecord{Record: Record{Rank: 0, Node: "x", LocalSize: 1}, Size: 3}))
+			_, err := expect(c, maxRecordFrame, frameRoster)
+			return err
+		}},
+	}
+	// Ranks 0 and 1 start with the strangers; rank 2 once every stranger has played, so the job
+	// cannot be over before they are refused.
+	res := make([]result, 3)
+	var wg sync.WaitGroup
+	var playedAll sync.WaitGroup
+	runRank := func(r int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+		defer cancel()
+		res[r].roster, res[r].err = Join(ctx, ids[r], endpointOf(r))
+	}
+	wg.Go(func() { runRank(0) })
+	wg.Go(func() { runRank(1) })
+	errs := make([]error, len(strangers))
+	for i, s := range strangers {
+		playedAll.Add(1)
+		wg.Go(func() {
+			c, err := dialRetry(addr)
+			if err != nil {
+				errs[i] = fmt.Errorf("%w: %v", errSetup, err)
+				playedAll.Done()
+				return
+			}
+			defer c.Close()
+			errs[i] = s.run(c, sync.OnceFunc(playedAll.Done))
 		})
 	}
+	wg.Go(func() {
+		playedAll.Wait()
+		runRank(2)
+	})
 	wg.Wait()
 	for r, got := range res {
 		require.NoError(t, got.err, "rank %d", r)
@@ -364,6 +383,7 @@ func TestJoinStrangers(t *testing.T) {
 	}
 	for i, s := range strangers {
 		require.Error(t, errs[i], s.name)
+		require.NotErrorIs(t, errs[i], errSetup, s.name)
 		var re *RemoteError
 		switch {
 		case s.name == "wrong secret":
@@ -374,7 +394,7 @@ func TestJoinStrangers(t *testing.T) {
 				assert.Contains(t, re.Msg, "authentication failed", s.name)
 			}
 		default:
-			assert.True(t, errors.Is(errs[i], io.EOF) || errors.Is(errs[i], net.ErrClosed) || isReset(errs[i]), "%s: %v", s.name, errs[i])
+			assert.True(t, errors.Is(errs[i], io.EOF) || isReset(errs[i]), "%s: %v", s.name, errs[i])
 		}
 	}
 }
@@ -585,15 +605,23 @@ func TestFileRendezvous(t *testing.T) {
 // reported as stale at the deadline, not used.
 func TestFileRendezvousStale(t *testing.T) {
 	t.Parallel()
-	// Another job's rank 0, alive, at the address the stale file names.
-	other := job([]string{"x", "x"}, freeAddr(t), "")
-	otherCtx, cancelOther := context.WithTimeout(context.Background(), 3*time.Second)
-	t.Cleanup(cancelOther) // after the parallel subtests
-	go Join(otherCtx, other[0], Endpoint{})
-
-	for name, addr := range map[string]string{"dead": deadAddr(t), "another job": other[0].Rendezvous} {
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		addr func(t *testing.T) string // what the stale file names
+	}{
+		{"dead", deadAddr},
+		{"another job", func(t *testing.T) string {
+			// Another job's rank 0, alive, at the address the stale file names.
+			other := job([]string{"x", "x"}, freeAddr(t), "")
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			t.Cleanup(cancel)
+			go Join(ctx, other[0], Endpoint{})
+			return other[0].Rendezvous
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			addr := tc.addr(t)
 			path := filepath.Join(t.TempDir(), "job.rdv")
 			writeStale(t, path, addr, "00ff")
 			id := job([]string{"a", "a"}, "file://"+path, "")[1]
@@ -604,7 +632,7 @@ func TestFileRendezvousStale(t *testing.T) {
 			assert.Contains(t, err.Error(), "rendezvous file "+path+" names rank 0 at "+addr)
 			assert.Contains(t, err.Error(), "by pid 999999 on deadhost")
 			assert.Contains(t, err.Error(), "the file is stale, from an earlier job; COLLPLAN_INIT's file must be fresh for each job")
-			if name == "another job" {
+			if tc.name == "another job" {
 				assert.Contains(t, err.Error(), `job nonce "00ff" is not this job's`)
 			}
 		})
@@ -636,4 +664,41 @@ func writeStale(t *testing.T, path, addr, nonce string) {
 	b, err := json.Marshal(rendezvousFile{Addr: addr, Nonce: nonce, Host: "deadhost", PID: 999999, Written: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)})
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(path, b, 0o600))
+}
+
+// TestJoinSilentStrangerDoesNotDelay: rank 0 returns once the ranks have met, without waiting
+// out the handshake deadline of a stranger that connected and said nothing.
+func TestJoinSilentStrangerDoesNotDelay(t *testing.T) {
+	t.Parallel()
+	ids := job([]string{"a", "b"}, freeAddr(t), "")
+	var rootTime time.Duration
+	var rootErr error
+	started := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		close(started)
+		start := time.Now()
+		_, rootErr = Join(ctx, ids[0], Endpoint{})
+		rootTime = time.Since(start)
+	})
+	<-started
+	var silent net.Conn
+	var err error
+	for range 200 {
+		if silent, err = net.Dial("tcp", ids[0].Rendezvous); err == nil {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.NoError(t, err)
+	defer silent.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = Join(ctx, ids[1], Endpoint{})
+	require.NoError(t, err)
+	wg.Wait()
+	require.NoError(t, rootErr)
+	assert.Less(t, rootTime, handshakeTimeout/2, "rank 0 waited for the silent stranger's handshake deadline")
 }

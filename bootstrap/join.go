@@ -101,6 +101,12 @@ var (
 
 const maxRecordFrame = 1 << 16
 
+// logDrop logs a connection rank 0 dropped (a stranger, a failed proof, a malformed frame); a
+// variable so that tests can see it.
+var logDrop = func(remote string, err error) {
+	slog.Default().Warn("bootstrap: dropped a connection to the rendezvous", "remote", remote, "err", err)
+}
+
 // Join brings the job's ranks together and returns the Roster (see the package comment for the
 // protocol). Rank 0 listens on id.Rendezvous (or, with a file URL, on an ephemeral port it
 // publishes in the file); every other rank connects, retrying with backoff until ctx ends,
@@ -274,10 +280,8 @@ func joinRoot(ctx context.Context, id Identity, own Record) (Roster, error) {
 				delete(pending, c)
 				mu.Unlock()
 				if err != nil {
-					select {
-					case <-done: // closed by Join's end
-					default:
-						slog.Default().Warn("bootstrap: dropped a connection to the rendezvous", "remote", c.RemoteAddr().String(), "err", err)
+					if !errors.Is(err, net.ErrClosed) { // (not closed by Join's end)
+						logDrop(c.RemoteAddr().String(), err)
 					}
 					c.Close()
 					return

@@ -23,7 +23,24 @@ func TestMain(m *testing.M) {
 	// Short enough that the tests of silent strangers are quick, long enough for a handshake on
 	// two loaded cores under the race detector.
 	handshakeTimeout = time.Second
+	logDrop = func(remote string, err error) {
+		dropsMu.Lock()
+		drops[remote] = append(drops[remote], err.Error())
+		dropsMu.Unlock()
+	}
 	os.Exit(m.Run())
+}
+
+var (
+	dropsMu sync.Mutex
+	drops   = map[string][]string{} // rank 0's log of dropped connections, by remote address
+)
+
+// dropped returns what rank 0 logged about the connection from remote.
+func dropped(remote string) []string {
+	dropsMu.Lock()
+	defer dropsMu.Unlock()
+	return drops[remote]
 }
 
 const testSecret = Secret("test-secret-0123456789")
@@ -359,6 +376,7 @@ func TestJoinStrangers(t *testing.T) {
 	wg.Go(func() { runRank(0) })
 	wg.Go(func() { runRank(1) })
 	errs := make([]error, len(strangers))
+	local := make([]string, len(strangers))
 	for i, s := range strangers {
 		playedAll.Add(1)
 		wg.Go(func() {
@@ -369,6 +387,7 @@ func TestJoinStrangers(t *testing.T) {
 				return
 			}
 			defer c.Close()
+			local[i] = c.LocalAddr().String()
 			errs[i] = s.run(c, sync.OnceFunc(playedAll.Done))
 		})
 	}
@@ -381,9 +400,27 @@ func TestJoinStrangers(t *testing.T) {
 		require.NoError(t, got.err, "rank %d", r)
 		assert.Equal(t, []NodeRanks{{"a", []int{0, 1}}, {"b", []int{2}}}, got.roster.Nodes)
 	}
+	// What rank 0's log says of each; not of the silent one, nor of the one that hung up on rank
+	// 0's failed proof (rank 0 may be done before it sees the EOF, and then says nothing).
+	logged := map[string]string{
+		"wrong secret, ignoring rank 0's proof": "authentication failed",
+		"rank 0's own proof reflected":          "authentication failed",
+		"oversized frame":                       "1073741824 bytes, over the limit of 4096",
+		"empty frame":                           "empty frame",
+		"unknown frame type":                    "unknown type 0x5a",
+		"HTTP":                                  "over the limit of 4096", // "GET " read as a length
+		"authenticated, malformed record":       `unknown field "bogus"`,
+		"authenticated, a rank that is no peer": "rank 0 is not a peer rank of this job of 3 ranks",
+	}
 	for i, s := range strangers {
 		require.Error(t, errs[i], s.name)
 		require.NotErrorIs(t, errs[i], errSetup, s.name)
+		if want, ok := logged[s.name]; ok {
+			log := dropped(local[i])
+			if assert.Len(t, log, 1, "%s: rank 0 logs the drop", s.name) {
+				assert.Contains(t, log[0], want, s.name)
+			}
+		}
 		var re *RemoteError
 		switch {
 		case s.name == "wrong secret":

@@ -52,12 +52,16 @@
 //	rank 0 -> peer   Waiting    JSON: the ranks still missing (every 200 ms while that changes)
 //	rank 0 -> peer   Roster     JSON, or Fatal (text): the same verdict to every rank
 //
+// or, at any step from the Proof on, rank 0 -> peer Rejected (text): this connection is refused
+// (a failed proof, a stale file's nonce) and the job goes on without it; the peer tries again.
+//
 // where K is the job secret (COLLPLAN_JOB_SECRET). Rank 0 checks that every rank arrives exactly
 // once, for the same size, and that each node's local ranks are 0..k-1 with local size k; any
 // mismatch is sent to every rank as Fatal. Half a second (at most a tenth of the time left)
 // before its deadline rank 0 sends Fatal naming the ranks still missing; a rank whose own deadline
 // comes first names the ranks rank 0 last reported missing, and a rank that never reached rank 0
-// says so.
+// says so. After a verdict against the job rank 0 stays up to 2 s more (not past its context) to
+// give the same verdict to the ranks that arrive late.
 //
 // # Security
 //

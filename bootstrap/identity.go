@@ -89,6 +89,7 @@ type detected struct {
 	localRank, localSize int
 	node                 string // "" for the hostname
 	rankVar, sizeVar     string
+	nodes                int // srun: the step's node count (from SLURM_STEP_TASKS_PER_NODE)
 }
 
 type env struct{ lookup func(string) (string, bool) }
@@ -230,7 +231,7 @@ var detectors = map[Launcher]func(e env) (d detected, present bool, err error){
 		if total != d.size {
 			return d, true, envErr("SLURM_STEP_TASKS_PER_NODE=%q adds up to %d tasks, SLURM_NTASKS=%d", tpn, total, d.size)
 		}
-		d.localSize = counts[nodeID]
+		d.localSize, d.nodes = counts[nodeID], len(counts)
 		if d.localRank >= d.localSize {
 			return d, true, envErr("SLURM_LOCALID=%d is not below node %d's %d tasks (SLURM_STEP_TASKS_PER_NODE=%q)", d.localRank, nodeID, d.localSize, tpn)
 		}
@@ -354,10 +355,15 @@ func rendezvous(e env, d detected) (addr, from string, err error) {
 		if !ok {
 			return "", "", envErr("SLURM_STEP_NODELIST is not set and neither is MASTER_ADDR: rank 0's host is unknown")
 		}
-		host, err := FirstHost(list)
+		hosts, err := ExpandHostlist(list)
 		if err != nil {
 			return "", "", fmt.Errorf("%w: SLURM_STEP_NODELIST: %v", ErrEnv, err)
 		}
+		if len(hosts) != d.nodes {
+			tpn, _ := e.get("SLURM_STEP_TASKS_PER_NODE")
+			return "", "", envErr("SLURM_STEP_NODELIST=%q names %d hosts, SLURM_STEP_TASKS_PER_NODE=%q %d nodes", list, len(hosts), tpn, d.nodes)
+		}
+		host := hosts[0]
 		if d.rank == 0 && d.node != "0" {
 			return "", "", envErr("SLURM_PROCID=0 runs on SLURM_NODEID=%s, not on the first host of SLURM_STEP_NODELIST=%q: set MASTER_ADDR to rank 0's host", d.node, list)
 		}

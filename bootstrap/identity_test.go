@@ -182,6 +182,7 @@ func TestFromEnvErrors(t *testing.T) {
 		{"srun: no job id for the port", without(slurmEnv, "SLURM_JOB_ID"), "neither MASTER_PORT nor SLURM_JOB_ID is set"},
 		{"srun: tasks per node sum", merge(slurmEnv, map[string]string{"SLURM_STEP_TASKS_PER_NODE": "2(x3),1"}), `SLURM_STEP_TASKS_PER_NODE="2(x3),1" adds up to 7 tasks, SLURM_NTASKS=8`},
 		{"srun: SLURM_LOCALID past the node's tasks", merge(slurmEnv, map[string]string{"SLURM_LOCALID": "2"}), "SLURM_LOCALID=2 is not below node 2's 2 tasks"},
+		{"srun: nodelist and tasks per node disagree", merge(slurmEnv, map[string]string{"SLURM_STEP_NODELIST": "gpu[01-03]"}), `SLURM_STEP_NODELIST="gpu[01-03]" names 3 hosts, SLURM_STEP_TASKS_PER_NODE="2(x4)" 4 nodes`},
 		{"srun: bad job id", merge(slurmEnv, map[string]string{"SLURM_JOB_ID": "12x"}), `SLURM_JOB_ID="12x" is not a job id`},
 		{"srun: empty nodelist", merge(slurmEnv, map[string]string{"SLURM_STEP_NODELIST": ""}), `SLURM_STEP_NODELIST: bootstrap: hostlist "": position 0: empty host name`},
 		{"srun: no nodelist", without(slurmEnv, "SLURM_STEP_NODELIST"), "SLURM_STEP_NODELIST is not set and neither is MASTER_ADDR"},

@@ -23,6 +23,7 @@ func TestMain(m *testing.M) {
 	// Short enough that the tests of silent strangers are quick, long enough for a handshake on
 	// two loaded cores under the race detector.
 	handshakeTimeout = time.Second
+	fatalLinger = time.Second // (TestJoinMismatch/duplicate_rank waits it out for its absent rank 2)
 	logDrop = func(remote string, err error) {
 		dropsMu.Lock()
 		drops[remote] = append(drops[remote], err.Error())

@@ -1,6 +1,7 @@
 package bootstrap
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -739,4 +741,43 @@ func TestJoinSilentStrangerDoesNotDelay(t *testing.T) {
 	wg.Wait()
 	require.NoError(t, rootErr)
 	assert.Less(t, rootTime, handshakeTimeout/2, "rank 0 waited for the silent stranger's handshake deadline")
+}
+
+// TestJoinProcesses runs a torchrun-shaped job of 3 ranks as 3 processes (this test binary,
+// rerun), each reading its identity from its own environment with os.LookupEnv.
+func TestJoinProcesses(t *testing.T) {
+	t.Parallel()
+	host, port, err := net.SplitHostPort(freeAddr(t))
+	require.NoError(t, err)
+	var cmds []*exec.Cmd
+	outs := make([]*bytes.Buffer, 3)
+	for r := range 3 {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestJoinHelperProcess$", "-test.count=1")
+		outs[r] = new(bytes.Buffer)
+		cmd.Stdout, cmd.Stderr = outs[r], outs[r]
+		cmd.Env = append(os.Environ(), "BOOTSTRAP_HELPER=1",
+			"RANK="+strconv.Itoa(r), "WORLD_SIZE=3", "LOCAL_RANK="+strconv.Itoa(r%2), "LOCAL_WORLD_SIZE="+[]string{"2", "2", "1"}[r],
+			"GROUP_RANK="+strconv.Itoa(r/2), "MASTER_ADDR="+host, "MASTER_PORT="+port, "COLLPLAN_JOB_SECRET="+string(testSecret))
+		require.NoError(t, cmd.Start())
+		cmds = append(cmds, cmd)
+	}
+	for r, cmd := range cmds {
+		err := cmd.Wait()
+		require.NoError(t, err, "rank %d: %s", r, outs[r])
+		assert.Contains(t, outs[r].String(), `roster: [{0 [0 1]} {1 [2]}]`, "rank %d", r)
+	}
+}
+
+// TestJoinHelperProcess is one rank of TestJoinProcesses.
+func TestJoinHelperProcess(t *testing.T) {
+	if os.Getenv("BOOTSTRAP_HELPER") != "1" {
+		t.Skip("a rank of TestJoinProcesses")
+	}
+	id, err := FromEnv(os.LookupEnv, "helper-host")
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	roster, err := Join(ctx, id, endpointOf(id.Rank))
+	require.NoError(t, err)
+	fmt.Printf("roster: %v\n", roster.Nodes)
 }

@@ -262,7 +262,14 @@ func joinRoot(ctx context.Context, id Identity, own Record) (Roster, error) {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
-				return
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				// Out of descriptors (many strangers at once) or an aborted connection: the
+				// listener still serves the ranks once that passes.
+				logDrop(ln.Addr().String(), fmt.Errorf("accepting: %w", err))
+				time.Sleep(10 * time.Millisecond)
+				continue
 			}
 			mu.Lock()
 			if closing {

@@ -52,10 +52,9 @@
 //	rank 0 -> peer   Waiting    JSON: the ranks still missing (every 200 ms while that changes)
 //	rank 0 -> peer   Roster     JSON, or Fatal (text): the same verdict to every rank
 //
-// or, at any step from the Proof on, rank 0 -> peer Rejected (text): this connection is refused
-// (a failed proof, a stale file's nonce) and the job goes on without it; the peer tries again.
-//
-// where K is the job secret (COLLPLAN_JOB_SECRET). Rank 0 checks that every rank arrives exactly
+// where K is the job secret (COLLPLAN_JOB_SECRET). At any step from the Proof on, rank 0 may
+// answer Rejected (text) instead: this connection is refused (a failed proof, a stale file's
+// nonce) and the job goes on without it; the peer tries again. Rank 0 checks that every rank arrives exactly
 // once, for the same size, and that each node's local ranks are 0..k-1 with local size k; any
 // mismatch is sent to every rank as Fatal. Half a second (at most a tenth of the time left)
 // before its deadline rank 0 sends Fatal naming the ranks still missing; a rank whose own deadline
@@ -78,7 +77,9 @@
 // Limits: only the handshake is authenticated. Nothing is encrypted, neither the rendezvous nor
 // the data path, and the frames after the handshake carry no MAC, so an attacker on the path who
 // can rewrite TCP streams can still tamper; a stranger can open many connections at once (each
-// costs a descriptor for up to the handshake deadline). The secret must reach the ranks by a
+// costs a descriptor for up to the handshake deadline). Over TCP (no file, so no job nonce) two
+// jobs started at once on one address with one secret and size cannot be told apart. The secret
+// must reach the ranks by a
 // channel the attacker cannot read (the launcher's environment).
 //
 // # File rendezvous

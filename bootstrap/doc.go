@@ -79,8 +79,7 @@
 // can rewrite TCP streams can still tamper; a stranger can open many connections at once (each
 // costs a descriptor for up to the handshake deadline). Over TCP (no file, so no job nonce) two
 // jobs started at once on one address with one secret and size cannot be told apart. The secret
-// must reach the ranks by a
-// channel the attacker cannot read (the launcher's environment).
+// must reach the ranks by a channel the attacker cannot read (the launcher's environment).
 //
 // # File rendezvous
 //

@@ -1,5 +1,8 @@
 # Builds the NCCL tuner shim (plugin/ncclshim, C) and its conformance harness.
 #   make shim      -> $(BUILD)/libnccl-tuner-collplan.so
+#   make shim TUNER_V7=1 -> the same, also exporting ncclTunerPlugin_v7 (NCCL master's unreleased
+#                   tuner ABI; off by default since NCCL loads the newest symbol first). Use its own
+#                   BUILD directory: make does not rebuild when only the option changes.
 #   make harness   -> $(BUILD)/collplan-harness
 #   make asan      -> both, with -fsanitize=address,undefined, under $(BUILD)/asan
 #   make fuzz      -> $(BUILD)/asan/collplan-fuzz-table (table reader mutation fuzzer, sanitized)
@@ -23,6 +26,10 @@ SHIM_CFLAGS := -O2 -g -fPIC -fvisibility=hidden $(WARN) -pthread
 SHIM_LDFLAGS := -shared -pthread -Wl,-z,defs -Wl,-z,relro -Wl,-z,now
 HARNESS_CFLAGS := -O2 -g $(WARN) -pthread
 HARNESS_LDLIBS := -ldl -pthread
+TUNER_V7 ?= 0
+ifeq ($(TUNER_V7),1)
+SHIM_CFLAGS += -DCOLLPLAN_TUNER_V7=1
+endif
 SAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 SHIM := $(BUILD)/libnccl-tuner-collplan.so

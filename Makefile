@@ -3,7 +3,7 @@
 #   make shim TUNER_V7=1 -> the same, also exporting ncclTunerPlugin_v7 (NCCL master's unreleased
 #                   tuner ABI; off by default since NCCL loads the newest symbol first). Use its own
 #                   BUILD directory: make does not rebuild when only the option changes.
-#   make harness   -> $(BUILD)/collplan-harness
+#   make harness   -> $(BUILD)/collplan-harness and $(BUILD)/collplan-profharness (the profiler's)
 #   make asan      -> both, with -fsanitize=address,undefined, under $(BUILD)/asan
 #   make fuzz      -> $(BUILD)/asan/collplan-fuzz-table (table reader mutation fuzzer, sanitized)
 #   make test      -> go test ./plugin/ (builds its own copies in a temp dir, runs valgrind)
@@ -16,9 +16,10 @@ CC := gcc
 endif
 
 SHIM_DIR := plugin/ncclshim
-SHIM_SRCS := $(SHIM_DIR)/shim.c $(SHIM_DIR)/cptable.c
-SHIM_HDRS := $(SHIM_DIR)/cptable.h $(SHIM_DIR)/nccl_tuner_abi.h
+SHIM_SRCS := $(SHIM_DIR)/shim.c $(SHIM_DIR)/cptable.c $(SHIM_DIR)/profiler.c
+SHIM_HDRS := $(SHIM_DIR)/cptable.h $(SHIM_DIR)/nccl_tuner_abi.h $(SHIM_DIR)/nccl_profiler_abi.h
 HARNESS_SRCS := $(SHIM_DIR)/test/harness.c
+PROF_HARNESS_SRCS := $(SHIM_DIR)/test/profharness.c
 FUZZ_SRCS := $(SHIM_DIR)/test/fuzz_table.c $(SHIM_DIR)/cptable.c
 
 WARN := -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wformat=2
@@ -34,13 +35,14 @@ SAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-po
 
 SHIM := $(BUILD)/libnccl-tuner-collplan.so
 HARNESS := $(BUILD)/collplan-harness
+PROF_HARNESS := $(BUILD)/collplan-profharness
 
 .PHONY: all shim harness asan fuzz test clean
 
 all: shim harness
 
 shim: $(SHIM)
-harness: $(HARNESS)
+harness: $(HARNESS) $(PROF_HARNESS)
 
 $(SHIM): $(SHIM_SRCS) $(SHIM_HDRS)
 	@mkdir -p $(dir $@)
@@ -50,7 +52,11 @@ $(HARNESS): $(HARNESS_SRCS) $(SHIM_DIR)/nccl_tuner_abi.h
 	@mkdir -p $(dir $@)
 	$(CC) $(HARNESS_CFLAGS) $(CFLAGS) -o $@ $(HARNESS_SRCS) $(HARNESS_LDLIBS) $(LDFLAGS)
 
-asan: $(BUILD)/asan/libnccl-tuner-collplan.so $(BUILD)/asan/collplan-harness
+$(PROF_HARNESS): $(PROF_HARNESS_SRCS) $(SHIM_DIR)/nccl_profiler_abi.h $(SHIM_DIR)/nccl_tuner_abi.h
+	@mkdir -p $(dir $@)
+	$(CC) $(HARNESS_CFLAGS) $(CFLAGS) -o $@ $(PROF_HARNESS_SRCS) $(HARNESS_LDLIBS) $(LDFLAGS)
+
+asan: $(BUILD)/asan/libnccl-tuner-collplan.so $(BUILD)/asan/collplan-harness $(BUILD)/asan/collplan-profharness
 
 $(BUILD)/asan/libnccl-tuner-collplan.so: $(SHIM_SRCS) $(SHIM_HDRS)
 	@mkdir -p $(dir $@)
@@ -59,6 +65,10 @@ $(BUILD)/asan/libnccl-tuner-collplan.so: $(SHIM_SRCS) $(SHIM_HDRS)
 $(BUILD)/asan/collplan-harness: $(HARNESS_SRCS) $(SHIM_DIR)/nccl_tuner_abi.h
 	@mkdir -p $(dir $@)
 	$(CC) $(HARNESS_CFLAGS) $(SAN) $(CFLAGS) -o $@ $(HARNESS_SRCS) $(HARNESS_LDLIBS) $(LDFLAGS)
+
+$(BUILD)/asan/collplan-profharness: $(PROF_HARNESS_SRCS) $(SHIM_DIR)/nccl_profiler_abi.h $(SHIM_DIR)/nccl_tuner_abi.h
+	@mkdir -p $(dir $@)
+	$(CC) $(HARNESS_CFLAGS) $(SAN) $(CFLAGS) -o $@ $(PROF_HARNESS_SRCS) $(HARNESS_LDLIBS) $(LDFLAGS)
 
 fuzz: $(BUILD)/asan/collplan-fuzz-table
 

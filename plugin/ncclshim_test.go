@@ -38,6 +38,8 @@ type shimBuild struct {
 	so, harness         string
 	soV7                string // built with TUNER_V7=1: also exports ncclTunerPlugin_v7
 	asanSo, asanHarness string
+	profHarness         string // the profiler's harness (plugin/ncclshim/test/profharness.c)
+	asanProfHarness     string
 	fuzz                string
 	err                 error
 }
@@ -89,12 +91,14 @@ func buildShim() shimBuild {
 		return shimBuild{err: fmt.Errorf("make shim TUNER_V7=1: %w\n%s", err, out)}
 	}
 	return shimBuild{
-		so:          filepath.Join(dir, "libnccl-tuner-collplan.so"),
-		soV7:        filepath.Join(v7, "libnccl-tuner-collplan.so"),
-		harness:     filepath.Join(dir, "collplan-harness"),
-		asanSo:      filepath.Join(dir, "asan", "libnccl-tuner-collplan.so"),
-		asanHarness: filepath.Join(dir, "asan", "collplan-harness"),
-		fuzz:        filepath.Join(dir, "asan", "collplan-fuzz-table"),
+		so:              filepath.Join(dir, "libnccl-tuner-collplan.so"),
+		soV7:            filepath.Join(v7, "libnccl-tuner-collplan.so"),
+		harness:         filepath.Join(dir, "collplan-harness"),
+		asanSo:          filepath.Join(dir, "asan", "libnccl-tuner-collplan.so"),
+		asanHarness:     filepath.Join(dir, "asan", "collplan-harness"),
+		profHarness:     filepath.Join(dir, "collplan-profharness"),
+		asanProfHarness: filepath.Join(dir, "asan", "collplan-profharness"),
+		fuzz:            filepath.Join(dir, "asan", "collplan-fuzz-table"),
 	}
 }
 
@@ -484,12 +488,12 @@ func passThrough(rng *rand.Rand, reason string) *cases {
 // ---------------------------------------------------------------------------------------------
 // Tests.
 
-// TestShimExports: only the plugin symbols are exported (ncclTunerPlugin_v7 only from the TUNER_V7=1
-// build), and nothing Go is linked in.
+// TestShimExports: only the plugin symbols are exported (the tuner's v2-v6, the profiler's v5 and
+// v6, and ncclTunerPlugin_v7 only from the TUNER_V7=1 build), and nothing Go is linked in.
 func TestShimExports(t *testing.T) {
 	b := shim(t)
-	tuners := []string{"ncclTunerPlugin_v2", "ncclTunerPlugin_v3", "ncclTunerPlugin_v4", "ncclTunerPlugin_v5",
-		"ncclTunerPlugin_v6"}
+	tuners := []string{"ncclProfiler_v5", "ncclProfiler_v6", "ncclTunerPlugin_v2", "ncclTunerPlugin_v3",
+		"ncclTunerPlugin_v4", "ncclTunerPlugin_v5", "ncclTunerPlugin_v6"}
 	for _, c := range []struct {
 		name, so string
 		want     []string

@@ -788,15 +788,19 @@ func TestShimConcurrency(t *testing.T) {
 	}
 }
 
-// TestShimValgrind: conformance cases, 64 concurrent inits, 100 dlopen/dlclose cycles and refused
-// tables under valgrind, which must report no error and no definite or indirect leak.
+// TestShimValgrind: conformance cases (also through v7 on the TUNER_V7=1 build), 64 concurrent
+// inits, 100 dlopen/dlclose cycles and refused tables under valgrind, which must report no error and no definite or indirect leak.
 func TestShimValgrind(t *testing.T) {
 	b := shim(t)
 	start := time.Now()
 	r := conformanceRuns(t)[0]
-	table, file, _ := r.prepare(t, 12)
+	table, file, cs := r.prepare(t, 12)
 	env := cleanEnv("COLLPLAN_TUNER_TABLE=" + table)
 	logValgrind(t, "cases", run(t, env, append(valgrindArgs, b.harness, "cases", b.so, file)...))
+	v7 := *cs
+	v7.head = append(slices.Clone(cs.head), "abis 6 7")
+	logValgrind(t, "cases v7", run(t, cleanEnv("COLLPLAN_TUNER_TABLE="+table, "HARNESS_V7=1"),
+		append(valgrindArgs, b.harness, "cases", b.soV7, v7.write(t, "v7.cases", 24))...))
 	env = cleanEnv("COLLPLAN_TUNER_TABLE="+table, "HARNESS_STRIDE=16")
 	logValgrind(t, "threads", run(t, env, append(valgrindArgs, b.harness, "threads", b.so, file, "64")...))
 	env = cleanEnv("COLLPLAN_TUNER_TABLE="+table, "HARNESS_STRIDE=64")

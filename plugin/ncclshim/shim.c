@@ -280,6 +280,9 @@ static void* ctx_init(int abi, uint64_t commId, size_t nRanks, size_t nNodes, nc
   c->entry = e;
   c->table = t;
   c->block = b;
+  /* NCCL (src/init.cc, v2.28.3-1 to v2.30.7-1) calls init with &comm->tunerConstants between
+   * ncclTopoInitTunerConstants and ncclTopoTuneModel, which uses the values as they come back, with
+   * no clamp: the table reader (cptable.c) refuses any constant that is negative or not finite. */
   if (constants != NULL && t->hasConstants) {
     memcpy(constants, t->constants, sizeof *constants);
     LOGF(c, NCCL_LOG_INFO, "collplan: replaced NCCL's model constants with the table's");

@@ -6,6 +6,7 @@
 #   make harness   -> $(BUILD)/collplan-harness and $(BUILD)/collplan-profharness (the profiler's)
 #   make asan      -> both, with -fsanitize=address,undefined, under $(BUILD)/asan
 #   make fuzz      -> $(BUILD)/asan/collplan-fuzz-table (table reader mutation fuzzer, sanitized)
+#   make tsan      -> the library and the profiler's harness with -fsanitize=thread, under $(BUILD)/tsan
 #   make test      -> go test ./plugin/ (builds its own copies in a temp dir, runs valgrind)
 #   make clean
 # Override BUILD=dir to build elsewhere (the Go test does).
@@ -32,12 +33,13 @@ ifeq ($(TUNER_V7),1)
 SHIM_CFLAGS += -DCOLLPLAN_TUNER_V7=1
 endif
 SAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+TSAN := -fsanitize=thread -fno-omit-frame-pointer
 
 SHIM := $(BUILD)/libnccl-tuner-collplan.so
 HARNESS := $(BUILD)/collplan-harness
 PROF_HARNESS := $(BUILD)/collplan-profharness
 
-.PHONY: all shim harness asan fuzz test clean
+.PHONY: all shim harness asan tsan fuzz test clean
 
 all: shim harness
 
@@ -69,6 +71,16 @@ $(BUILD)/asan/collplan-harness: $(HARNESS_SRCS) $(SHIM_DIR)/nccl_tuner_abi.h
 $(BUILD)/asan/collplan-profharness: $(PROF_HARNESS_SRCS) $(SHIM_DIR)/nccl_profiler_abi.h $(SHIM_DIR)/nccl_tuner_abi.h
 	@mkdir -p $(dir $@)
 	$(CC) $(HARNESS_CFLAGS) $(SAN) $(CFLAGS) -o $@ $(PROF_HARNESS_SRCS) $(HARNESS_LDLIBS) $(LDFLAGS)
+
+tsan: $(BUILD)/tsan/libnccl-tuner-collplan.so $(BUILD)/tsan/collplan-profharness
+
+$(BUILD)/tsan/libnccl-tuner-collplan.so: $(SHIM_SRCS) $(SHIM_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(SHIM_CFLAGS) $(TSAN) $(CFLAGS) -o $@ $(SHIM_SRCS) -shared -pthread $(LDFLAGS)
+
+$(BUILD)/tsan/collplan-profharness: $(PROF_HARNESS_SRCS) $(SHIM_DIR)/nccl_profiler_abi.h $(SHIM_DIR)/nccl_tuner_abi.h
+	@mkdir -p $(dir $@)
+	$(CC) $(HARNESS_CFLAGS) $(TSAN) $(CFLAGS) -o $@ $(PROF_HARNESS_SRCS) $(HARNESS_LDLIBS) $(LDFLAGS)
 
 fuzz: $(BUILD)/asan/collplan-fuzz-table
 

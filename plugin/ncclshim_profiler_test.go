@@ -11,12 +11,14 @@ package plugin_test
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -96,8 +98,9 @@ func profRun(t *testing.T, harness, so string, version, threads, comms, events i
 }
 
 // checkAgainstTruth: every collective the harness played is in its communicator's dump with the
-// same fields, numPipeOps and duration, in the order each communicator finished them, and nothing
-// was dropped.
+// same fields, numPipeOps and duration, and nothing was dropped. Both sides are sorted by
+// (collective, seq), unique in a communicator: with the channels on other threads (HARNESS_SPLIT)
+// the order collectives finish in is the threads' race.
 func checkAgainstTruth(t *testing.T, dir string, version, nComms int) {
 	t.Helper()
 	truth := readTruth(t, filepath.Join(dir, "truth.jsonl"))
@@ -112,8 +115,15 @@ func checkAgainstTruth(t *testing.T, dir string, version, nComms int) {
 		require.NotNil(t, d.End, "comm %s: no end line", id)
 		assert.Equal(t, profile.Drops{}, d.End.Dropped, "comm %s", id)
 		require.Len(t, d.Colls, len(want), "comm %s", id)
+		colls := slices.Clone(d.Colls)
+		slices.SortFunc(colls, func(a, b profile.Coll) int {
+			return cmp.Or(cmp.Compare(a.Coll, b.Coll), cmp.Compare(a.Seq, b.Seq))
+		})
+		slices.SortFunc(want, func(a, b truthColl) int {
+			return cmp.Or(cmp.Compare(a.Coll, b.Coll), cmp.Compare(a.Seq, b.Seq))
+		})
 		for i, w := range want {
-			g := d.Colls[i]
+			g := colls[i]
 			require.NotNil(t, g.Ns, "comm %s coll %d: no duration", id, i)
 			require.NotNil(t, g.NumPipeOps, "comm %s coll %d: no numPipeOps", id, i)
 			got := truthColl{CommID: d.Header.CommID, Seq: g.Seq, Coll: g.Coll, Algo: g.Algo, Proto: g.Proto,
@@ -132,15 +142,20 @@ func checkAgainstTruth(t *testing.T, dir string, version, nComms int) {
 
 // TestProfilerDump: 10^6 events (v6; 200,000 for v5, whose descriptor differs only past the fields
 // read) from 8 threads over 32 communicators, while the flush thread appends every 20 ms: the dumps
-// equal the truth.
+// equal the truth. v6-split plays every collective's channels on a partner thread, as NCCL's proxy
+// thread does, racing with the worker's stop of the collective.
 func TestProfilerDump(t *testing.T) {
 	b := shim(t)
-	for _, c := range []struct{ version, events int }{{5, 200_000}, {6, 1_000_000}} {
+	for _, c := range []struct {
+		name           string
+		version, event int
+		split          string
+	}{{"v5", 5, 200_000, "0"}, {"v6", 6, 1_000_000, "0"}, {"v6-split", 6, 300_000, "1"}} {
 		v := c.version
-		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) {
+		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
-			t.Log(profRun(t, b.profHarness, b.so, v, 8, 4, c.events, dir, "COLLPLAN_PROFILE_FLUSH_S=0.02",
-				"HARNESS_MAX_SLOW=1000000000")) // timing is TestProfilerNeverBlocks' job
+			t.Log(profRun(t, b.profHarness, b.so, v, 8, 4, c.event, dir, "COLLPLAN_PROFILE_FLUSH_S=0.02",
+				"HARNESS_SPLIT="+c.split, "HARNESS_MAX_SLOW=1000000000")) // timing is TestProfilerNeverBlocks' job
 			checkAgainstTruth(t, dir, v, 32)
 		})
 	}
@@ -178,24 +193,27 @@ func TestProfilerCap(t *testing.T) {
 
 var slowCalls = regexp.MustCompile(`\((\d+) over`)
 
-// TestProfilerNeverBlocks: every flush sleeps 250 ms after taking the ring (a slow disk); event
-// calls from 2 threads (no more than the CI host's cores, so that preemption stays short) must never
-// take 50 ms, allowing two outliers for a shared host. The same run with the sleep moved inside the
-// ring's lock (the bug this guards against: a lock the event path takes held across I/O) must fail.
+// TestProfilerNeverBlocks: every flush sleeps 100 ms after taking the ring (a slow disk); event
+// calls from 2 threads over 4 communicators (no more threads than the CI host's cores, so that
+// preemption stays short) must never take 40 ms, allowing two outliers for a shared host. The same
+// run with the sleep moved inside the ring's lock (the bug this guards against: a lock the event path
+// takes held across I/O) must fail: each flush then stops its communicator's thread for ~100 ms. The
+// threads sleep 200 us after each kernel plan, so that their 100,000 events span several rounds of
+// the 4 flushes (400 ms each).
 func TestProfilerNeverBlocks(t *testing.T) {
 	b := shim(t)
-	env := []string{"COLLPLAN_PROFILE_FLUSH_S=0.02", "COLLPLAN_PROFILE_TEST_IO_DELAY_MS=250",
-		"HARNESS_MAX_CALL_NS=50000000", "HARNESS_MAX_SLOW=2"}
-	out := profRun(t, b.profHarness, b.so, 6, 2, 4, 400_000, t.TempDir(), env...)
+	env := []string{"COLLPLAN_PROFILE_FLUSH_S=0.02", "COLLPLAN_PROFILE_TEST_IO_DELAY_MS=100",
+		"HARNESS_MAX_CALL_NS=40000000", "HARNESS_MAX_SLOW=2", "HARNESS_PACE_US=200"}
+	out := profRun(t, b.profHarness, b.so, 6, 2, 2, 100_000, t.TempDir(), env...)
 	t.Log(out)
 	assert.Contains(t, out, ", 0 errors")
 
 	dir := t.TempDir()
-	cmd := exec.Command(b.profHarness, "run", b.so, "6", "2", "4", "400000", filepath.Join(dir, "truth.jsonl"))
+	cmd := exec.Command(b.profHarness, "run", b.so, "6", "2", "2", "100000", filepath.Join(dir, "truth.jsonl"))
 	cmd.Env = cleanEnv(append([]string{"COLLPLAN_PROFILE_DIR=" + dir, "COLLPLAN_PROFILE_TEST_HOLD_RING=1"}, env...)...)
 	bad, err := cmd.CombinedOutput()
 	require.Error(t, err, "holding the ring's lock across the slow flush must make calls block:\n%s", bad)
-	assert.Contains(t, string(bad), "event calls took longer than 50.000 ms")
+	assert.Contains(t, string(bad), "event calls took longer than 40.000 ms")
 	m := slowCalls.FindStringSubmatch(string(bad))
 	require.NotNil(t, m, string(bad))
 	t.Logf("with the lock held across the flush's sleep: %s slow calls", m[1])
@@ -276,6 +294,19 @@ func TestProfilerSanitizers(t *testing.T) {
 		checkAgainstTruth(t, dir, v, 32)
 		t.Logf("v%d under the sanitizers: %v", v, time.Since(start).Round(100*time.Millisecond))
 	}
+}
+
+// TestProfilerThreadSanitizer: the split run (Coll events on 4 worker threads, their KernelCh events
+// on 4 partner threads, the flush thread appending every 10 ms) built with -fsanitize=thread: no
+// data race report, and the dumps equal the truth.
+func TestProfilerThreadSanitizer(t *testing.T) {
+	b := shim(t)
+	dir := t.TempDir()
+	start := time.Now()
+	t.Log(profRun(t, b.tsanProfHarness, b.tsanSo, 6, 4, 2, 100_000, dir, "COLLPLAN_PROFILE_FLUSH_S=0.01",
+		"HARNESS_SPLIT=1", "HARNESS_MAX_SLOW=1000000000", "TSAN_OPTIONS=halt_on_error=1 exitcode=66"))
+	checkAgainstTruth(t, dir, 6, 8)
+	t.Logf("thread sanitizer run took %v", time.Since(start).Round(100*time.Millisecond))
 }
 
 // TestProfilerValgrind: 300,000 events (v6) under valgrind: no error, no definite or indirect leak,

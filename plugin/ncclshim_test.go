@@ -40,6 +40,8 @@ type shimBuild struct {
 	asanSo, asanHarness string
 	profHarness         string // the profiler's harness (plugin/ncclshim/test/profharness.c)
 	asanProfHarness     string
+	tsanSo              string // -fsanitize=thread: the library and the profiler's harness
+	tsanProfHarness     string
 	fuzz                string
 	err                 error
 }
@@ -81,9 +83,9 @@ func buildShim() shimBuild {
 		return shimBuild{err: err}
 	}
 	dir := filepath.Join(workDir, "build")
-	cmd := exec.Command("make", "-s", "-C", root, "BUILD="+dir, "shim", "harness", "asan", "fuzz")
+	cmd := exec.Command("make", "-s", "-C", root, "BUILD="+dir, "shim", "harness", "asan", "tsan", "fuzz")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return shimBuild{err: fmt.Errorf("make shim harness asan fuzz: %w\n%s", err, out)}
+		return shimBuild{err: fmt.Errorf("make shim harness asan tsan fuzz: %w\n%s", err, out)}
 	}
 	v7 := filepath.Join(dir, "v7")
 	cmd = exec.Command("make", "-s", "-C", root, "BUILD="+v7, "TUNER_V7=1", "shim")
@@ -98,6 +100,8 @@ func buildShim() shimBuild {
 		asanHarness:     filepath.Join(dir, "asan", "collplan-harness"),
 		profHarness:     filepath.Join(dir, "collplan-profharness"),
 		asanProfHarness: filepath.Join(dir, "asan", "collplan-profharness"),
+		tsanSo:          filepath.Join(dir, "tsan", "libnccl-tuner-collplan.so"),
+		tsanProfHarness: filepath.Join(dir, "tsan", "collplan-profharness"),
 		fuzz:            filepath.Join(dir, "asan", "collplan-fuzz-table"),
 	}
 }

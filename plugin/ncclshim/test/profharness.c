@@ -12,6 +12,11 @@
  * before, between or after its channels, as NCCL may; the Group is stopped after its collectives
  * are enqueued. Events of types the plugin did not activate (ProxyCtrl) must get no handle.
  *
+ * HARNESS_PACE_US=n sleeps n us after each kernel plan (outside the timed calls).
+ * HARNESS_SPLIT=1 plays it as NCCL's threads do: each worker thread (NCCL's user thread) starts and
+ * stops Group and Coll events and hands every collective to a partner thread (NCCL's proxy
+ * progress thread), which plays its KernelCh events while the worker stops ("enqueues") it.
+ *
  * run writes the truth (what the dump must hold: each collective's fields and duration, computed
  * here from the stamps the harness made up) to truth.jsonl, one line per collective, and fails if
  * init's activation mask is not Coll|KernelCh, if any call returns an error, or if any call took
@@ -72,10 +77,14 @@ static uint64_t rnd(uint64_t* s) {
   return z ^ (z >> 31);
 }
 
+struct jobq;
+
 typedef struct {
   const prof* p;
+  struct jobq* q; /* HARNESS_SPLIT: the partner thread's queue */
   int idx, nComms;
   long events; /* this thread's share */
+  long paceUs; /* HARNESS_PACE_US: a sleep after each kernel plan, to spread the run over time */
   uint64_t maxCallNs, maxLifeNs, bound;
   long errors, calls, started, slow;
   long vcsw, ivcsw; /* the event loop's voluntary (waits) and involuntary (preemptions) switches */
@@ -164,12 +173,100 @@ typedef struct {
   uint64_t clock;
 } hcomm;
 
+/* One collective handed to the channel-playing side. */
+typedef struct {
+  hcomm* c;
+  void* coll;
+  int func, algo, proto, nch, type, numPipeOps, stopAt, done;
+  uint64_t count, seq;
+} job;
+
+#define QCAP 256
+typedef struct jobq {
+  pthread_mutex_t mu;
+  pthread_cond_t notEmpty, notFull;
+  job jobs[QCAP];
+  unsigned head, len;
+  worker* w; /* the partner's counters and truth */
+} jobq;
+
+static void q_push(jobq* q, const job* j) {
+  pthread_mutex_lock(&q->mu);
+  while (q->len == QCAP) pthread_cond_wait(&q->notFull, &q->mu);
+  q->jobs[(q->head + q->len++) % QCAP] = *j;
+  pthread_cond_signal(&q->notEmpty);
+  pthread_mutex_unlock(&q->mu);
+}
+
+static job q_pop(jobq* q) {
+  pthread_mutex_lock(&q->mu);
+  while (q->len == 0) pthread_cond_wait(&q->notEmpty, &q->mu);
+  job j = q->jobs[q->head];
+  q->head = (q->head + 1) % QCAP;
+  q->len--;
+  pthread_cond_signal(&q->notFull);
+  pthread_mutex_unlock(&q->mu);
+  return j;
+}
+
+/* The collective's kernel channels (and, when stopAt >= 0, its own stop after that many), then its
+ * truth line. */
+static void play_channels(worker* w, uint64_t* rs, const job* j) {
+  hcomm* c = j->c;
+  descr d;
+  uint64_t first = UINT64_MAX, last = 0;
+  for (int ch = 0; ch <= j->nch; ch++) {
+    if (ch == j->stopAt) TIMED(w, p_stop(w, j->coll));
+    if (ch == j->nch) break;
+    uint64_t st = c->clock + rnd(rs) % 5000;
+    uint64_t e = st + 1 + rnd(rs) % 200000;
+    if (st < first) first = st;
+    if (e > last) last = e;
+    memset(&d, 0, sizeof d);
+    d.v5.type = ncclProfileKernelCh;
+    d.v5.parentObj = j->coll;
+    d.v5.kernelCh.channelId = (uint8_t)ch;
+    d.v5.kernelCh.pTimer = st;
+    void* h = NULL;
+    TIMED(w, p_start(w, c->ctx, &h, &d));
+    TIMED(w, p_record(w, h, e));
+    TIMED(w, p_stop(w, h));
+  }
+  c->clock += 1000000;
+  uint64_t bytes = j->count * kTypes[j->type].size;
+  if (j->func == 2 || j->func == 3) bytes *= (uint64_t)c->nRanks;
+  truthf(w,
+         "{\"commId\":\"%016" PRIx64 "\",\"seq\":%" PRIu64 ",\"coll\":\"%s\",\"algo\":\"%s\",\"proto\":\"%s\","
+         "\"nChannels\":%d,\"count\":%" PRIu64 ",\"datatype\":\"%s\",\"bytes\":%" PRIu64
+         ",\"numPipeOps\":%d,\"startNs\":%" PRIu64 ",\"ns\":%" PRIu64 "}\n",
+         c->id, j->seq, kFuncs[j->func], kAlgos[j->algo], kProtos[j->proto], j->nch, j->count, kTypes[j->type].name,
+         bytes, j->numPipeOps, first, last - first);
+}
+
+static void* proxy_main(void* arg) {
+  jobq* q = arg;
+  uint64_t rs = 0x9e0c0000ull + (uint64_t)q->w->idx;
+  for (;;) {
+    job j = q_pop(q);
+    if (j.done) break;
+    play_channels(q->w, &rs, &j);
+  }
+  return NULL;
+}
+
 static void* worker_main(void* arg) {
   worker* w = arg;
   uint64_t rs = 0x5eed0000ull + (uint64_t)w->idx;
   hcomm* comms = calloc((size_t)w->nComms, sizeof *comms);
   if (comms == NULL) {
     w->errors++;
+    return NULL;
+  }
+  pthread_t proxy;
+  if (w->q != NULL && pthread_create(&proxy, NULL, proxy_main, w->q) != 0) {
+    w->errors++;
+    free(comms);
+    pthread_barrier_wait(w->start);
     return NULL;
   }
   pthread_barrier_wait(w->start);
@@ -252,38 +349,31 @@ static void* worker_main(void* arg) {
       group = NULL;
     }
     for (int k = 0; k < n; k++) {
-      uint64_t first = UINT64_MAX, last = 0;
-      for (int ch = 0; ch <= nch[k]; ch++) {
-        if (ch == stopAt[k]) TIMED(w, p_stop(w, coll[k]));
-        if (ch == nch[k]) break;
-        uint64_t s = c->clock + rnd(&rs) % 5000;
-        uint64_t e = s + 1 + rnd(&rs) % 200000;
-        if (s < first) first = s;
-        if (e > last) last = e;
-        memset(&d, 0, sizeof d);
-        d.v5.type = ncclProfileKernelCh;
-        d.v5.parentObj = coll[k];
-        d.v5.kernelCh.channelId = (uint8_t)ch;
-        d.v5.kernelCh.pTimer = s;
-        void* h = NULL;
-        TIMED(w, p_start(w, c->ctx, &h, &d));
-        w->started++;
-        TIMED(w, p_record(w, h, e));
-        TIMED(w, p_stop(w, h));
+      job j = {.c = c, .coll = coll[k], .func = func[k], .algo = algo[k], .proto = proto[k], .nch = nch[k],
+               .type = type[k], .numPipeOps = perFunc[func[k]], .stopAt = stopAt[k], .count = count[k],
+               .seq = seq[k]};
+      if (w->q == NULL) {
+        play_channels(w, &rs, &j);
+      } else {
+        j.stopAt = -1; /* the worker stops it, racing with the partner's channels */
+        q_push(w->q, &j);
       }
-      c->clock += 1000000;
-      uint64_t bytes = count[k] * kTypes[type[k]].size;
-      if (func[k] == 2 || func[k] == 3) bytes *= (uint64_t)c->nRanks;
-      truthf(w,
-             "{\"commId\":\"%016" PRIx64 "\",\"seq\":%" PRIu64 ",\"coll\":\"%s\",\"algo\":\"%s\",\"proto\":\"%s\","
-             "\"nChannels\":%d,\"count\":%" PRIu64 ",\"datatype\":\"%s\",\"bytes\":%" PRIu64
-             ",\"numPipeOps\":%d,\"startNs\":%" PRIu64 ",\"ns\":%" PRIu64 "}\n",
-             c->id, seq[k], kFuncs[func[k]], kAlgos[algo[k]], kProtos[proto[k]], nch[k], count[k], kTypes[type[k]].name,
-             bytes, perFunc[func[k]], first, last - first);
+      w->started += nch[k]; /* the KernelCh events, wherever they are played */
     }
+    if (w->q != NULL)
+      for (int k = 0; k < n; k++) TIMED(w, p_stop(w, coll[k]));
     if (group != NULL) TIMED(w, p_stop(w, group));
+    if (w->paceUs > 0) {
+      struct timespec ts = {0, w->paceUs * 1000L};
+      nanosleep(&ts, NULL);
+    }
   }
   getrusage(RUSAGE_THREAD, &ru1);
+  if (w->q != NULL) {
+    job done = {.done = 1};
+    q_push(w->q, &done);
+    pthread_join(proxy, NULL);
+  }
   w->vcsw = ru1.ru_nvcsw - ru0.ru_nvcsw;
   w->ivcsw = ru1.ru_nivcsw - ru0.ru_nivcsw;
   for (int i = 0; i < w->nComms; i++) LIFE(w, p_finalize(w->p, comms[i].ctx));
@@ -345,13 +435,28 @@ int main(int argc, char** argv) {
   if (getenv("HARNESS_MAX_CALL_NS") != NULL) bound = strtoull(getenv("HARNESS_MAX_CALL_NS"), NULL, 10);
   pthread_barrier_t start;
   pthread_barrier_init(&start, NULL, (unsigned)nThreads);
-  worker* ws = calloc((size_t)nThreads, sizeof *ws);
+  int split = getenv("HARNESS_SPLIT") != NULL && strcmp(getenv("HARNESS_SPLIT"), "1") == 0;
+  int nWorkers = split ? 2 * nThreads : nThreads; /* the partners after the workers */
+  worker* ws = calloc((size_t)nWorkers, sizeof *ws);
+  jobq* qs = calloc((size_t)nThreads, sizeof *qs);
   pthread_t* ts = calloc((size_t)nThreads, sizeof *ts);
-  if (ws == NULL || ts == NULL) return 1;
+  if (ws == NULL || ts == NULL || qs == NULL) return 1;
+  for (int i = nThreads; i < nWorkers; i++) {
+    ws[i] = (worker){.p = &p, .idx = i, .bound = bound};
+    ws[i].truthCap = 1 << 16;
+    ws[i].truth = malloc(ws[i].truthCap);
+    if (ws[i].truth == NULL) return 1;
+    jobq* q = &qs[i - nThreads];
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->notEmpty, NULL);
+    pthread_cond_init(&q->notFull, NULL);
+    q->w = &ws[i];
+  }
   uint64_t t0 = now_ns();
   for (int i = 0; i < nThreads; i++) {
     ws[i] = (worker){.p = &p, .idx = i, .nComms = nComms, .events = (events + nThreads - 1) / nThreads,
-                     .bound = bound, .start = &start};
+                     .bound = bound, .start = &start, .q = split ? &qs[i] : NULL,
+                     .paceUs = getenv("HARNESS_PACE_US") != NULL ? atol(getenv("HARNESS_PACE_US")) : 0};
     ws[i].truthCap = 1 << 16;
     ws[i].truth = malloc(ws[i].truthCap);
     if (ws[i].truth == NULL || pthread_create(&ts[i], NULL, worker_main, &ws[i]) != 0) {
@@ -361,8 +466,8 @@ int main(int argc, char** argv) {
   }
   long errors = 0, calls = 0, started = 0, slow = 0, vcsw = 0, ivcsw = 0;
   uint64_t maxCall = 0, maxLife = 0;
-  for (int i = 0; i < nThreads; i++) {
-    pthread_join(ts[i], NULL);
+  for (int i = 0; i < nThreads; i++) pthread_join(ts[i], NULL);
+  for (int i = 0; i < nWorkers; i++) {
     errors += ws[i].errors;
     calls += ws[i].calls;
     started += ws[i].started;
@@ -378,7 +483,7 @@ int main(int argc, char** argv) {
     perror(argv[7]);
     return 1;
   }
-  for (int i = 0; i < nThreads; i++) {
+  for (int i = 0; i < nWorkers; i++) {
     fwrite(ws[i].truth, 1, ws[i].truthLen, f);
     free(ws[i].truth);
   }
@@ -393,13 +498,19 @@ int main(int argc, char** argv) {
     errors++;
   }
   pthread_barrier_destroy(&start);
+  for (int i = 0; split && i < nThreads; i++) {
+    pthread_mutex_destroy(&qs[i].mu);
+    pthread_cond_destroy(&qs[i].notEmpty);
+    pthread_cond_destroy(&qs[i].notFull);
+  }
+  free(qs);
   free(ws);
   free(ts);
   if (dlclose(dl) != 0) errors++;
-  printf("run: v%d, %d threads x %d comms, %ld events started, %ld event calls in %.2f s, slowest event call %.1f us "
+  printf("run: v%d%s, %d threads x %d comms, %ld events started, %ld event calls in %.2f s, slowest event call %.1f us "
          "(%ld over %.1f ms), slowest init/finalize %.1f us, %ld waits and %ld preemptions in the event loops, %ld "
          "errors\n",
-         version, nThreads, nComms, started, calls, secs, (double)maxCall / 1e3, slow, (double)bound / 1e6,
+         version, split ? " (split: channels on partner threads)" : "", nThreads, nComms, started, calls, secs, (double)maxCall / 1e3, slow, (double)bound / 1e6,
          (double)maxLife / 1e3, vcsw, ivcsw, errors);
   return errors != 0;
 }

@@ -5,7 +5,8 @@
 //
 // Read validates every line and names the file and line of the first one it rejects. Points
 // groups a dump's timed collectives by (collective, algorithm, protocol, bytes) with their median
-// time, the shape calibrate's sweeps have; it is not wired into calibrate yet.
+// time; CalibratePoints (calibrate.go) turns those into calibrate's fit points, each credited to the
+// one cell NCCL ran.
 package profile
 
 import (
@@ -247,6 +248,7 @@ func (c *Coll) check(nRanks int) error {
 type Point struct {
 	Coll, Algo, Proto string
 	Bytes             uint64
+	Line              int     // the first collective's line in the file
 	N                 int     // collectives behind it
 	MedianUS          float64 // median of their durations, µs
 }
@@ -259,11 +261,15 @@ func (d Dump) Points() []Point {
 		bytes             uint64
 	}
 	groups := map[key][]uint64{}
+	first := map[key]int{}
 	for _, c := range d.Colls {
 		if c.Ns == nil {
 			continue
 		}
 		k := key{c.Coll, c.Algo, c.Proto, c.Bytes}
+		if _, ok := first[k]; !ok {
+			first[k] = c.Line
+		}
 		groups[k] = append(groups[k], *c.Ns)
 	}
 	pts := make([]Point, 0, len(groups))
@@ -273,7 +279,8 @@ func (d Dump) Points() []Point {
 		if len(ns)%2 == 0 {
 			m = (float64(ns[len(ns)/2-1]) + float64(ns[len(ns)/2])) / 2
 		}
-		pts = append(pts, Point{Coll: k.coll, Algo: k.algo, Proto: k.proto, Bytes: k.bytes, N: len(ns), MedianUS: m / 1e3})
+		pts = append(pts, Point{Coll: k.coll, Algo: k.algo, Proto: k.proto, Bytes: k.bytes, Line: first[k], N: len(ns),
+			MedianUS: m / 1e3})
 	}
 	sort.Slice(pts, func(i, j int) bool {
 		a, b := pts[i], pts[j]

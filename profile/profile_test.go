@@ -8,6 +8,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/collplan/collplan/calibrate"
+	"github.com/collplan/collplan/capabilities"
 )
 
 func readFile(t *testing.T, name string) (Dump, error) {
@@ -35,8 +38,8 @@ func TestReadGood(t *testing.T) {
 
 	// By hand: AllGather 16 KiB once (9 µs); AllReduce 1 MiB three times, median of 41, 39, 44 µs.
 	assert.Equal(t, []Point{
-		{Coll: "AllGather", Algo: "RING", Proto: "LL", Bytes: 16384, N: 1, MedianUS: 9},
-		{Coll: "AllReduce", Algo: "RING", Proto: "SIMPLE", Bytes: 1 << 20, N: 3, MedianUS: 41},
+		{Coll: "AllGather", Algo: "RING", Proto: "LL", Bytes: 16384, Line: 5, N: 1, MedianUS: 9},
+		{Coll: "AllReduce", Algo: "RING", Proto: "SIMPLE", Bytes: 1 << 20, Line: 2, N: 3, MedianUS: 41},
 	}, d.Points())
 }
 
@@ -90,4 +93,27 @@ func TestReadRejects(t *testing.T) {
 			assert.Contains(t, err.Error(), c.want)
 		})
 	}
+}
+
+// TestCalibratePoints: good.jsonl's two timed groups, by hand, each credited to the cell it ran;
+// a symmetric kernel's variant is skipped and named.
+func TestCalibratePoints(t *testing.T) {
+	d, err := readFile(t, "good.jsonl")
+	require.NoError(t, err)
+	pts, skipped := d.CalibratePoints()
+	assert.Empty(t, skipped)
+	assert.Equal(t, []calibrate.Point{
+		{File: "good.jsonl", Line: 5, Coll: capabilities.AllGather, Bytes: 16384, TimeUS: 9,
+			Cells: []calibrate.Cell{{Coll: capabilities.AllGather, Algo: capabilities.Ring, Proto: capabilities.LL}},
+			Algo:  "Ring", Proto: "LL", Run: "good.jsonl"},
+		{File: "good.jsonl", Line: 2, Coll: capabilities.AllReduce, Bytes: 1 << 20, TimeUS: 41,
+			Cells: []calibrate.Cell{{Coll: capabilities.AllReduce, Algo: capabilities.Ring, Proto: capabilities.Simple}},
+			Algo:  "Ring", Proto: "Simple", Run: "good.jsonl"},
+	}, pts)
+
+	d.Colls = append(d.Colls, Coll{Line: 9, Coll: "AllGather", Algo: "AGxLL_R", Proto: "", Bytes: 64, NChannels: 1,
+		KernelChannels: 1, StartNs: ptr(uint64(1)), Ns: ptr(uint64(2000))})
+	pts, skipped = d.CalibratePoints()
+	assert.Len(t, pts, 2)
+	assert.Equal(t, []string{"good.jsonl:9: AllGather AGxLL_R/ 64 bytes (1 collectives): not a modelled cell"}, skipped)
 }

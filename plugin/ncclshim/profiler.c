@@ -535,8 +535,12 @@ static ncclResult_t start_event_v6(void* context, void** eHandle, ncclProfilerEv
     if (eHandle != NULL) *eHandle = NULL;
     return ncclSuccess;
   }
-  /* Coll and KernelCh sit at the same offsets in both descriptors (checked in the ABI header). */
-  return start_event(context, eHandle, d->type, d->parentObj, (const ncclProfilerEventDescr_v5_t*)(void*)d);
+  /* Coll and KernelCh sit at the same offsets in both descriptors and both are 112 bytes (checked
+   * in the ABI header): a copy reads them as v5 without reading one struct type through another. */
+  ncclProfilerEventDescr_v5_t v5;
+  _Static_assert(sizeof v5 == sizeof *d, "v5 and v6 descriptors have one size");
+  memcpy(&v5, d, sizeof v5);
+  return start_event(context, eHandle, v5.type, v5.parentObj, &v5);
 }
 
 static ncclResult_t stop_event(void* eHandle) {

@@ -149,8 +149,17 @@ typedef union {
   ncclProfilerEventDescr_v6_t v6;
 } descr;
 
+/* startEvent, checking that the plugin wrote nothing into the descriptor NCCL hands over (it gets a
+ * non-const pointer). */
 static ncclResult_t p_start(worker* w, void* ctx, void** h, descr* d) {
-  return w->p->version == 5 ? w->p->v5->startEvent(ctx, h, &d->v5) : w->p->v6->startEvent(ctx, h, &d->v6);
+  descr before;
+  memcpy(&before, d, sizeof before);
+  ncclResult_t r = w->p->version == 5 ? w->p->v5->startEvent(ctx, h, &d->v5) : w->p->v6->startEvent(ctx, h, &d->v6);
+  if (memcmp(&before, d, sizeof before) != 0) {
+    fprintf(stderr, "FAIL: startEvent wrote into the event descriptor\n");
+    w->errors++;
+  }
+  return r;
 }
 
 static ncclResult_t p_stop(worker* w, void* h) {

@@ -191,6 +191,24 @@ func TestProfilerCap(t *testing.T) {
 	}
 }
 
+// TestProfilerHalfRingWakes: a 64-record ring and no flush period (1,000 s): the flush thread is
+// woken each time a ring is half full, so nearly every collective is written (at least 95 %; a
+// shared host may starve the flush thread now and then, and what it misses is counted). Without the
+// wake only the first 64 of each communicator's ~2,500 would be.
+func TestProfilerHalfRingWakes(t *testing.T) {
+	b := shim(t)
+	dir := t.TempDir()
+	t.Log(profRun(t, b.profHarness, b.so, 6, 2, 2, 60_000, dir, "COLLPLAN_PROFILE_RING=64", "COLLPLAN_PROFILE_FLUSH_S=1000",
+		"HARNESS_PACE_US=100", "HARNESS_MAX_SLOW=1000000000"))
+	truth := readTruth(t, filepath.Join(dir, "truth.jsonl"))
+	for id, d := range readDumps(t, dir) {
+		require.NotNil(t, d.End)
+		played := len(truth[id])
+		assert.Equal(t, uint64(played), d.End.Records+d.End.Dropped.RingFull, "comm %s", id)
+		assert.GreaterOrEqual(t, float64(d.End.Records), 0.95*float64(played), "comm %s: %+v", id, d.End)
+	}
+}
+
 var slowCalls = regexp.MustCompile(`\((\d+) over`)
 
 // TestProfilerNeverBlocks: every flush sleeps 100 ms after taking the ring (a slow disk); event

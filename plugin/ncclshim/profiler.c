@@ -319,7 +319,9 @@ static void comm_flush(cp_pcomm* c, int final) {
         continue;
       }
       sb_grow(&out, line.len);
-      if (out.p == NULL) {
+      if (out.p == NULL) { /* out of memory: the batch so far is lost too */
+        c->written -= out.len;
+        out.len = 0;
         atomic_fetch_add(&c->dropIo, 1 + batch);
         batch = 0;
         continue;

@@ -53,8 +53,9 @@ type Coll struct {
 	Datatype  string `json:"datatype"` // NCCL's name: ncclFloat32, ...
 	// Bytes is NCCL's model size: count x element size, x nRanks for AllGather and ReduceScatter.
 	Bytes uint64 `json:"bytes"`
-	// NumPipeOps is the number of collectives of this type in the same kernel plan (NCCL's Group
-	// event); nil when the events did not give it.
+	// NumPipeOps is the group's collective count (the Coll events of the same kernel plan, NCCL's
+	// Group event); nil when the events did not give it. NCCL's tuner sees ceil(count / the
+	// communicator's channels), equal to it (1) whenever count <= channels.
 	NumPipeOps     *int    `json:"numPipeOps"`
 	KernelChannels int     `json:"kernelChannels"` // channels that reported both GPU timer stamps
 	StartNs        *uint64 `json:"startNs"`        // first channel start (GPU globaltimer, ns)

@@ -4,7 +4,9 @@
  * how long its kernel channels took, and appends them to a JSONL dump (docs/profile-dump.md).
  *
  * - init activates only Coll and KernelCh events. NCCL also sends the kernel plan's Group event
- *   while Coll is active; the shim keeps it to count the plan's collectives (numPipeOps).
+ *   while Coll is active; the shim keeps it to count the plan's collectives (numPipeOps: the
+ *   group's collective count; NCCL's tuner sees ceil(nTasksColl / the comm's channels), which the
+ *   events cannot give, and which is 1 whenever the count is at most the channel count).
  * - A Coll event's stop means "enqueued". Its descriptor's nChannels is the number of KernelCh
  *   events that will name it as parent; the collective is done when it is stopped and all its
  *   channels are. Its duration is the last channel stop minus the first channel start, both GPU
@@ -61,7 +63,7 @@ typedef struct cp_pev {
   atomic_int kind; /* EV_*: read by as_event on handles NCCL passes back */
   union {
     struct {
-      atomic_int nColl[NCCL_NUM_FUNCTIONS + 1]; /* per collective type; the last: any other */
+      atomic_int nColl; /* Coll events started under this Group (the kernel plan's collectives) */
     } group;
     struct {
       cp_rec rec;
@@ -463,7 +465,7 @@ static void coll_unref(cp_pev* e) {
   r->start = atomic_load(&e->coll.minStart);
   r->stop = atomic_load(&e->coll.maxStop);
   cp_pev* g = e->coll.group;
-  r->numPipeOps = g != NULL ? atomic_load(&g->group.nColl[e->coll.funcIdx]) : -1;
+  r->numPipeOps = g != NULL ? atomic_load(&g->group.nColl) : -1;
   ring_push(e->comm, r);
   if (g != NULL) group_unref(g);
   ev_free(e);
@@ -521,7 +523,7 @@ static ncclResult_t start_event(void* context, void** eHandle, uint64_t type, vo
     cp_pev* g = ev_alloc(c, EV_GROUP);
     if (g == NULL) return ncclSuccess;
     atomic_store(&g->refs, 1);
-    for (int i = 0; i <= NCCL_NUM_FUNCTIONS; i++) atomic_store(&g->group.nColl[i], 0);
+    atomic_store(&g->group.nColl, 0);
     *eHandle = g;
   } else if (type == ncclProfileColl) {
     cp_pev* e = ev_alloc(c, EV_COLL);
@@ -548,7 +550,7 @@ static ncclResult_t start_event(void* context, void** eHandle, uint64_t type, vo
     if (e->coll.group == NULL) e->coll.group = as_event(c, parentObj, EV_GROUP);
     if (e->coll.group != NULL) {
       atomic_fetch_add(&e->coll.group->refs, 1);
-      atomic_fetch_add(&e->coll.group->group.nColl[e->coll.funcIdx], 1);
+      atomic_fetch_add(&e->coll.group->group.nColl, 1);
     }
     /* Its own stop, and one per kernel channel NCCL will report. */
     atomic_store(&e->refs, 1 + (int)d->coll.nChannels);

@@ -321,7 +321,6 @@ static void* worker_main(void* arg) {
     void* coll[MAX_GROUP];
     int func[MAX_GROUP], algo[MAX_GROUP], proto[MAX_GROUP], nch[MAX_GROUP], type[MAX_GROUP], stopAt[MAX_GROUP];
     uint64_t count[MAX_GROUP], seq[MAX_GROUP];
-    int perFunc[5] = {0};
     for (int k = 0; k < n; k++) {
       func[k] = (int)(rnd(&rs) % 5);
       algo[k] = (int)(rnd(&rs) % 7);
@@ -331,7 +330,6 @@ static void* worker_main(void* arg) {
       count[k] = 1 + (rnd(&rs) >> (20 + rnd(&rs) % 40));
       seq[k] = c->seq[func[k]]++;
       stopAt[k] = (int)(rnd(&rs) % (unsigned)(nch[k] + 1)); /* enqueued after this many channels */
-      perFunc[func[k]]++;
       memset(&d, 0, sizeof d);
       d.v5.type = ncclProfileColl;
       d.v5.parentObj = NULL; /* the CollApi event: not activated */
@@ -359,7 +357,7 @@ static void* worker_main(void* arg) {
     }
     for (int k = 0; k < n; k++) {
       job j = {.c = c, .coll = coll[k], .func = func[k], .algo = algo[k], .proto = proto[k], .nch = nch[k],
-               .type = type[k], .numPipeOps = perFunc[func[k]], .stopAt = stopAt[k], .count = count[k],
+               .type = type[k], .numPipeOps = n, /* the group's collective count */ .stopAt = stopAt[k], .count = count[k],
                .seq = seq[k]};
       if (w->q == NULL) {
         play_channels(w, &rs, &j);

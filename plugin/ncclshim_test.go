@@ -863,7 +863,8 @@ func TestShimBench(t *testing.T) {
 }
 
 // TestShimChunkSizeClamp checks getChunkSize's outputs against what NCCL does with them. NCCL
-// (src/enqueue.cc calcCollChunking, v2.30.7-1; src/enqueue/enqueue.cc on master) clamps the tuner's
+// (calcCollChunking in src/enqueue/enqueue.cc at master 00e7331; reference nccl-costmodel.md §10
+// gives the same rule for v2.30.7-1's src/enqueue.cc) clamps the tuner's
 // value to the buffer's maximum chunk, then rounds it down to the protocol's grain (LL 16 B, LL128
 // 1,920 B, Simple 512 B) and divides nBytes by nChannels x chunks-per-loop x chunk: a value below
 // the grain becomes 0 and that division has no divisor. So the shim passes a table chunk through

@@ -280,7 +280,7 @@ static void* ctx_init(int abi, uint64_t commId, size_t nRanks, size_t nNodes, nc
   c->entry = e;
   c->table = t;
   c->block = b;
-  /* NCCL (src/init.cc, v2.28.3-1 to v2.30.7-1) calls init with &comm->tunerConstants between
+  /* NCCL (src/init.cc, initTransportsRank, 2.28+) calls init with &comm->tunerConstants between
    * ncclTopoInitTunerConstants and ncclTopoTuneModel, which uses the values as they come back, with
    * no clamp: the table reader (cptable.c) refuses any constant that is negative or not finite. */
   if (constants != NULL && t->hasConstants) {
@@ -383,8 +383,9 @@ static ncclResult_t get_coll_info_v5(void* ctx, ncclFunc_t collType, size_t nByt
 }
 
 /* NCCL's chunk grain per protocol (LL, LL128, Simple). After getChunkSize NCCL clamps the value to
- * the buffer's maximum chunk and rounds it down to this grain (src/enqueue.cc calcCollChunking,
- * v2.30.7-1; src/enqueue/enqueue.cc on master), then divides by the chunk: a value below the grain
+ * the buffer's maximum chunk and rounds it down to this grain (calcCollChunking in
+ * src/enqueue/enqueue.cc at master 00e7331; reference nccl-costmodel.md section 10 gives the same
+ * rule for v2.30.7-1's src/enqueue.cc), then divides by the chunk: a value below the grain
  * would become 0. Values at or above it are NCCL's to clamp. */
 static const uint32_t kChunkGrain[CP_NUM_PROTOS] = {16, 1920, 512};
 

@@ -177,7 +177,8 @@ cp_table* cp_table_parse(uint8_t* d, size_t size, char* err, size_t errLen) {
   uint64_t scanned = 0;
   t->blocks = calloc(nBlocks ? nBlocks : 1, sizeof *t->blocks);
   t->classes = calloc(nClasses ? (size_t)nClasses : 1, sizeof *t->classes);
-  if (t->blocks == NULL || t->classes == NULL) {
+  t->bands = calloc(nClasses ? (size_t)nClasses * CP_BANDS : 1, sizeof *t->bands);
+  if (t->blocks == NULL || t->classes == NULL || t->bands == NULL) {
     fail(err, errLen, "out of memory");
     goto bad;
   }
@@ -266,6 +267,12 @@ cp_table* cp_table_parse(uint8_t* d, size_t size, char* err, size_t errLen) {
           }
         }
       }
+      /* The band index (cptable.h), from the bisection over the whole class. */
+      uint32_t* band = t->bands + (size_t)(c - t->classes) * CP_BANDS;
+      for (unsigned bl = 0; bl < CP_BANDS - 1; bl++)
+        band[bl] = cp_class_search(t, c, bl == 0 ? 0 : 1ull << (bl - 1), 0, c->n);
+      band[CP_BANDS - 1] = c->n - 1;
+      c->band = band;
     }
   }
   return t;
@@ -330,6 +337,7 @@ void cp_table_free(cp_table* t) {
   free(t->data);
   free(t->blocks);
   free(t->classes);
+  free(t->bands);
   free(t);
 }
 

@@ -28,11 +28,16 @@
 #define CP_MAX_SHARING 64u /* directory/array bytes read at validation <= 64 x file size */
 #define CP_MAX_FILE_BYTES (256u << 20) /* refuse absurd files before allocating */
 
+#define CP_BANDS 66u /* bit lengths 0..64 of nBytes, and one past */
+
 /* One class directory entry, decoded (offsets already validated against the file). */
 typedef struct {
   uint32_t n;          /* interval count, >= 1 */
   uint32_t startsOff;  /* N x u64 */
   uint32_t plansOff;   /* N x K x 8 bytes */
+  /* band[b] (b = 0..64): the interval holding the smallest size of bit length b (0 for b = 0,
+   * 2^(b-1) otherwise); band[65] = n - 1. A size of bit length b lies in [band[b], band[b+1]]. */
+  const uint32_t* band;
 } cp_class;
 
 typedef struct {
@@ -50,6 +55,7 @@ typedef struct {
   uint32_t nBlocks;
   cp_block* blocks;
   cp_class* classes; /* backing store of every block's classes */
+  uint32_t* bands;   /* backing store of the classes' band indexes, CP_BANDS each */
   int hasConstants;
   double constants[CP_NUM_CONSTANTS];
   char node[17];
@@ -108,16 +114,34 @@ static inline const cp_class* cp_block_class(const cp_block* b, unsigned coll, i
   return &b->classes[(size_t)coll * span + ((uint32_t)pipeOps - b->p0)];
 }
 
-/* The K plan slots (K*8 bytes) of the interval holding nBytes: the last i with start[i] <= nBytes. */
-static inline const uint8_t* cp_class_plans(const cp_table* t, const cp_class* c, uint64_t nBytes) {
+/* The interval of c holding nBytes, searched in [lo, lo+n): the last i with start[i] <= nBytes,
+ * given start[lo] <= nBytes. */
+static inline uint32_t cp_class_search(const cp_table* t, const cp_class* c, uint64_t nBytes, uint32_t lo,
+                                       uint32_t n) {
   const uint8_t* starts = t->data + c->startsOff;
-  uint32_t lo = 0, n = c->n; /* start[0] == 0 <= nBytes: the answer is in [lo, lo+n) */
   while (n > 1) {
     uint32_t half = n / 2;
     if (cp_le64(starts + (size_t)(lo + half) * 8u) <= nBytes) lo += half;
     n -= half;
   }
-  return t->data + c->plansOff + (size_t)lo * t->k * CP_PLAN_BYTES;
+  return lo;
+}
+
+/* The interval holding nBytes: the last i with start[i] <= nBytes. The band of nBytes's bit
+ * length narrows it to one or two intervals in a table of power-of-two-like bands; a wider band
+ * (many starts between two powers of two) is searched by bisection. */
+static inline uint32_t cp_class_interval(const cp_table* t, const cp_class* c, uint64_t nBytes) {
+  unsigned b = nBytes ? 64u - (unsigned)__builtin_clzll(nBytes) : 0u;
+  uint32_t lo = c->band[b], hi = c->band[b + 1];
+  if (hi - lo > 4) return cp_class_search(t, c, nBytes, lo, hi - lo + 1);
+  const uint8_t* starts = t->data + c->startsOff;
+  while (lo < hi && cp_le64(starts + (size_t)(lo + 1) * 8u) <= nBytes) lo++;
+  return lo;
+}
+
+/* The K plan slots (K*8 bytes) of the interval holding nBytes. */
+static inline const uint8_t* cp_class_plans(const cp_table* t, const cp_class* c, uint64_t nBytes) {
+  return t->data + c->plansOff + (size_t)cp_class_interval(t, c, nBytes) * t->k * CP_PLAN_BYTES;
 }
 
 #endif

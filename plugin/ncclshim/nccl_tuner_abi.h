@@ -2,8 +2,9 @@
  * Minimal mirror of the NCCL types that the tuner plugin ABI uses (v2..v6), written from
  * NCCL's headers: src/include/nccl.h (ncclResult_t), src/include/nccl_common.h (log levels,
  * subsystems, logger, ncclFunc_t), src/include/plugin/nccl_tuner.h (algorithm/protocol
- * indices) and src/include/plugin/tuner/tuner_v{2..6}.h (the structs). Layouts and enum
- * values must stay identical to NCCL's: one binary serves NCCL 2.21 to 2.30.
+ * indices) and src/include/plugin/tuner/tuner_v{2..7}.h (the structs; v7 from NCCL master at
+ * commit 2449986f, in no release yet). Layouts and enum values must stay identical to NCCL's:
+ * one binary serves NCCL 2.21 to 2.30 (and master with `make shim TUNER_V7=1`).
  */
 #ifndef COLLPLAN_NCCL_TUNER_ABI_H
 #define COLLPLAN_NCCL_TUNER_ABI_H
@@ -154,6 +155,33 @@ typedef struct {
                                int nChannels, size_t* chunkSize);
 } ncclTuner_v6_t;
 
+/* master (2449986f), not released: the v6 functions; the constants' five bandwidth arrays gain a fifth
+ * compute-capability row (index 4, Rubin) and NVL domain info is v5's. */
+#define NCCL_NUM_COMPCAPS_V7 5
+#define NCCL_RUBIN_COMPCAP_IDX 4
+typedef ncclNvlDomainInfo_v5_t ncclNvlDomainInfo_v7_t;
+
+typedef struct {
+  double baseLatencies[NCCL_NUM_ALGORITHMS_V5][NCCL_NUM_PROTOCOLS_V5];
+  double hwLatencies[NCCL_NUM_HW_LINKS_V5][NCCL_NUM_ALGORITHMS_V5][NCCL_NUM_PROTOCOLS_V5];
+  double llMaxBws[NCCL_NUM_COMPCAPS_V7][NCCL_NUM_TUNING_SCALES_V5];
+  double perChMaxRingLL128Bws[NCCL_NUM_COMPCAPS_V7][NCCL_NUM_TUNING_SCALES_V5];
+  double perChMaxTreeLL128Bws[NCCL_NUM_COMPCAPS_V7][NCCL_NUM_TUNING_SCALES_V5];
+  double perChMaxTreeBws[NCCL_NUM_COMPCAPS_V7][NCCL_NUM_TUNING_SCALES_V5];
+  double perChMaxNVLSTreeBws[NCCL_NUM_COMPCAPS_V7][NCCL_NUM_TUNING_SCALES_V5];
+} ncclTunerConstants_v7_t;
+
+typedef struct {
+  const char* name;
+  ncclResult_t (*init)(void** ctx, uint64_t commId, size_t nRanks, size_t nNodes, ncclDebugLogger_t logFunction,
+                       ncclNvlDomainInfo_v7_t* nvlDomainInfo, ncclTunerConstants_v7_t* constants);
+  ncclResult_t (*getCollInfo)(void* context, ncclFunc_t collType, size_t nBytes, int numPipeOps,
+                              float** collCostTable, int numAlgo, int numProto, int regBuff, int* nChannels);
+  ncclResult_t (*finalize)(void* context);
+  ncclResult_t (*getChunkSize)(void* context, ncclFunc_t collType, size_t nBytes, int algo, int proto,
+                               int nChannels, size_t* chunkSize);
+} ncclTuner_v7_t;
+
 /* Layout checks (LP64, as every NCCL platform). */
 _Static_assert(sizeof(ncclNvlDomainInfo_v5_t) == 12, "ncclNvlDomainInfo_v5_t layout");
 _Static_assert(sizeof(ncclTunerConstants_v5_t) == 144 * sizeof(double), "ncclTunerConstants_v5_t layout");
@@ -163,6 +191,16 @@ _Static_assert(offsetof(ncclTunerConstants_v5_t, perChMaxNVLSTreeBws) == 132 * s
 _Static_assert(sizeof(ncclTuner_v2_t) == 4 * sizeof(void*), "ncclTuner_v2_t layout");
 _Static_assert(sizeof(ncclTuner_v5_t) == 4 * sizeof(void*), "ncclTuner_v5_t layout");
 _Static_assert(sizeof(ncclTuner_v6_t) == 5 * sizeof(void*), "ncclTuner_v6_t layout");
+/* v7 constants: 21 + 63 doubles of latencies as v5, then five [5][3] arrays (159 doubles). */
+_Static_assert(sizeof(ncclTunerConstants_v7_t) == 159 * sizeof(double), "ncclTunerConstants_v7_t layout");
+_Static_assert(offsetof(ncclTunerConstants_v7_t, hwLatencies) == 21 * sizeof(double), "v7 hwLatencies offset");
+_Static_assert(offsetof(ncclTunerConstants_v7_t, llMaxBws) == 84 * sizeof(double), "v7 llMaxBws offset");
+_Static_assert(offsetof(ncclTunerConstants_v7_t, perChMaxRingLL128Bws) == 99 * sizeof(double), "v7 RingLL128 offset");
+_Static_assert(offsetof(ncclTunerConstants_v7_t, perChMaxTreeLL128Bws) == 114 * sizeof(double), "v7 TreeLL128 offset");
+_Static_assert(offsetof(ncclTunerConstants_v7_t, perChMaxTreeBws) == 129 * sizeof(double), "v7 TreeBws offset");
+_Static_assert(offsetof(ncclTunerConstants_v7_t, perChMaxNVLSTreeBws) == 144 * sizeof(double), "v7 NVLSTree offset");
+_Static_assert(sizeof(ncclTuner_v7_t) == 5 * sizeof(void*), "ncclTuner_v7_t layout");
+_Static_assert(offsetof(ncclTuner_v7_t, getChunkSize) == 4 * sizeof(void*), "ncclTuner_v7_t getChunkSize slot");
 _Static_assert(sizeof(ncclFunc_t) == sizeof(int), "ncclFunc_t is an int-sized enum");
 _Static_assert(sizeof(ncclResult_t) == sizeof(int), "ncclResult_t is an int-sized enum");
 

@@ -1,5 +1,5 @@
 /*
- * libnccl-tuner-collplan.so: the NCCL tuner plugin (ABI v2..v6) that applies a compiled collplan
+ * libnccl-tuner-collplan.so: the NCCL tuner plugin (ABI v2..v6, v7 with TUNER_V7=1) that applies a compiled collplan
  * table (docs/tuner-table.md). Pure C: no Go runtime ever runs inside NCCL's process.
  *
  * - init reads the table named by COLLPLAN_TUNER_TABLE (else NCCL_TUNER_CONFIG_FILE) once per
@@ -134,6 +134,7 @@ enum {
   ONCE_PIPEOPS = 1u << 0,
   ONCE_COLL = 1u << 1,
   ONCE_NO_TABLE_PTR = 1u << 2,
+  ONCE_CHUNK = 1u << 3,
 };
 
 typedef struct {
@@ -279,6 +280,9 @@ static void* ctx_init(int abi, uint64_t commId, size_t nRanks, size_t nNodes, nc
   c->entry = e;
   c->table = t;
   c->block = b;
+  /* NCCL (src/init.cc, initTransportsRank, 2.28+) calls init with &comm->tunerConstants between
+   * ncclTopoInitTunerConstants and ncclTopoTuneModel, which uses the values as they come back, with
+   * no clamp: the table reader (cptable.c) refuses any constant that is negative or not finite. */
   if (constants != NULL && t->hasConstants) {
     memcpy(constants, t->constants, sizeof *constants);
     LOGF(c, NCCL_LOG_INFO, "collplan: replaced NCCL's model constants with the table's");
@@ -378,6 +382,13 @@ static ncclResult_t get_coll_info_v5(void* ctx, ncclFunc_t collType, size_t nByt
   return cost_table_info(ctx, collType, nBytes, numPipeOps, collCostTable, numAlgo, numProto, nChannels);
 }
 
+/* NCCL's chunk grain per protocol (LL, LL128, Simple). After getChunkSize NCCL clamps the value to
+ * the buffer's maximum chunk and rounds it down to this grain (calcCollChunking in
+ * src/enqueue/enqueue.cc at master 00e7331; reference nccl-costmodel.md section 10 gives the same
+ * rule for v2.30.7-1's src/enqueue.cc), then divides by the chunk: a value below the grain
+ * would become 0. Values at or above it are NCCL's to clamp. */
+static const uint32_t kChunkGrain[CP_NUM_PROTOS] = {16, 1920, 512};
+
 static ncclResult_t get_chunk_size_v6(void* ctx, ncclFunc_t collType, size_t nBytes, int algo, int proto,
                                       int nChannels, size_t* chunkSize) {
   (void)nChannels;
@@ -391,6 +402,13 @@ static ncclResult_t get_chunk_size_v6(void* ctx, ncclFunc_t collType, size_t nBy
     cp_plan p = cp_plan_at(plans + (size_t)s * CP_PLAN_BYTES);
     if (p.algo == CP_NO_PLAN) break;
     if ((int)p.algo != algo || (int)p.proto != proto) continue;
+    if (p.chunk != 0 && p.chunk < kChunkGrain[p.proto]) {
+      LOG_ONCE(c, NCCL_LOG_INFO, ONCE_CHUNK,
+               "collplan: table chunk %u for %s/%s is below the protocol's %u-byte grain (NCCL would round it to "
+               "0): keeping NCCL's chunk (logged once per communicator)",
+               p.chunk, kAlgoNames[p.algo], kProtoNames[p.proto], kChunkGrain[p.proto]);
+      return ncclSuccess;
+    }
     if (p.chunk != 0) {
       if (c->trace)
         LOGF(c, NCCL_LOG_TRACE, "collplan: %s nBytes %zu %s/%s: chunk %zu -> %u", kCollNames[collType], nBytes,
@@ -401,6 +419,46 @@ static ncclResult_t get_chunk_size_v6(void* ctx, ncclFunc_t collType, size_t nBy
   }
   return ncclSuccess;
 }
+
+#ifdef COLLPLAN_TUNER_V7
+/* ---- v7 (NCCL master, unreleased; built with `make shim TUNER_V7=1`) ----
+ * The v7 constants hold the v5 ones plus a fifth compute-capability row (Rubin) in each of the five
+ * bandwidth arrays. The table carries the v5 layout: the shared part goes through the v5 path and
+ * back, and the Rubin row keeps the value NCCL passed in. */
+static void constants_v7_to_v5(ncclTunerConstants_v5_t* d, const ncclTunerConstants_v7_t* s) {
+  memcpy(d->baseLatencies, s->baseLatencies, sizeof d->baseLatencies);
+  memcpy(d->hwLatencies, s->hwLatencies, sizeof d->hwLatencies);
+  memcpy(d->llMaxBws, s->llMaxBws, sizeof d->llMaxBws); /* the first 4 rows of 5 */
+  memcpy(d->perChMaxRingLL128Bws, s->perChMaxRingLL128Bws, sizeof d->perChMaxRingLL128Bws);
+  memcpy(d->perChMaxTreeLL128Bws, s->perChMaxTreeLL128Bws, sizeof d->perChMaxTreeLL128Bws);
+  memcpy(d->perChMaxTreeBws, s->perChMaxTreeBws, sizeof d->perChMaxTreeBws);
+  memcpy(d->perChMaxNVLSTreeBws, s->perChMaxNVLSTreeBws, sizeof d->perChMaxNVLSTreeBws);
+}
+
+static void constants_v5_to_v7(ncclTunerConstants_v7_t* d, const ncclTunerConstants_v5_t* s) {
+  memcpy(d->baseLatencies, s->baseLatencies, sizeof s->baseLatencies);
+  memcpy(d->hwLatencies, s->hwLatencies, sizeof s->hwLatencies);
+  memcpy(d->llMaxBws, s->llMaxBws, sizeof s->llMaxBws);
+  memcpy(d->perChMaxRingLL128Bws, s->perChMaxRingLL128Bws, sizeof s->perChMaxRingLL128Bws);
+  memcpy(d->perChMaxTreeLL128Bws, s->perChMaxTreeLL128Bws, sizeof s->perChMaxTreeLL128Bws);
+  memcpy(d->perChMaxTreeBws, s->perChMaxTreeBws, sizeof s->perChMaxTreeBws);
+  memcpy(d->perChMaxNVLSTreeBws, s->perChMaxNVLSTreeBws, sizeof s->perChMaxNVLSTreeBws);
+}
+
+static ncclResult_t init_v7(void** ctx, uint64_t commId, size_t nRanks, size_t nNodes, ncclDebugLogger_t log,
+                            ncclNvlDomainInfo_v7_t* nvl, ncclTunerConstants_v7_t* constants) {
+  if (ctx == NULL) return ncclSuccess;
+  if (constants == NULL) {
+    *ctx = ctx_init(7, commId, nRanks, nNodes, log, nvl, NULL);
+    return ncclSuccess;
+  }
+  ncclTunerConstants_v5_t k5;
+  constants_v7_to_v5(&k5, constants);
+  *ctx = ctx_init(7, commId, nRanks, nNodes, log, nvl, &k5);
+  constants_v5_to_v7(constants, &k5);
+  return ncclSuccess;
+}
+#endif
 
 /* ---- v4 / v3 / v2 (2.21 .. 2.27) ---- */
 static ncclResult_t init_v4(size_t nRanks, size_t nNodes, ncclDebugLogger_t log, void** ctx) {
@@ -457,7 +515,17 @@ static ncclResult_t get_coll_info_v2(void* ctx, ncclFunc_t collType, size_t nByt
   return ncclSuccess;
 }
 
-/* ---- exported plugin symbols: NCCL probes v6, v5, v4, v3, v2 in that order ---- */
+/* ---- exported plugin symbols: NCCL probes the newest first (v7 only with TUNER_V7=1) ---- */
+#ifdef COLLPLAN_TUNER_V7
+CP_EXPORT const ncclTuner_v7_t ncclTunerPlugin_v7 = {
+    .name = CP_NAME,
+    .init = init_v7,
+    .getCollInfo = get_coll_info_v5,
+    .finalize = ctx_finalize,
+    .getChunkSize = get_chunk_size_v6,
+};
+#endif
+
 CP_EXPORT const ncclTuner_v6_t ncclTunerPlugin_v6 = {
     .name = CP_NAME,
     .init = init_v6,

@@ -88,8 +88,26 @@ static unsigned long exercise(const cp_table* t) {
       for (int pipe = (int)blk->p0 - 1; pipe <= (int)blk->p1 + 1 && pipe <= (int)blk->p0 + 8; pipe++) {
         const cp_class* c = cp_block_class(blk, coll, pipe);
         if (c == NULL) continue;
-        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
-          const uint8_t* plans = cp_class_plans(t, c, sizes[s]);
+        /* The fixed sizes, then each start of the class and its neighbours, then random sizes. */
+        uint64_t probe[sizeof sizes / sizeof sizes[0] + 3 * 16 + 16];
+        size_t np = 0;
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) probe[np++] = sizes[s];
+        for (uint32_t i = 0; i < c->n && i < 16; i++) {
+          uint64_t st = cp_le64(t->data + c->startsOff + (size_t)i * 8u);
+          probe[np++] = st;
+          probe[np++] = st + 1;
+          probe[np++] = st - 1;
+        }
+        for (int r = 0; r < 16; r++) probe[np++] = rnd() >> (rnd() % 64);
+        for (size_t s = 0; s < np; s++) {
+          /* The band lookup must agree with a bisection over the whole class (the oracle). */
+          uint32_t fast = cp_class_interval(t, c, probe[s]), slow = cp_class_search(t, c, probe[s], 0, c->n);
+          if (fast != slow) {
+            fprintf(stderr, "band lookup of %llu gives interval %u, bisection %u\n", (unsigned long long)probe[s],
+                    fast, slow);
+            abort();
+          }
+          const uint8_t* plans = cp_class_plans(t, c, probe[s]);
           for (uint32_t k = 0; k < t->k; k++) {
             cp_plan p = cp_plan_at(plans + (size_t)k * CP_PLAN_BYTES);
             if (p.algo == CP_NO_PLAN) break;

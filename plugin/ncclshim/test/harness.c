@@ -6,12 +6,14 @@
  *   harness cases   <so> <cases>            every case through every ABI the file lists
  *   harness threads <so> <cases> <n>        n threads, each its own communicators, inits at once
  *   harness cycles  <so> <cases> <n>        n dlopen / init / calls / finalize / dlclose cycles
- *   harness bench   <so> <cases> <iters>    ns per v6 getCollInfo on the matched cases
+ *   harness bench   <so> <cases> <iters>    ns per v6 getCollInfo on the matched cases (the first
+ *                                           HARNESS_BENCH_CASES of them when set)
  * HARNESS_STRIDE=n runs every n-th case (threads and cycles: each thread or cycle a different
- * n-th); HARNESS_VERBOSE=1 prints every log message.
+ * n-th); HARNESS_VERBOSE=1 prints every log message. HARNESS_V7=1 requires the ncclTunerPlugin_v7
+ * symbol (a `make shim TUNER_V7=1` build); otherwise the symbol must be absent.
  *
  * Cases file, one directive per line ('#' comments):
- *   abis 2 3 4 5 6                          ABIs to drive (default all)
+ *   abis 2 3 4 5 6 [7]                      ABIs to drive (default 2..6)
  *   logger null                             pass a NULL logger to init
  *   expect-log <text>                       some log message must contain text
  *   expect-count <n> <text>                 exactly n log messages contain text
@@ -72,7 +74,7 @@ typedef struct {
   size_t n;
   tcomm comms[MAX_COMMS];
   int nComms;
-  int abis[5];
+  int abis[8];
   int nAbis;
   char expect[MAX_EXPECT][256];
   int expectCount[MAX_EXPECT]; /* -1: at least one */
@@ -89,6 +91,7 @@ typedef struct {
   const ncclTuner_v4_t* v4;
   const ncclTuner_v5_t* v5;
   const ncclTuner_v6_t* v6;
+  const ncclTuner_v7_t* v7; /* NULL unless built with TUNER_V7=1 */
 } plugin;
 
 /* ---- logger: keeps messages for substring checks, counts what is logged inside calls ---- */
@@ -188,7 +191,10 @@ static int load_suite(const char* path, suite* s) {
     if (strcmp(kw, "abis") == 0) {
       s->nAbis = 0;
       long long v;
-      while (s->nAbis < 5 && parse_ll(&p, &v)) s->abis[s->nAbis++] = (int)v;
+      while (s->nAbis < 8 && parse_ll(&p, &v)) {
+        if (v < 2 || v > 7) goto syntax;
+        s->abis[s->nAbis++] = (int)v;
+      }
       continue;
     }
     if (strcmp(kw, "logger") == 0) {
@@ -314,7 +320,18 @@ static int open_plugin(const char* so, plugin* p) {
   p->v4 = dlsym(p->dl, "ncclTunerPlugin_v4");
   p->v5 = dlsym(p->dl, "ncclTunerPlugin_v5");
   p->v6 = dlsym(p->dl, "ncclTunerPlugin_v6");
+  p->v7 = dlsym(p->dl, "ncclTunerPlugin_v7");
   int bad = 0;
+  const char* wantV7 = getenv("HARNESS_V7");
+  if (wantV7 != NULL && strcmp(wantV7, "1") == 0) {
+    if (p->v7 == NULL || p->v7->getChunkSize == NULL) {
+      fprintf(stderr, "ncclTunerPlugin_v7 missing or without getChunkSize (HARNESS_V7=1)\n");
+      bad = 1;
+    }
+  } else if (p->v7 != NULL) {
+    fprintf(stderr, "ncclTunerPlugin_v7 is exported by a build without TUNER_V7=1\n");
+    bad = 1;
+  }
 #define CHECK_SYM(sym, fin)                                                                              \
   if (sym == NULL || sym->name == NULL || strcmp(sym->name, "collplan") != 0 || sym->init == NULL ||     \
       sym->getCollInfo == NULL || sym->fin == NULL) {                                                    \
@@ -326,6 +343,7 @@ static int open_plugin(const char* so, plugin* p) {
   CHECK_SYM(p->v4, destroy)
   CHECK_SYM(p->v5, finalize)
   CHECK_SYM(p->v6, finalize)
+  if (p->v7 != NULL) CHECK_SYM(p->v7, finalize)
   if (p->v6 != NULL && p->v6->getChunkSize == NULL) {
     fprintf(stderr, "ncclTunerPlugin_v6.getChunkSize is NULL\n");
     bad = 1;
@@ -377,6 +395,15 @@ __attribute__((format(printf, 3, 4))) static void failf(runner* r, const tcase* 
 
 static const double kSentinel = 7.25;
 
+/* The v5 constant (0..143) a v7 constant (0..158) mirrors, or -1 for the Rubin rows (compute
+ * capability index 4 of each [5][3] bandwidth array), which the table does not carry. */
+static int v7_to_v5_index(int i) {
+  if (i < 84) return i; /* baseLatencies [7][3] and hwLatencies [3][7][3] */
+  int arr = (i - 84) / 15, within = (i - 84) % 15;
+  if (within / 3 == NCCL_RUBIN_COMPCAP_IDX) return -1;
+  return 84 + arr * 12 + within;
+}
+
 static live* get_ctx(runner* r, const tcase* c) {
   for (int i = 0; i < r->nLive; i++)
     if (r->comms[i].nNodes == c->nNodes && r->comms[i].nRanks == c->nRanks) return &r->comms[i];
@@ -404,9 +431,25 @@ static live* get_ctx(runner* r, const tcase* c) {
     double* kd = (double*)&k;
     for (int i = 0; i < NUM_CONSTANTS; i++) kd[i] = kSentinel;
     uint64_t commId = ((uint64_t)c->nNodes << 40) ^ ((uint64_t)c->nRanks << 8) ^ r->salt;
+    int wantConstants = r->s->hasConstants && l->matched;
+    if (r->abi == 7) {
+      ncclTunerConstants_v7_t k7;
+      double* k7d = (double*)&k7;
+      int n7 = (int)(sizeof k7 / sizeof(double));
+      for (int i = 0; i < n7; i++) k7d[i] = kSentinel + (double)i; /* distinct: a shifted copy shows */
+      res = r->p->v7->init(&ctx, commId, c->nRanks, c->nNodes, log, &nvl, &k7);
+      for (int i = 0; i < n7; i++) {
+        int j = v7_to_v5_index(i);
+        double want = (wantConstants && j >= 0) ? r->s->constants[j] : kSentinel + (double)i;
+        if (k7d[i] != want) {
+          failf(r, c, "v7 constant %d (v5 index %d) after init is %g, want %g", i, j, k7d[i], want);
+          break;
+        }
+      }
+      goto inited;
+    }
     if (r->abi == 5) res = r->p->v5->init(&ctx, commId, c->nRanks, c->nNodes, log, &nvl, &k);
     else res = r->p->v6->init(&ctx, commId, c->nRanks, c->nNodes, log, &nvl, &k);
-    int wantConstants = r->s->hasConstants && l->matched;
     for (int i = 0; i < NUM_CONSTANTS; i++) {
       double want = wantConstants ? r->s->constants[i] : kSentinel;
       if (kd[i] != want) {
@@ -415,6 +458,7 @@ static live* get_ctx(runner* r, const tcase* c) {
       }
     }
   }
+inited:
   if (res != ncclSuccess) failf(r, c, "init returned %d", (int)res);
   if (ctx == (void*)&l || ctx == NULL) failf(r, c, "init left no context");
   l->ctx = ctx;
@@ -429,6 +473,7 @@ static void finalize_all(runner* r) {
       case 3: res = r->p->v3->destroy(r->comms[i].ctx); break;
       case 4: res = r->p->v4->destroy(r->comms[i].ctx); break;
       case 5: res = r->p->v5->finalize(r->comms[i].ctx); break;
+      case 7: res = r->p->v7->finalize(r->comms[i].ctx); break;
       default: res = r->p->v6->finalize(r->comms[i].ctx); break;
     }
     if (res != ncclSuccess) failf(r, NULL, "finalize returned %d", (int)res);
@@ -458,6 +503,8 @@ static void run_cost_case(runner* r, live* l, const tcase* c) {
     case 4: res = r->p->v4->getCollInfo(l->ctx, (ncclFunc_t)c->coll, c->nBytes, c->pipeOps, table, c->numAlgo,
                                         c->numProto, 0, &nChannels); break;
     case 5: res = r->p->v5->getCollInfo(l->ctx, (ncclFunc_t)c->coll, c->nBytes, c->pipeOps, table, c->numAlgo,
+                                        c->numProto, 1, &nChannels); break;
+    case 7: res = r->p->v7->getCollInfo(l->ctx, (ncclFunc_t)c->coll, c->nBytes, c->pipeOps, table, c->numAlgo,
                                         c->numProto, 1, &nChannels); break;
     default: res = r->p->v6->getCollInfo(l->ctx, (ncclFunc_t)c->coll, c->nBytes, c->pipeOps, table, c->numAlgo,
                                          c->numProto, 0, &nChannels); break;
@@ -507,8 +554,9 @@ static void run_v2_case(runner* r, live* l, const tcase* c) {
 static void run_chunk_case(runner* r, live* l, const tcase* c) {
   size_t chunk = (size_t)c->chunkIn;
   tl_inCall = 2;
-  ncclResult_t res = r->p->v6->getChunkSize(l->ctx, (ncclFunc_t)c->coll, c->nBytes, c->algo, c->proto,
-                                            c->nChannels, &chunk);
+  ncclResult_t (*fn)(void*, ncclFunc_t, size_t, int, int, int, size_t*) =
+      r->abi == 7 ? r->p->v7->getChunkSize : r->p->v6->getChunkSize;
+  ncclResult_t res = fn(l->ctx, (ncclFunc_t)c->coll, c->nBytes, c->algo, c->proto, c->nChannels, &chunk);
   tl_inCall = 0;
   if (res != ncclSuccess) failf(r, c, "getChunkSize returned %d", (int)res);
   if (chunk != c->chunkOut) failf(r, c, "chunk %zu, want %" PRIu64, chunk, c->chunkOut);
@@ -517,6 +565,10 @@ static void run_chunk_case(runner* r, live* l, const tcase* c) {
 /* Runs the suite's cases (every stride-th from offset) for one ABI; returns the error count. */
 static long run_abi(const plugin* p, const suite* s, int abi, size_t stride, size_t offset, int checkLogs,
                     unsigned salt) {
+  if (abi == 7 && p->v7 == NULL) {
+    fprintf(stderr, "FAIL: the cases ask for ABI v7 but the plugin has no ncclTunerPlugin_v7\n");
+    return 1;
+  }
   runner* r = calloc(1, sizeof *r);
   if (r == NULL) return 1;
   r->p = p;
@@ -527,7 +579,7 @@ static long run_abi(const plugin* p, const suite* s, int abi, size_t stride, siz
   tl_callMsgs = tl_callOnce = tl_callTrace = 0;
   for (size_t i = offset; i < s->n; i += stride) {
     const tcase* c = &s->cases[i];
-    int want = (c->kind == 'c' && abi >= 3) || (c->kind == '2' && abi == 2) || (c->kind == 'k' && abi == 6);
+    int want = (c->kind == 'c' && abi >= 3) || (c->kind == '2' && abi == 2) || (c->kind == 'k' && abi >= 6);
     if (!want) continue;
     live* l = get_ctx(r, c);
     if (l == NULL) break;
@@ -664,6 +716,13 @@ static double now_ns(void) {
   return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
+static ncclResult_t bench_noop(void* ctx, ncclFunc_t coll, size_t nBytes, int pipeOps, float** table, int numAlgo,
+                               int numProto, int regBuff, int* nChannels) {
+  (void)ctx, (void)coll, (void)nBytes, (void)pipeOps, (void)table, (void)numAlgo, (void)numProto, (void)regBuff;
+  (void)nChannels;
+  return ncclSuccess;
+}
+
 static int mode_bench(const char* so, const suite* s, long iters) {
   plugin p;
   if (open_plugin(so, &p) != 0) return 1;
@@ -690,24 +749,53 @@ static int mode_bench(const char* so, const suite* s, long iters) {
     fprintf(stderr, "bench: no matched cases\n");
     return 1;
   }
+  /* HARNESS_BENCH_CASES=m times only the first m matched cases: a working set that stays in cache,
+   * as one communicator's few (collective, size) shapes do in a training step. */
+  if (getenv("HARNESS_BENCH_CASES") != NULL) {
+    size_t m = (size_t)strtoul(getenv("HARNESS_BENCH_CASES"), NULL, 10);
+    if (m > 0 && m < n) n = m;
+  }
+  /* The calls' arguments, packed and in order: the loop reads 48 bytes per call and wraps without
+   * a division, so that what it times is getCollInfo, not the harness (a 64-bit modulo per call and
+   * the 200-byte case structs cost about as much as the call itself). */
+  typedef struct {
+    void* ctx;
+    float** table;
+    size_t nBytes;
+    int coll, pipeOps, numAlgo, numProto;
+  } benchCall;
+  benchCall* calls = calloc(n, sizeof *calls);
+  if (calls == NULL) return 1;
+  for (size_t i = 0; i < n; i++)
+    calls[i] = (benchCall){ctxs[i], (float**)(void*)tables[i], cs[i]->nBytes, cs[i]->coll, cs[i]->pipeOps,
+                           cs[i]->numAlgo, cs[i]->numProto};
   /* Forcing a cell to 0.0 leaves the same decision for the next call, so tables need no reset. */
   int nChannels = 0;
   long errors = 0;
-  double best = 1e300;
-  for (int rep = 0; rep < 5; rep++) {
+  double best = 1e300, bestLoop = 1e300;
+  ncclResult_t (*volatile noop)(void*, ncclFunc_t, size_t, int, float**, int, int, int, int*) = bench_noop;
+  for (int rep = 0; rep < 10; rep++) {
+    /* Even reps time the plugin, odd ones the same loop around a no-op of the same signature. */
+    ncclResult_t (*fn)(void*, ncclFunc_t, size_t, int, float**, int, int, int, int*) =
+        rep % 2 == 0 ? p.v6->getCollInfo : noop;
     double t0 = now_ns();
+    size_t i = 0;
     for (long it = 0; it < iters; it++) {
-      size_t i = (size_t)it % n;
-      const tcase* c = cs[i];
-      if (p.v6->getCollInfo(ctxs[i], (ncclFunc_t)c->coll, c->nBytes, c->pipeOps, (float**)(void*)tables[i],
-                            c->numAlgo, c->numProto, 0, &nChannels) != ncclSuccess)
+      const benchCall* c = &calls[i];
+      if (fn(c->ctx, (ncclFunc_t)c->coll, c->nBytes, c->pipeOps, c->table, c->numAlgo, c->numProto, 0,
+             &nChannels) != ncclSuccess)
         errors++;
+      if (++i == n) i = 0;
     }
     double dt = (now_ns() - t0) / (double)iters;
-    if (dt < best) best = dt;
+    if (rep % 2 == 0 && dt < best) best = dt;
+    if (rep % 2 == 1 && dt < bestLoop) bestLoop = dt;
   }
+  free(calls);
   finalize_all(r);
-  printf("bench: %zu matched cases, %ld calls x 5 runs, best %.1f ns/call (v6 getCollInfo)\n", n, iters, best);
+  printf("bench: %zu matched cases, %ld calls x 5 runs, best %.1f ns/call (v6 getCollInfo); the loop around a no-op "
+         "of the same signature: %.1f ns/call\n",
+         n, iters, best, bestLoop);
   free(r);
   free(cs);
   free(ctxs);

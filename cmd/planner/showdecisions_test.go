@@ -139,7 +139,7 @@ func TestShowDecisionsBadInput(t *testing.T) {
 		args []string
 		msg  string
 	}{
-		{[]string{"--node", "h100"}, "--log: give the NCCL log"},
+		{[]string{"--node", "h100"}, "give one of --log (a TUNING log) or --dump"},
 		{[]string{"--node", "h100", "--log", "/nonexistent/x.log"}, "--log: open /nonexistent/x.log"},
 		{[]string{"--node", "h100", "--log", empty}, "no TUNING decision lines"},
 		{[]string{"--log", empty}, "--node"},
@@ -150,4 +150,66 @@ func TestShowDecisionsBadInput(t *testing.T) {
 		assert.ErrorAs(t, err, &ue, "%v: %v", tc.args, err)
 		assert.Contains(t, err.Error(), tc.msg)
 	}
+}
+
+// TestShowDecisionsDump reads a profiler dump (profile/testdata/good.jsonl): rows per collective,
+// dtype, size and pipelined ops, each with its calls and the median of their measured times, as
+// worked out here from the file's lines; a call without GPU stamps has no measured time; NCCL's
+// per-rank bytes are the dump's model bytes over 8 ranks for AllGather and ReduceScatter; a dump
+// of another shape than the topology's is refused.
+func TestShowDecisionsDump(t *testing.T) {
+	dump := "../../profile/testdata/good.jsonl"
+	l := showJSON(t, "--dump", dump, "--node", "h100")
+	assert.Equal(t, "profiler-dump", l.Kind)
+	assert.Equal(t, "profiler v6 schema 1", l.Format)
+	assert.Contains(t, l.Process, "rank 3 (node-a:4242, comm 00000a0000000106)")
+	assert.Equal(t, 5, l.Calls)
+	type row struct {
+		coll, dtype     string
+		pipe            int
+		bytes, model    int64
+		calls           int
+		cell            string
+		measured        float64 // -1: not timed
+		chLo, chHi      int
+		legalInTheModel bool
+	}
+	want := []row{
+		{"AllGather", "bfloat16", 1, 2048, 16384, 1, "RING/LL", 9.0, 0, 3, true},          // numPipeOps null: priced as 1
+		{"AllReduce", "float32", 1, 1 << 20, 1 << 20, 2, "RING/SIMPLE", 40.0, 0, 1, true}, // median of 41 and 39 us
+		{"AllReduce", "float32", 2, 1 << 20, 1 << 20, 1, "RING/SIMPLE", 44.0, 0, 1, true},
+		{"ReduceScatter", "fp8e4m3", 1, 1024, 8192, 1, "PAT/SIMPLE", -1, 0, 0, false}, // PAT needs one rank per node
+	}
+	require.Len(t, l.Rows, len(want))
+	for i, w := range want {
+		r := l.Rows[i]
+		assert.Equal(t, w.coll+" "+w.dtype, r.Coll+" "+r.Dtype, "row %d", i)
+		assert.Equal(t, w.pipe, r.PipeOps, "row %d", i)
+		assert.Equal(t, w.bytes, r.Bytes, "row %d", i)
+		assert.Equal(t, w.model, r.ModelBytes, "row %d", i)
+		assert.Equal(t, w.calls, r.Calls, "row %d", i)
+		assert.Equal(t, w.cell, r.NCCLAlgo+"/"+r.NCCLProto, "row %d", i)
+		if w.measured < 0 {
+			assert.Nil(t, r.MeasuredUS, "row %d", i)
+		} else if assert.NotNil(t, r.MeasuredUS, "row %d", i) {
+			assert.InDelta(t, w.measured, *r.MeasuredUS, 1e-9, "row %d", i)
+		}
+		require.NotNil(t, r.ChannelLo)
+		assert.Equal(t, [2]int{w.chLo, w.chHi}, [2]int{*r.ChannelLo, *r.ChannelHi}, "row %d", i)
+		assert.Equal(t, w.legalInTheModel, r.Note == "", "row %d: %s", i, r.Note)
+	}
+	out, err := runCLI(t, "", "show-decisions", "--dump", dump, "--node", "h100")
+	require.NoError(t, err)
+	assert.Contains(t, out, "measured by collplan's profiler")
+	assert.Contains(t, out, "40.00")
+
+	_, err = runCLI(t, "", "show-decisions", "--dump", dump, "--node", "h100", "--nodes", "2")
+	var ue usageError
+	require.ErrorAs(t, err, &ue)
+	assert.Contains(t, err.Error(), "the communicator has 8 ranks on 1 nodes; node h100 x2 has 16 on 2")
+	_, err = runCLI(t, "", "show-decisions", "--dump", dump, "--log", dump, "--node", "h100")
+	require.ErrorAs(t, err, &ue)
+	_, err = runCLI(t, "", "show-decisions", "--dump", dump, "--node", "h100", "--dtype", "float16")
+	require.ErrorAs(t, err, &ue)
+	assert.Contains(t, err.Error(), "--dtype")
 }

@@ -68,19 +68,23 @@ protocol-only run whose pin allows it, the one with the fewest legal cells; a ru
 is NCCL's default, shown in a column of its own as the baseline to beat, and measures no pick.
 Every time comes from the --half of each row (in place by default, as calibrate fits).
 `,
-	"show-decisions": `usage: planner show-decisions --log FILE (--node NAME | --table FILE | --topology FILE) [--nodes N] [--coll C] [--json]
+	"show-decisions": `usage: planner show-decisions (--log FILE | --dump FILE) (--node NAME | --table FILE | --topology FILE) [--nodes N] [--coll C] [--json]
 
-Reads the TUNING lines of an NCCL log (NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING; the 2.20-2.22,
-2.23 and 2.24+ formats) and shows, per collective and size, what NCCL ran (algorithm, protocol,
-channels, and its own predicted time where the format prints one) and how often, beside what
+Reads the TUNING lines of an NCCL log (--log; NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING; the
+2.20-2.22, 2.23 and 2.24+ formats) or a dump of collplan's NCCL profiler plugin (--dump;
+docs/profile-dump.md) and shows, per collective and size, what NCCL ran (algorithm, protocol,
+channels, its own predicted time where the log prints one, the median measured time from a dump)
+and how often, beside what
 collplan picks for the same call on the given topology, both cells priced by collplan's model, and
 the share of calls where the two agree. The decisions of one process are shown (the lowest rank
 the launcher tagged, else the first process in the log): every rank of a communicator logs the
 same ones. AllGather and ReduceScatter sizes are NCCL's per-rank bytes; the model is asked at
 bytes x ranks. Lines that are not modelled collectives (SendRecv) or do not parse are listed with
 their line numbers. The 2.20-2.22 format names no collective: --coll names the one the log ran
-(nccl-tests prints it as "Collective test starting: all_reduce_perf"). The log's dtype is not
-printed: --dtype and --op (float32 sum by default) are assumed.
+(nccl-tests prints it as "Collective test starting: all_reduce_perf"). A TUNING log prints no
+dtype: --dtype and --op (float32 sum by default) are assumed. A dump names each call's dtype and
+pipelined ops (rows split by them; an unknown count is priced as 1) but not its op (--op); its
+communicator's ranks and nodes must be the topology's.
 `,
 	"diff": `usage: planner diff --a TABLE [--b TABLE] [--a-overlay FILE] [--b-no-overlay] [--a-tuner T] [--b-tuner T] [flags]
 

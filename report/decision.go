@@ -49,7 +49,7 @@ func NewDecision(su *Setup, pr *planner.Prepared, nBytes int64, p planner.Pick) 
 	}
 	return Decision{Query: Query{Topology: su.Source, NNodes: su.Topo.NNodes, NRanks: su.Topo.NRanks,
 		Coll: cls.Coll.String(), Bytes: nBytes, Op: cls.Op.String(), Dtype: cls.Dtype.String(),
-		PipeOps: cls.PipeOps, RegBuff: cls.RegBuff},
+		PipeOps: cls.PipeOps, RegBuff: cls.RegBuff, NCCL: su.ReleaseName()},
 		Algo: p.Algo.String(), Proto: p.Proto.String(), TimeUS: F32(p.TimeUS),
 		Forced: p.Forced != planner.NotForced, ForcedBy: ForcedBy(p.Forced),
 		Channels: p.Channels, Threads: p.Threads, Warps: p.Threads / 32, ChunkBytes: p.ChunkBytes, SliceBytes: p.SliceBytes,
@@ -79,6 +79,10 @@ func (a *Decision) AppendJSON(b []byte) []byte {
 	b = strconv.AppendInt(b, int64(q.PipeOps), 10)
 	b = append(b, `,"reg_buff":`...)
 	b = strconv.AppendBool(b, q.RegBuff)
+	if q.NCCL != "" {
+		b = append(b, `,"nccl":`...)
+		b = appendString(b, q.NCCL)
+	}
 	b = append(b, `},"algo":`...)
 	b = appendString(b, a.Algo)
 	b = append(b, `,"proto":`...)

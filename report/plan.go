@@ -62,6 +62,9 @@ type Query struct {
 	Dtype    string `json:"dtype"`
 	PipeOps  int    `json:"pipe_ops"`
 	RegBuff  bool   `json:"reg_buff"`
+	// NCCL is the NCCL release whose model priced the plan (planner explain --nccl), "" when
+	// none was given (2.30.7).
+	NCCL string `json:"nccl,omitempty"`
 }
 
 // Plan is planner explain --json: the pick, its sizing, the tuner's part, and the whole priced
@@ -148,7 +151,7 @@ func NewPlan(s *Setup, p *planner.Plan) *Plan {
 	out := &Plan{
 		Query: Query{Topology: s.Source, NNodes: s.Topo.NNodes, NRanks: s.Topo.NRanks,
 			Coll: p.Class.Coll.String(), Bytes: p.Bytes, Op: p.Class.Op.String(), Dtype: p.Class.Dtype.String(),
-			PipeOps: p.Class.PipeOps, RegBuff: p.Class.RegBuff},
+			PipeOps: p.Class.PipeOps, RegBuff: p.Class.RegBuff, NCCL: s.ReleaseName()},
 		Algo: p.Algo.String(), Proto: p.Proto.String(), TimeUS: F32(p.TimeUS),
 		Forced: p.Forced != planner.NotForced, ForcedBy: ForcedBy(p.Forced), forcing: p.Forced,
 		Channels: p.Channels, Threads: p.Threads, Warps: p.Threads / 32,
@@ -218,6 +221,9 @@ func (p *Plan) WriteText(w io.Writer) error {
 	q := p.Query
 	fmt.Fprintf(w, "%s of %d bytes (%s), %s %s, pipe ops %d, on %s (%s, %d ranks)\n",
 		q.Coll, q.Bytes, bytesize.Format(q.Bytes), q.Dtype, q.Op, q.PipeOps, q.Topology, Plural(q.NNodes, "node"), q.NRanks)
+	if q.NCCL != "" {
+		fmt.Fprintf(w, "   priced by NCCL %s's model (docs/releases.md)\n", q.NCCL)
+	}
 	fmt.Fprintf(w, "-> %s/%s  %s us%s  channels %d  threads %d (%d warps)  chunk %d B  slice %d B\n",
 		p.Algo, p.Proto, num(p.TimeUS, false), ForcedNote(p.forcing), p.Channels, p.Threads, p.Warps, p.ChunkBytes, p.SliceBytes)
 	fmt.Fprintf(w, "   tuner: %s", p.Tuner)

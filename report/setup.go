@@ -197,6 +197,15 @@ func Build(sp Spec, lookupEnv func(string) (string, bool)) (*Setup, error) {
 	return s, nil
 }
 
+// ReleaseName is the NCCL release the outputs name: "" when none was given (2.30.7, by default),
+// else its version ("2.26.2", "master").
+func (s *Setup) ReleaseName() string {
+	if s.Release.IsZero() {
+		return ""
+	}
+	return s.Release.String()
+}
+
 // NoEnv is the environment of the service: no variable is set.
 func NoEnv(string) (string, bool) { return "", false }
 

@@ -20,6 +20,11 @@ why it is not legal. --json prints the same as one JSON object (README.md lists 
 It says what it assumed: the gpus per node and where they came from (the table's gpus_per_node,
 or --gpus-per-node N, which builds the table's topology with N ranks per node) and the [scale.N]
 whose graphs it used ("graphs: scale 4 stands in for 4096 nodes (no [scale.4096])").
+--nccl RELEASE prices as that NCCL release's model does (2.19 .. 2.30 or master; a bare 2.N is
+that minor's tag, 2.28 is 2.28.3; docs/releases.md lists what changes per release): its
+constants and rules, with the node table's own constants, corrections and fitted cells over them.
+The text and JSON outputs then name the release ("nccl" in the query); without it the model is
+2.30.7's and nothing is named. query and map take the same flag.
 `,
 	"query": `usage: planner query (--node NAME | --table FILE | --topology FILE) [flags] < QUERIES
 

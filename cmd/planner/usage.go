@@ -74,6 +74,7 @@ is NCCL's default, shown in a column of its own as the baseline to beat, and mea
 Every time comes from the --half of each row (in place by default, as calibrate fits).
 `,
 	"diff": `usage: planner diff --a TABLE [--b TABLE] [--a-overlay FILE] [--b-no-overlay] [--a-tuner T] [--b-tuner T] [flags]
+       planner diff --nccl RELEASE [--to RELEASE] --node TABLE [--nodes N,...] [flags]
 
 Compares two node tables (an embedded NAME or a FILE.toml each), a table with and without its
 fitted overlay or with another overlay (--a-overlay FILE), or one table under two tuners (--b
@@ -81,6 +82,12 @@ defaults to --a): for every collective (--coll) and node count (--nodes; default
 and the tables' scales), the size bands of [--min, --max] where the two picks differ, both picks,
 and the predicted time ratio B/A at each band's ends (each side's own model: below 1, B expects to
 be faster). A tuner that fails is an error. --json prints the answer of POST /v1/diff.
+
+The upgrade check: --nccl A --to B prices side A with NCCL release A's model and side B with B's
+(2.19 .. 2.30 or master; an absent one is 2.30.7; --node TABLE names the table of both sides), so
+the bands are where an NCCL upgrade changes the pick, e.g. planner diff --nccl 2.28 --to 2.30
+--node h100 --nodes 4. The labels and --json's nccl_a/nccl_b name the releases; docs/releases.md
+lists what changes per release.
 `,
 	"serve": `usage: planner serve [--listen ADDR] [--topology FILE]... [--tuner NAME]... [flags]
 

@@ -124,6 +124,7 @@ func TestNCCLFlag(t *testing.T) {
 	out, err = runCLI(t, "", "map", "--topology", s2, "--min", "1M", "--max", "2M", "--nccl", "2.23")
 	require.NoError(t, err)
 	assert.Contains(t, out, "NVLS_TREE")
+	assert.Contains(t, out, "nccl: priced by NCCL 2.23.4's model")
 	out, err = runCLI(t, "allreduce,1M\n", "query", "--topology", s2, "--nccl", "2.23")
 	require.NoError(t, err)
 	assert.Contains(t, out, "NVLS_TREE", "2.23 picks NVLSTree at 1 MiB (TestTuningLogsByRelease)")

@@ -33,7 +33,7 @@ func (tb *Table) Time(c Coll, a Algo, p Proto, nBytes int64, pipeOps int, factor
 		}
 	}
 	latCount := pipeOps
-	if a != Ring {
+	if a != Ring && pipeOps > 1 { // ceil(1/b) = 1 for any batch b
 		if b := tb.latBatch; b > 0 && b != MaxDevWorkBatchColls {
 			latCount = (pipeOps + b - 1) / b
 		} else {

@@ -2,6 +2,7 @@ package capabilities
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -45,6 +46,9 @@ func EnabledFor(t *Topology, l Legality) (Mask, error) {
 					why = fmt.Sprintf("disabled by NCCL_PROTO=%q (%s)", t.Env.Proto.Value, t.Env.Proto.Source)
 				case protoM[c][p] == 2 && p == LL128:
 					why = ll128GateFor(t, c, a, c2c != 0, l.LL128SameCompCap)
+					if why == "" && l.LL128CompCaps != nil && !slices.Contains(l.LL128CompCaps, t.MinCompCap) {
+						why = fmt.Sprintf("LL128 auto gate: compute capability %d is not one of %v (this release's list)", t.MinCompCap, l.LL128CompCaps)
+					}
 				}
 				m.Reason[c][a][p] = why
 			}

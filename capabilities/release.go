@@ -18,6 +18,9 @@ type Legality struct {
 	// also lets mixed ones through when min >= 90 (reference §14 "LL128 mixed compute
 	// capability").
 	LL128SameCompCap bool
+	// LL128CompCaps, when not nil, are the only compute capabilities the LL128 auto gate passes
+	// (70, 80, 90 through 2.24; 100 and 120 added in 2.25); nil is 2.30's min >= 70.
+	LL128CompCaps []int
 }
 
 // ParseFlatEnableList parses an NCCL_ALGO or NCCL_PROTO value as NCCL 2.23 and older do (tuning.cc

@@ -324,7 +324,11 @@ func busBandwidth(t *capabilities.Topology, ru *Rules, k *Constants, c Coll, a A
 			return 0, fmt.Sprintf("local ranks %d exceed CollNet heads %d", t.MaxLocalRanks, t.CollNetHeadsNum)
 		}
 	}
-	if !(a != Ring && (c == AllGather || c == ReduceScatter)) {
+	skipRatio := a != Ring && (c == AllGather || c == ReduceScatter)
+	if ru.NVLSGatherRatio { // <= 2.22: only CollNetDirect AllGather/ReduceScatter keep busBw
+		skipRatio = a == CollNetDirect && (c == AllGather || c == ReduceScatter)
+	}
+	if !skipRatio {
 		var ratio float32 = 0.5
 		switch {
 		case (a == NVLS || a == NVLSTree) && ru.NVLSBeforeEfficiency:
@@ -352,7 +356,7 @@ func latency(t *capabilities.Topology, ru *Rules, k *Constants, c Coll, a Algo, 
 	lat := f32(k.BaseLat[a][p])
 	intraLat := f32(k.HWLat[intraHw][a][p])
 	interLat := f32(k.HWLat[HWNet][a][p])
-	if t.NRanks == t.NNodes { // ppn == 1: Tree's NET latency for every algorithm
+	if t.NRanks == t.NNodes && ru.InterLatPPN1Tree { // ppn == 1: Tree's NET latency for every algorithm (2.23+)
 		interLat = f32(k.HWLat[HWNet][Tree][p])
 	}
 	interLat += f32(g.LatencyInter)
@@ -385,6 +389,9 @@ func latency(t *capabilities.Topology, ru *Rules, k *Constants, c Coll, a Algo, 
 			nInter = t.NNodes - 1
 			if c == AllReduce {
 				nInter = 2 * (t.NNodes - 1)
+				if ru.RingInterAllNodes { // <= 2.22: 2*nNodes
+					nInter = 2 * t.NNodes
+				}
 			}
 		}
 		return lat + (float32(nsteps-nInter)*intraLat + float32(nInter)*interLat)
@@ -402,7 +409,7 @@ func latency(t *capabilities.Topology, ru *Rules, k *Constants, c Coll, a Algo, 
 	case NVLSTree:
 		return lat + (intraLat + 2*depth*interLat)
 	default: // PAT
-		if ru.PAT == 1 { // 2.23 assigns 8 + ..., whatever the base latency
+		if ru.PAT < 3 { // 2.23-2.27 assign 8 + ..., whatever the base latency
 			lat = 8
 		}
 		return f32(float64(lat) + float64(depth)*(float64(interLat)/3.5) + float64(t.NRanks)*2.8)

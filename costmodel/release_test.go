@@ -10,8 +10,8 @@ import (
 )
 
 // Vectors for NCCL's model by release. Every expected number is worked by hand in the comment
-// beside it from reference §14's statement of the release's rule or constant (docs/releases.md:
-// the index reaches no NVIDIA/nccl release tag), never from running this code.
+// beside it from the release's rule or constant as reference §14 states it or as tuning.cc at the
+// release's tag shows it (Rules and Constants name which), never from running this code.
 
 func mustRelease(t *testing.T, s string) Release {
 	t.Helper()
@@ -55,25 +55,28 @@ func TestParseRelease(t *testing.T) {
 // TestRulesByRelease checks each §14 row's boundary: the last release with the old rule and the
 // first with the new one.
 func TestRulesByRelease(t *testing.T) {
+	old, b25 := []int{70, 80, 90}, []int{70, 80, 90, 100, 120}
 	for _, tc := range []struct {
 		rel                                                   string
 		llQuarter, ll128PPN, patternGraph, oldNVLS, nvlsTCorr bool
 		mixedCC, perFunc, chunkShrink                         bool
 		pat, maxCC, batch, tuner                              int
+		interAll, ppn1Tree, gatherRatio                       bool
+		ll128CCs                                              []int
 	}{
-		{"2.19", true, true, true, true, false, false, false, true, 0, 2, 9, 4},
-		{"2.20", true, true, true, true, false, false, false, false, 0, 2, 9, 4},
-		{"2.21", false, true, true, true, false, false, false, false, 0, 2, 9, 4},
-		{"2.22", false, true, true, true, false, false, false, false, 0, 2, 8, 4},
-		{"2.23", false, false, true, true, false, false, false, false, 1, 2, 8, 4},
-		{"2.24", false, false, true, true, false, false, true, false, 2, 2, 8, 4},
-		{"2.25", false, false, true, true, false, false, true, false, 2, 2, 8, 4},
-		{"2.26", false, false, false, true, false, false, true, false, 2, 2, 8, 4},
-		{"2.27", false, false, false, true, false, false, true, false, 2, 3, 8, 4},
-		{"2.28", false, false, false, false, false, false, true, false, 2, 3, 8, 5},
-		{"2.29", false, false, false, false, true, false, true, false, 2, 3, 8, 5},
-		{"2.30", false, false, false, false, true, true, true, false, 2, 3, 8, 6},
-		{"master", false, false, false, false, true, true, true, false, 2, 3, 8, 7},
+		{"2.19", true, true, true, true, false, false, false, true, 0, 2, 9, 4, true, false, true, old},
+		{"2.20", true, true, true, true, false, false, false, false, 0, 2, 9, 4, true, false, true, old},
+		{"2.21", false, true, true, true, false, false, false, false, 0, 2, 9, 4, true, false, true, old},
+		{"2.22", false, true, true, true, false, false, false, false, 0, 2, 8, 4, true, false, true, old},
+		{"2.23", false, false, true, true, false, false, false, false, 1, 2, 8, 4, false, true, false, old},
+		{"2.24", false, false, true, true, false, false, true, false, 2, 2, 8, 4, false, true, false, old},
+		{"2.25", false, false, true, true, false, false, true, false, 2, 3, 8, 4, false, true, false, b25},
+		{"2.26", false, false, false, true, false, false, true, false, 2, 3, 8, 4, false, true, false, b25},
+		{"2.27", false, false, false, true, false, false, true, false, 2, 3, 8, 4, false, true, false, b25},
+		{"2.28", false, false, false, false, false, false, true, false, 3, 3, 8, 5, false, true, false, b25},
+		{"2.29", false, false, false, false, true, false, true, false, 3, 3, 8, 5, false, true, false, b25},
+		{"2.30", false, false, false, false, true, true, true, false, 3, 3, 8, 6, false, true, false, nil},
+		{"master", false, false, false, false, true, true, true, false, 3, 3, 8, 7, false, true, false, nil},
 	} {
 		ru := mustRelease(t, tc.rel).Rules()
 		assert.Equal(t, tc.llQuarter, ru.RingLLQuarter, tc.rel)
@@ -88,6 +91,10 @@ func TestRulesByRelease(t *testing.T) {
 		assert.Equal(t, tc.maxCC, ru.MaxCompCapIndex, tc.rel)
 		assert.Equal(t, tc.batch, ru.LatBatch, tc.rel)
 		assert.Equal(t, tc.tuner, ru.TunerAPI, tc.rel)
+		assert.Equal(t, tc.interAll, ru.RingInterAllNodes, tc.rel)
+		assert.Equal(t, tc.ppn1Tree, ru.InterLatPPN1Tree, tc.rel)
+		assert.Equal(t, tc.gatherRatio, ru.NVLSGatherRatio, tc.rel)
+		assert.Equal(t, tc.ll128CCs, ru.LL128CompCaps, tc.rel)
 	}
 	assert.Equal(t, Latest.Rules(), Release{}.Rules())
 }
@@ -108,19 +115,21 @@ func TestConstantsByRelease(t *testing.T) {
 		bwTreeN2  float64 // perChMaxTreeBws[3][1]
 		nvlsTN4   float64 // perChMaxNVLSTreeBws[3][2]
 		llMaxBwN1 float64 // llMaxBws[3][0]
+		hopperLL  float64 // llMaxBws[2][0]
 	}{
-		{"2.19", treeSimple{0, 28, 28, 28}, 23, 14, 0, 2 * 41.4, 2 * 45.5, 2 * 141.0},
-		{"2.20", treeSimple{0, 28, 28, 28}, 23, 14, 0, 2 * 41.4, 2 * 45.5, 2 * 141.0},
-		{"2.21", treeSimple{0, 28, 28, 28}, 25, 14, 0, 2 * 41.4, 2 * 45.5, 2 * 141.0},
-		{"2.22", treeSimple{0, 28, 28, 28}, 25, 14, 0, 2 * 41.4, 2 * 45.5, 2 * 141.0},
-		{"2.23", treeSimple{8.4, 4, 4, 14}, 25, 14, 0, 2 * 41.4, 2 * 45.5, 2 * 141.0},
-		{"2.24", treeSimple{8.4, 4, 4, 14}, 25, 14, 8, 2 * 41.4, 2 * 45.5, 2 * 141.0},
-		{"2.27", treeSimple{8.4, 4, 4, 14}, 25, 14, 8, 2 * 41.4, 2 * 45.5, 2 * 141.0},
-		{"2.28.3", treeSimple{8.4, 4, 4, 14}, 25, 14, 8, 42.8, 43.1, 282.0},
-		{"2.28.8", treeSimple{8.4, 4, 4, 14}, 25, 14, 8, 42.8, 43.1, 282.0},
-		{"2.28.9", treeSimple{8.4, 4, 4, 14}, 25, 20.9, 8, 42.8, 43.1, 282.0},
-		{"2.29", treeSimple{8.4, 4, 4, 14}, 25, 20.9, 8, 42.8, 43.8, 282.0},
-		{"2.30", treeSimple{8.4, 4, 4, 14}, 25, 20.9, 8, 42.8, 80.0, 282.0},
+		// 2.19-2.20: llMaxBws' Hopper row is Ampere's (87.7), so the (unused) 2x row is 175.4.
+		{"2.19", treeSimple{0, 28, 28, 28}, 23, 14, 0, 2 * 41.4, 2 * 45.5, 2 * 87.7, 87.7},
+		{"2.20", treeSimple{0, 28, 28, 28}, 23, 14, 0, 2 * 41.4, 2 * 45.5, 2 * 87.7, 87.7},
+		{"2.21", treeSimple{0, 28, 28, 28}, 25, 14, 0, 2 * 41.4, 2 * 45.5, 2 * 141.0, 141},
+		{"2.22", treeSimple{0, 28, 28, 28}, 25, 14, 0, 2 * 41.4, 2 * 45.5, 2 * 141.0, 141},
+		{"2.23", treeSimple{8.4, 4, 4, 14}, 25, 14, 0, 2 * 41.4, 2 * 45.5, 2 * 141.0, 141},
+		{"2.24", treeSimple{8.4, 4, 4, 14}, 25, 14, 0, 2 * 41.4, 2 * 45.5, 2 * 141.0, 141},
+		{"2.27", treeSimple{8.4, 4, 4, 14}, 25, 14, 0, 2 * 41.4, 2 * 45.5, 2 * 141.0, 141},
+		{"2.28.3", treeSimple{8.4, 4, 4, 14}, 25, 14, 8, 42.8, 43.1, 282.0, 141},
+		{"2.28.8", treeSimple{8.4, 4, 4, 14}, 25, 14, 8, 42.8, 43.1, 282.0, 141},
+		{"2.28.9", treeSimple{8.4, 4, 4, 14}, 25, 20.9, 8, 42.8, 43.1, 282.0, 141},
+		{"2.29", treeSimple{8.4, 4, 4, 14}, 25, 20.9, 8, 42.8, 43.8, 282.0, 141},
+		{"2.30", treeSimple{8.4, 4, 4, 14}, 25, 20.9, 8, 42.8, 80.0, 282.0, 141},
 	} {
 		k := mustRelease(t, tc.rel).Constants()
 		assert.Equal(t, tc.tree, treeSimple{k.BaseLat[Tree][Simple], k.HWLat[HWNVLink][Tree][Simple],
@@ -132,6 +141,7 @@ func TestConstantsByRelease(t *testing.T) {
 		assert.InDelta(t, tc.bwTreeN2, k.PerChMaxTreeBws[3][1], 1e-9, tc.rel)
 		assert.InDelta(t, tc.nvlsTN4, k.PerChMaxNVLSTreeBws[3][2], 1e-9, tc.rel)
 		assert.InDelta(t, tc.llMaxBwN1, k.LLMaxBws[3][0], 1e-9, tc.rel)
+		assert.InDelta(t, tc.hopperLL, k.LLMaxBws[2][0], 1e-9, tc.rel)
 	}
 }
 
@@ -176,17 +186,19 @@ func checkRelease(t *testing.T, topo capabilities.Topology, want []relCell) {
 	}
 }
 
-// TestRingLLByRelease: §14 "Ring LL bw factor". S1 (1 node x 8, ring nCh 16 x 20 GB/s): busBw 320;
-// llMaxBws[2][0] = 141.
+// TestRingLLByRelease: §14 "Ring LL bw factor" and tuning.cc's llMaxBws Hopper row. S1 (1 node x
+// 8, cc 90, ring nCh 16 x 20 GB/s): busBw 320; llMaxBws[2][0] is 87.7 in 2.20 (Ampere's), 141
+// from 2.21.
 func TestRingLLByRelease(t *testing.T) {
 	checkRelease(t, s1(), []relCell{
-		// 2.20: AllReduce x1/4 = 80 (< 141), ratio 8/14 -> 45.714; lat 6.6 + 14*0.6 = 15.0.
+		// 2.20: AllReduce x1/4 = 80 (< 87.7), ratio 8/14 -> 45.714; lat 6.6 + 14*0.6 = 15.0.
 		{rel: "2.20", c: AllReduce, a: Ring, p: LL, lat: 15.0, bw: 80.0 * 8 / 14},
-		// 2.20: Reduce x1/4 = 80, ratio 8/8 -> 80; Broadcast (one node) x1/3 = 106.667; lat 6.6+0.6.
+		// 2.20: Reduce x1/4 = 80, ratio 8/8 -> 80; Broadcast (one node) x1/3 = 106.667, capped at
+		// 87.7; lat 6.6 + 0.6.
 		{rel: "2.20", c: Reduce, a: Ring, p: LL, lat: 7.2, bw: 80},
-		{rel: "2.20", c: Broadcast, a: Ring, p: LL, lat: 7.2, bw: 320.0 / 3},
-		// 2.20: AllGather x1/3 = 106.667, ratio 8/7 -> 121.905.
-		{rel: "2.20", c: AllGather, a: Ring, p: LL, lat: 6.6 + 7*0.6, bw: 320.0 / 3 * 8 / 7},
+		{rel: "2.20", c: Broadcast, a: Ring, p: LL, lat: 7.2, bw: 87.7},
+		// 2.20: AllGather x1/3 = 106.667 -> 87.7, ratio 8/7 -> 100.229.
+		{rel: "2.20", c: AllGather, a: Ring, p: LL, lat: 6.6 + 7*0.6, bw: 87.7 * 8 / 7},
 		// 2.21: x0.5 = 160 -> min(141, 160) = 141; ratio 8/14 -> 80.571 (reference §13 S1).
 		{rel: "2.21", c: AllReduce, a: Ring, p: LL, lat: 15.0, bw: 141.0 * 8 / 14},
 		{rel: "2.21", c: Broadcast, a: Ring, p: LL, lat: 7.2, bw: 141},
@@ -199,11 +211,11 @@ func TestRingLLByRelease(t *testing.T) {
 func TestRingLL128ByRelease(t *testing.T) {
 	topo := pat()
 	topo.Graphs.Ring.TypeInter = capabilities.PathPXB
-	// lat: base 14 + nInter 3 * hwLat[NET][Tree][LL128] 8.5 (ppn 1) = 39.5.
 	checkRelease(t, topo, []relCell{
-		// 2.22: x0.7 = 28, ratio 4/3 -> 37.333.
-		{rel: "2.22", c: AllGather, a: Ring, p: LL128, lat: 39.5, bw: 28.0 * 4 / 3},
-		// 2.23: x0.92 = 36.8, ratio 4/3 -> 49.067.
+		// 2.22: x0.7 = 28, ratio 4/3 -> 37.333; lat 14 + 3 inter steps * Ring's own NET LL128 4.0
+		// = 26 (Rules.InterLatPPN1Tree is 2.23+).
+		{rel: "2.22", c: AllGather, a: Ring, p: LL128, lat: 26, bw: 28.0 * 4 / 3},
+		// 2.23: x0.92 = 36.8, ratio 4/3 -> 49.067; lat 14 + 3 * hwLat[NET][Tree][LL128] 8.5 = 39.5.
 		{rel: "2.23", c: AllGather, a: Ring, p: LL128, lat: 39.5, bw: 36.8 * 4 / 3},
 	})
 	// ppn 8 (reference §13 S2, 79.20/94.97): 0.92 in both releases: bwInter 12.5 (4 nodes),
@@ -271,12 +283,12 @@ func TestPATByRelease(t *testing.T) {
 		// 2.24: x0.75 = 30; base 8.0 + 19.2 = 27.2.
 		{rel: "2.24", c: AllGather, a: PAT, p: Simple, lat: 27.2, bw: 30},
 	})
-	// 2.23's assignment ignores the base latency a tuner set; 2.24 adds it.
+	// 2.23-2.27 assign the latency, ignoring a base latency a tuner set; 2.28 adds it.
 	topo := pat()
 	for _, tc := range []struct {
 		rel string
 		lat float64
-	}{{"2.23", 27.2}, {"2.24", 10 + 19.2}} {
+	}{{"2.23", 27.2}, {"2.24", 27.2}, {"2.27", 27.2}, {"2.28", 10 + 19.2}} {
 		r := mustRelease(t, tc.rel)
 		k := r.Constants()
 		k.BaseLat[PAT][Simple] = 10
@@ -295,9 +307,10 @@ func TestBlackwellByRelease(t *testing.T) {
 	topo.Graphs.Tree = graph(16, 50, 50, capabilities.PathNVL)
 	// lat: 8.4 + 2*(7*4.0 + 1*14) = 92.4 in every release from 2.23.
 	checkRelease(t, topo, []relCell{
-		// 2.26: no Blackwell row, Hopper's 41.4: 662.4 -> 331.2.
-		{rel: "2.26", c: AllReduce, a: Tree, p: Simple, lat: 92.4, bw: 331.2},
-		// 2.27: 2 x Hopper = 82.8: 1324.8 does not bind, 736 -> 368.
+		// 2.24: no Blackwell row, Hopper's 41.4: 662.4 -> 331.2.
+		{rel: "2.24", c: AllReduce, a: Tree, p: Simple, lat: 92.4, bw: 331.2},
+		// 2.25 and 2.27: 2 x Hopper = 82.8: 1324.8 does not bind, 736 -> 368.
+		{rel: "2.25", c: AllReduce, a: Tree, p: Simple, lat: 92.4, bw: 368},
 		{rel: "2.27", c: AllReduce, a: Tree, p: Simple, lat: 92.4, bw: 368},
 		// 2.28: explicit 42.8: 684.8 -> 342.4.
 		{rel: "2.28", c: AllReduce, a: Tree, p: Simple, lat: 92.4, bw: 342.4},
@@ -399,4 +412,57 @@ func TestTreePatternByRelease(t *testing.T) {
 		{rel: "2.25", c: AllReduce, a: Tree, p: Simple, lat: 64.4, bw: 147.2 * 0.85},
 		{rel: "2.26", c: AllReduce, a: Tree, p: Simple, lat: 64.4, bw: 147.2 * 0.85},
 	})
+}
+
+// TestRingInterStepsByRelease: 2.22's 2*nNodes inter-node steps (Rules.RingInterAllNodes). S2 Ring
+// LL AllReduce (4 nodes, 32 ranks, nsteps 62): intraLat max(0.6, net overhead 1.0) = 1.0, interLat
+// hwLat[NET][Ring][LL] 2.7. 2.22: 6.6 + (62-8)*1.0 + 8*2.7 = 82.2; 2.23: 6.6 + 56*1.0 + 6*2.7 = 78.8
+// (reference §13 S2). Bandwidth in both: 8*12.5*0.5 = 50, capped at llMaxBws[0][2] 20.4 (Intel,
+// 4 nodes), ratio 32/62 -> 10.529 (§13: 10.53).
+func TestRingInterStepsByRelease(t *testing.T) {
+	checkRelease(t, s2(), []relCell{
+		{rel: "2.22", c: AllReduce, a: Ring, p: LL, lat: 82.2, bw: 20.4 * 32 / 62},
+		{rel: "2.23", c: AllReduce, a: Ring, p: LL, lat: 78.8, bw: 20.4 * 32 / 62},
+		// AllGather counts nNodes-1 in both: 6.6 + 28*1.0 + 3*2.7 = 42.7 (§13 S2), bw 20.4*32/31.
+		{rel: "2.22", c: AllGather, a: Ring, p: LL, lat: 42.7, bw: 20.4 * 32 / 31},
+	})
+}
+
+// TestInterLatPPN1ByRelease: with one GPU per node, 2.23+ price every algorithm's inter-node hop at
+// Tree's NET latency (Rules.InterLatPPN1Tree). 4 nodes x 1 GPU, Ring AllGather LL (3 steps, all
+// inter-node): 2.22: 6.6 + 3*2.7 (Ring's own) = 14.7; 2.23: 6.6 + 3*5.0 (Tree's) = 21.6.
+func TestInterLatPPN1ByRelease(t *testing.T) {
+	checkRelease(t, pat(), []relCell{
+		{rel: "2.22", c: AllGather, a: Ring, p: LL, lat: 14.7, bw: 80.0 / 3},
+		{rel: "2.23", c: AllGather, a: Ring, p: LL, lat: 21.6, bw: 80.0 / 3},
+	})
+}
+
+// TestNVLSGatherRatioByRelease: 2.22 converts NVLS AllGather busBw with the 5/6 ratio
+// (Rules.NVLSGatherRatio); 2.23 keeps busBw. S1: NVLS graph 8 x min(40, 40) = 320.
+func TestNVLSGatherRatioByRelease(t *testing.T) {
+	checkRelease(t, s1(), []relCell{
+		{rel: "2.22", c: AllGather, a: NVLS, p: Simple, lat: 25, bw: 320.0 * 5 / 6},
+		{rel: "2.22", c: ReduceScatter, a: NVLS, p: Simple, lat: 25, bw: 320.0 * 5 / 6},
+		{rel: "2.23", c: AllGather, a: NVLS, p: Simple, lat: 25, bw: 320},
+	})
+}
+
+// TestLL128CompCapsByRelease: the LL128 auto gate's compute capability list (Rules.LL128CompCaps).
+// S1's Ring LL128 AllReduce (lat 14 + 14*1.9 = 40.6; busBw 320*0.92 = 294.4 under a ceiling of at
+// least 16*20 = 320, ratio 8/14 -> 168.229) at cc 100: off in 2.24 (70, 80, 90), on in 2.25; at cc
+// 86: off in 2.29, on in 2.30 (min >= 70).
+func TestLL128CompCapsByRelease(t *testing.T) {
+	for _, tc := range []struct {
+		cc       int
+		off, on  string
+		wantList string
+	}{{100, "2.24", "2.25", "[70 80 90]"}, {86, "2.29", "2.30", "[70 80 90 100 120]"}} {
+		topo := s1()
+		topo.MinCompCap, topo.MaxCompCap = tc.cc, tc.cc
+		checkRelease(t, topo, []relCell{
+			{rel: tc.off, c: AllReduce, a: Ring, p: LL128, off: "is not one of " + tc.wantList},
+			{rel: tc.on, c: AllReduce, a: Ring, p: LL128, lat: 40.6, bw: 294.4 * 8 / 14},
+		})
+	}
 }

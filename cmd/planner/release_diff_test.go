@@ -17,7 +17,9 @@ import (
 // NVLSTree correction off), so the band is the delta's alone. The expected cells follow from the
 // delta's direction, stated per row; the band's exact bounds are the model's and are not asserted.
 //
-// Deltas that no node table can show: the Tree pattern source (2.25 -> 2.26: a Topology's one tree
+// The deltas of tuning.cc that reference §14 does not list (llMaxBws' Hopper row, the Ring inter
+// step count, Tree's NET latency at ppn 1, the NVLS AllGather ratio, the LL128 gate's compute
+// capability list) have rows too. Deltas that no node table can show: the Tree pattern source (2.25 -> 2.26: a Topology's one tree
 // graph has pattern max_tree_pattern, so the rules agree; the row asserts no change), the Tree
 // Simple chunk shrink (<= 2.19: chunks are not priced; no change), LL128 with mixed compute
 // capability (2.29 -> 2.30: a node table has one compute capability; costmodel's
@@ -37,16 +39,22 @@ func TestUpgradeDiffPerDelta(t *testing.T) {
 		wantB    string
 		strategy string // why B's pick differs
 	}{
-		{"Ring LL bw factor", "2.20", "2.21", "h100", 1, []string{"--algo", "Ring"}, "allreduce", 2 << 20,
-			"RING/LL128", "RING/LL", "Ring/LL busBw x1/4 -> x0.5 (capped at llMaxBw): LL gains the MiB band"},
+		{"Ring LL bw factor and llMaxBws Hopper row", "2.20", "2.21", "h100", 1, []string{"--algo", "Ring"}, "allreduce", 2 << 20,
+			"RING/LL128", "RING/LL", "Ring/LL busBw x1/4 -> x0.5 and its cap llMaxBws[Hopper] 87.7 -> 141, both 2.21: LL gains the MiB band"},
 		{"hw NVLINK NVLS 23 -> 25", "2.20", "2.21", "h100", 1, []string{"--algo", "NVLS,Tree"}, "allreduce", 180000,
-			"NVLS/SIMPLE", "TREE/LL", "NVLS 2 us slower, Tree unchanged: Tree/LL keeps more sizes"},
+			"NVLS/SIMPLE", "TREE/LL", "NVLS 23 + 180000/266667 = 23.67 us < Tree/LL 15.2 + 180000/(38740*0.5) = 24.49; at 25 us NVLS is 25.67: Tree wins"},
 		{"latCount batch 9 -> 8", "2.21", "2.22", "h100", 1, []string{"--pipe-ops", "9"}, "allreduce", 256 << 10,
 			"NVLS/SIMPLE", "TREE/LL", "9 ops: latCount 1 -> 2 doubles latency: lower-latency Tree/LL wins over NVLS"},
 		{"Tree Simple latency", "2.22", "2.23", "h100", 4, []string{"--algo", "Tree,Ring", "--proto", "Simple"}, "allreduce", 1 << 20,
-			"RING/SIMPLE", "TREE/SIMPLE", "Tree/Simple lat 2*(7*28+2*28) = 504 -> 8.4+2*(7*4+2*14) = 120.4: Tree wins"},
-		{"Ring LL128 factor at ppn 1", "2.22", "2.23", "gh200", 4, []string{"--fabric", "ib-ndr", "--algo", "Ring"}, "allgather", 1 << 20,
-			"RING/LL", "RING/LL128", "one GPU per node: LL128 x0.7 -> x0.92"},
+			"RING/SIMPLE", "TREE/SIMPLE", "Tree/Simple lat 2*(7*28+2*28) = 504 -> 8.4+2*(7*4+2*14) = 120.4 (Ring/Simple's 8 -> 6 inter steps move it far less): Tree wins"},
+		{"Ring AllReduce inter steps 2*nNodes -> 2*(nNodes-1)", "2.22", "2.23", "h100", 4, []string{"--algo", "Tree,Ring", "--proto", "LL"}, "allreduce", 300000,
+			"TREE/LL", "RING/LL", "Ring/LL loses 2 of its 8 inter-node steps (Tree/LL unchanged): Ring wins a few more sizes"},
+		{"Ring LL128 factor at ppn 1", "2.22", "2.23", "gh200", 4, []string{"--fabric", "ib-ndr", "--algo", "Ring", "--proto", "LL128,Simple"}, "allgather", 4 << 20,
+			"RING/SIMPLE", "RING/LL128", "one GPU per node: LL128 x0.7 -> x0.92 outweighs its inter-node latency 4.0 -> 8.5 (ppn-1 rule); Simple unchanged (14 both)"},
+		{"inter-node latency at ppn 1 is Tree's", "2.22", "2.23", "gh200", 4, []string{"--fabric", "ib-ndr", "--algo", "Ring", "--proto", "LL,Simple"}, "allgather", 1572864,
+			"RING/LL", "RING/SIMPLE", "Ring/LL's 3 inter-node steps 2.7 -> 5.0 us each (Tree's NET LL); Simple 14 both"},
+		{"NVLS AllGather ratio 5/6 dropped", "2.22", "2.23", "h100", 1, []string{"--algo", "NVLS,Ring", "--proto", "LL128,Simple"}, "allgather", 8 << 20,
+			"RING/LL128", "NVLS/SIMPLE", "NVLS AllGather keeps busBw (no x5/6) from 2.23"},
 		{"PAT present", "2.22", "2.23", "gh200", 4, []string{"--fabric", "ib-ndr"}, "allgather", 1572864,
 			"RING/LL128", "PAT/SIMPLE", "PAT is modelled from 2.23 (one GPU per node, host net device)"},
 		{"PAT factor 0.85 -> 0.75", "2.23", "2.24", "gh200", 4, []string{"--fabric", "ib-ndr"}, "allgather", 1572864,
@@ -54,8 +62,11 @@ func TestUpgradeDiffPerDelta(t *testing.T) {
 		{"NCCL_PROTO per-function syntax", "2.23", "2.24", "h100", 1, []string{"--proto", "^LL128;allreduce:LL128"}, "allgather", 16 << 20,
 			"RING/LL128", "NVLS/SIMPLE", "2.23 reads one unknown token (all on); 2.24 turns LL128 off for AllGather"},
 		{"Tree pattern source", "2.25", "2.26", "h100", 4, nil, "allreduce", 0, "", "", "the graph's pattern is max_tree_pattern"},
-		{"Blackwell ceilings 2x Hopper", "2.26", "2.27", "b200", 1, nil, "broadcast", 1 << 20,
-			"RING/SIMPLE", "RING/LL", "Blackwell gets its row: llMaxBws N1 141 -> 282 lifts Ring/LL"},
+		{"Blackwell ceilings 2x Hopper", "2.24", "2.25", "b200", 1, []string{"--proto", "LL,Simple"}, "broadcast", 1 << 20,
+			"RING/SIMPLE", "RING/LL", "Blackwell gets its row (v2.25.1): llMaxBws N1 141 -> 282 lifts Ring/LL"},
+		{"LL128 auto gate admits cc 100", "2.24", "2.25", "b200", 2, []string{"--algo", "Ring"}, "allgather", 16 << 20,
+			"RING/SIMPLE", "RING/LL128", "the gate's list 70, 80, 90 gains 100 and 120 (v2.25.1)"},
+		{"no Blackwell change in 2.27", "2.26", "2.27", "b200", 1, nil, "broadcast", 0, "", "", "reference §14 dates the 2x rows to 2.27; v2.25.1 has them"},
 		{"Blackwell ceilings explicit", "2.27", "2.28", "b200", 2, []string{"--algo", "Tree,Ring"}, "allreduce", 4000000,
 			"TREE/LL128", "RING/LL128", "perChMaxTreeLL128Bws N2 73.4 -> 31.67 caps Tree/LL128"},
 		{"NVLS model", "2.27", "2.28", "h100", 1, nil, "allgather", 8 << 20,

@@ -102,8 +102,8 @@ func (r Release) atLeast(minor, patch int) bool {
 // them. Rules() of Latest is 2.30.7's model; every field names the releases and its source:
 // "reference §14" (shared/reference/nccl-costmodel.md), or NVIDIA/nccl's src/graph/tuning.cc read
 // at a release commit of the code index (the function and construct named; docs/releases.md lists
-// the commits): v2.20.3-1 b6475625, v2.21.5-1 ab2b89c4, v2.22.3-1 178b6b75, v2.24.3-1 6aae3792,
-// v2.25.1-1 80f6bda4. Where a change lies between two read tags, the release it is given to is
+// the commits): v2.20.3-1 b6475625, v2.21.5-1 ab2b89c4, v2.22.3-1 178b6b75, v2.23.4-1 a6979c9f,
+// v2.24.3-1 6aae3792, v2.25.1-1 80f6bda4. Where a change lies between two read tags, the release it is given to is
 // stated as an assumption.
 type Rules struct {
 	Release Release
@@ -129,7 +129,7 @@ type Rules struct {
 	// Every tuning.cc read, v2.20.3 to v2.25.1, has the old model.
 	NVLSBeforeEfficiency bool
 	// PAT: 0 absent (<= 2.22, reference §14; v2.22.3 ncclTopoTuneModel has no PAT: not modelled,
-	// and NCCL_ALGO does not know the name); 1 as in 2.23 (reference §14: busBw*0.85, latency
+	// and NCCL_ALGO does not know the name); 1 as in 2.23 (§14, v2.23.4: busBw*0.85, latency
 	// assigned 8 + log2i(nNodes)*interLat/3.5 + 2.8*nRanks); 2 as in 2.24-2.27 (busBw*0.75, the
 	// latency still assigned, base latency 0: v2.24.3 and v2.25.1 "a == NCCL_ALGO_PAT" latency
 	// branch and their 6-row baseLat; through 2.27 assumed); 3 from 2.28 (busBw*0.75, base latency
@@ -141,16 +141,17 @@ type Rules struct {
 	// dates the 2x rows to 2.27, the code has them in 2.25.1).
 	MaxCompCapIndex int
 	// RingInterAllNodes (<= 2.22): multi-node Ring AllReduce latency counts 2*nNodes inter-node
-	// steps, not 2*(nNodes-1) (v2.20.3, v2.21.5, v2.22.3 ncclTopoTuneModel "nInterSteps"; v2.24.3
-	// has 2*(nNodes-1); 2.23 assumed new, with PAT). Not in reference §14.
+	// steps, not 2*(nNodes-1) (v2.20.3, v2.21.5, v2.22.3 ncclTopoTuneModel "nInterSteps"; v2.23.4
+	// and v2.24.3 have 2*(nNodes-1)). Not in reference §14.
 	RingInterAllNodes bool
 	// InterLatPPN1Tree (2.23+): with one GPU per node every algorithm's inter-node latency is Tree's
-	// NET latency (v2.24.3 "With ppn=1 latencies are fully exposed"); before, the algorithm's own
-	// (v2.22.3 "interLat = hwLat[NCCL_HW_NET][a][p]"; 2.23 assumed new, with PAT). Not in §14.
+	// NET latency (v2.23.4 and v2.24.3 "With ppn=1 latencies are fully exposed"); before, the
+	// algorithm's own (v2.22.3 "interLat = hwLat[NCCL_HW_NET][a][p]"). Not in §14.
 	InterLatPPN1Tree bool
 	// NVLSGatherRatio (<= 2.22): NVLS AllGather/ReduceScatter busBw is converted to algBw too (the
 	// 5/6 ratio): the conversion skips only CollNetDirect AllGather/ReduceScatter (v2.22.3 "Convert
-	// bus BW to algorithm BW"); from 2.23 (v2.24.3) it skips every non-Ring AllGather/ReduceScatter.
+	// bus BW to algorithm BW"); from 2.23 (v2.23.4, v2.24.3) it skips every non-Ring
+	// AllGather/ReduceScatter.
 	// Not in §14.
 	NVLSGatherRatio bool
 	// NVLSTreeCorrection (2.29+, reference §14 "treeCorrectionFactor"): NVLSTree AllReduce takes
@@ -162,7 +163,7 @@ type Rules struct {
 	LL128MixedCompCap bool
 	// LL128CompCaps, when not nil, are the only compute capabilities the LL128 auto gate passes
 	// (tuning.cc's "switch (minCompCap)"): 70, 80, 90 through 2.24 (v2.20.3, v2.21.5, v2.22.3,
-	// v2.24.3); 70, 80, 90, 100, 120 in 2.25-2.29 (v2.25.1; through 2.29 assumed); nil from 2.30,
+	// v2.23.4, v2.24.3); 70, 80, 90, 100, 120 in 2.25-2.29 (v2.25.1; through 2.29 assumed); nil from 2.30,
 	// whose gate is min >= 70 (reference §5). Not in §14.
 	LL128CompCaps []int
 	// EnvPerFunction (2.24+, reference §14 and §7): NCCL_ALGO/NCCL_PROTO take per-function

@@ -2,6 +2,7 @@ package capabilities
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -16,22 +17,16 @@ type Mask struct {
 // Legal reports whether the cell is enabled.
 func (m *Mask) Legal(c Coll, a Algo, p Proto) bool { return m.Reason[c][a][p] == "" }
 
-// Enabled resolves §5 for a topology. Env values that do not parse are errors naming the variable,
-// its source and the bad token.
-func Enabled(t *Topology) (Mask, error) {
+// Enabled resolves §5 for a topology as NCCL 2.30.7 does. Env values that do not parse are errors
+// naming the variable, its source and the bad token.
+func Enabled(t *Topology) (Mask, error) { return EnabledFor(t, Legality{}) }
+
+// EnabledFor is Enabled with an older release's enable rules l (reference §14).
+func EnabledFor(t *Topology, l Legality) (Mask, error) {
 	var m Mask
-	algoM, protoM := DefaultAlgoMatrix(), DefaultProtoMatrix()
-	if s := t.Env.Algo; s.IsSet() {
-		var err error
-		if algoM, err = ParseAlgoEnv(s.Value); err != nil {
-			return m, fmt.Errorf("%w (set by %s)", err, s.Source)
-		}
-	}
-	if s := t.Env.Proto; s.IsSet() {
-		var err error
-		if protoM, err = ParseProtoEnv(s.Value); err != nil {
-			return m, fmt.Errorf("%w (set by %s)", err, s.Source)
-		}
+	algoM, protoM, err := envMatrices(t, l)
+	if err != nil {
+		return m, err
 	}
 	c2c, err := EnvInt(t.Env.LL128C2C, "NCCL_LL128_C2C", 1)
 	if err != nil {
@@ -50,7 +45,10 @@ func Enabled(t *Topology) (Mask, error) {
 				case protoM[c][p] == 0:
 					why = fmt.Sprintf("disabled by NCCL_PROTO=%q (%s)", t.Env.Proto.Value, t.Env.Proto.Source)
 				case protoM[c][p] == 2 && p == LL128:
-					why = ll128Gate(t, c, a, c2c != 0)
+					why = ll128GateFor(t, c, a, c2c != 0, l.LL128SameCompCap)
+					if why == "" && l.LL128CompCaps != nil && !slices.Contains(l.LL128CompCaps, t.MinCompCap) {
+						why = fmt.Sprintf("LL128 auto gate: compute capability %d is not one of %v (this release's list)", t.MinCompCap, l.LL128CompCaps)
+					}
 				}
 				m.Reason[c][a][p] = why
 			}
@@ -82,6 +80,12 @@ func forcedDisable(t *Topology, a Algo) string {
 
 // ll128Gate is the LL128 auto rule of §5; it returns "" when LL128 stays on.
 func ll128Gate(t *Topology, c Coll, a Algo, c2c bool) string {
+	return ll128GateFor(t, c, a, c2c, false)
+}
+
+// ll128GateFor is ll128Gate; sameCC is the rule of 2.29 and older: mixed compute capabilities
+// never pass.
+func ll128GateFor(t *Topology, c Coll, a Algo, c2c, sameCC bool) string {
 	g := t.Graphs.For(a)
 	maxInter := PathPXB
 	if c2c && t.MinCompCap >= 90 {
@@ -92,6 +96,8 @@ func ll128Gate(t *Topology, c Coll, a Algo, c2c bool) string {
 		return fmt.Sprintf("LL128 auto gate: type_inter %s > %s", g.TypeInter, maxInter)
 	case g.TypeIntra > PathNVB:
 		return fmt.Sprintf("LL128 auto gate: type_intra %s > NVB", g.TypeIntra)
+	case t.MinCompCap != t.MaxCompCap && sameCC:
+		return fmt.Sprintf("LL128 auto gate: mixed compute capabilities %d..%d (NCCL 2.29 and older need min == max)", t.MinCompCap, t.MaxCompCap)
 	case t.MinCompCap != t.MaxCompCap && t.MinCompCap < 90:
 		return fmt.Sprintf("LL128 auto gate: mixed compute capabilities %d..%d below 90", t.MinCompCap, t.MaxCompCap)
 	case t.MinCompCap < 70:

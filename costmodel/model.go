@@ -66,16 +66,28 @@ type Table struct {
 
 	NNodes, NRanks, CommNChannels, MinCompCap int
 	CPUArch                                   capabilities.CPUArch
+	// Release is the NCCL release whose model built the table (Latest when built by Build).
+	Release Release
+	// latBatch is the release's latCount divisor for non-Ring algorithms (Rules.LatBatch); 0
+	// means MaxDevWorkBatchColls.
+	latBatch int
 }
 
-// Build runs NCCL's ncclTopoTuneModel (reference §2-§5) for topology t with constants k.
-// Env settings that do not parse are errors naming the variable.
+// Build runs NCCL's ncclTopoTuneModel (reference §2-§5) for topology t with constants k, as NCCL
+// 2.30.7 (Latest) builds it. Env settings that do not parse are errors naming the variable.
 func Build(t *capabilities.Topology, k *Constants) (*Table, error) {
+	return BuildFor(t, k, Release{})
+}
+
+// BuildFor is Build as release r's ncclTopoTuneModel builds the table: the rules of r.Rules()
+// (reference §14). The constants are the caller's: r.Constants() gives the release's defaults.
+func BuildFor(t *capabilities.Topology, k *Constants, r Release) (*Table, error) {
 	if err := t.Validate(); err != nil {
 		return nil, fmt.Errorf("costmodel: %w", err)
 	}
+	ru := r.Rules()
 	tb := &Table{NNodes: t.NNodes, NRanks: t.NRanks, CommNChannels: t.CommNChannels,
-		MinCompCap: t.MinCompCap, CPUArch: t.CPUArch}
+		MinCompCap: t.MinCompCap, CPUArch: t.CPUArch, Release: ru.Release, latBatch: ru.LatBatch}
 	if err := tb.setThreads(t); err != nil {
 		return nil, fmt.Errorf("costmodel: %w", err)
 	}
@@ -95,7 +107,7 @@ func Build(t *capabilities.Topology, k *Constants) (*Table, error) {
 		kp.HWLat[HWPCI][Tree][Simple] = kp.HWLat[HWPCI][Ring][Simple]
 		k = &kp
 	}
-	mask, err := capabilities.Enabled(t)
+	mask, err := capabilities.EnabledFor(t, ru.Legality())
 	if err != nil {
 		return nil, fmt.Errorf("costmodel: %w", err)
 	}
@@ -110,12 +122,12 @@ func Build(t *capabilities.Topology, k *Constants) (*Table, error) {
 	for c := Coll(0); c < NumColls; c++ {
 		for a := Algo(0); a < NumAlgos; a++ {
 			for p := Proto(0); p < NumProtos; p++ {
-				if why := modelSkip(t, c, a, p, patOn, patWhy); why != "" {
+				if why := modelSkip(t, &ru, c, a, p, patOn, patWhy); why != "" {
 					tb.Reason[c][a][p] = why
 					continue
 				}
-				bw, why := busBandwidth(t, k, c, a, p)
-				tb.Lat[c][a][p] = latency(t, k, c, a, p, netOvh)
+				bw, why := busBandwidth(t, &ru, k, c, a, p)
+				tb.Lat[c][a][p] = latency(t, &ru, k, c, a, p, netOvh)
 				if why == "" && !mask.Legal(c, a, p) {
 					bw, why = 0, mask.Reason[c][a][p]
 				}
@@ -145,7 +157,7 @@ func nSteps(c Coll, n int) int {
 }
 
 // modelSkip returns why NCCL's model loop skips a cell (bandwidth and latency stay 0), or "".
-func modelSkip(t *capabilities.Topology, c Coll, a Algo, p Proto, patOn bool, patWhy string) string {
+func modelSkip(t *capabilities.Topology, ru *Rules, c Coll, a Algo, p Proto, patOn bool, patWhy string) string {
 	switch c {
 	case Broadcast, Reduce:
 		if a != Ring {
@@ -163,6 +175,9 @@ func modelSkip(t *capabilities.Topology, c Coll, a Algo, p Proto, patOn bool, pa
 	if (a == NVLS || a == NVLSTree || a == PAT) && p != Simple {
 		return fmt.Sprintf("not modelled: %s is Simple only", a)
 	}
+	if a == PAT && ru.PAT == 0 {
+		return fmt.Sprintf("not modelled: NCCL %s has no PAT (added in 2.23)", ru.Release)
+	}
 	if a == PAT && !patOn {
 		return patWhy
 	}
@@ -175,11 +190,17 @@ func modelSkip(t *capabilities.Topology, c Coll, a Algo, p Proto, patOn bool, pa
 // f32 rounds a double to NCCL's float storage.
 func f32(x float64) float32 { return float32(x) }
 
+// compCapIndex is reference §0's compCapIndex, capped at the release's last ceiling row
+// (Rules.MaxCompCapIndex: Blackwell reads the Hopper row before 2.27).
+func compCapIndex(t *capabilities.Topology, ru *Rules) int {
+	return min(t.CompCapIndex(), ru.MaxCompCapIndex)
+}
+
 // index1 is reference §0's llMaxBws row: compCapIndex on one node, else 1 for AMD or mixed CPUs and
 // 0 otherwise.
-func index1(t *capabilities.Topology) int {
+func index1(t *capabilities.Topology, ru *Rules) int {
 	if t.NNodes == 1 {
-		return t.CompCapIndex()
+		return compCapIndex(t, ru)
 	}
 	if t.CPUVendor == capabilities.VendorAMD || t.CPUVendor == capabilities.VendorMixed {
 		return 1
@@ -189,19 +210,28 @@ func index1(t *capabilities.Topology) int {
 
 // busBandwidth is reference §2 for one modelled cell: per-channel bandwidth, busBw = nCh*bw, the
 // refinements in NCCL's order, then the busBw -> algBw ratio. A non-empty string says why the
-// result is 0 (the CollNet rules of steps 8 and 10).
-func busBandwidth(t *capabilities.Topology, k *Constants, c Coll, a Algo, p Proto) (float32, string) {
+// result is 0 (the CollNet rules of steps 8 and 10). The release rules ru change the Ring LL and
+// LL128 factors, the NVLS model and the PAT factor (reference §14).
+func busBandwidth(t *capabilities.Topology, ru *Rules, k *Constants, c Coll, a Algo, p Proto) (float32, string) {
 	g := t.Graphs.For(a)
-	cc, sc := t.CompCapIndex(), t.ScaleIndex()
+	cc, sc := compCapIndex(t, ru), t.ScaleIndex()
 	nCh := g.NChannels
 	ppn := float32(t.NRanks) / float32(t.NNodes)
-	llMaxBw := k.LLMaxBws[index1(t)][sc]
+	llMaxBw := k.LLMaxBws[index1(t, ru)][sc]
 
 	bw := f32(g.BwInter)
 	if t.NNodes <= 2 || a == CollNetDirect || a == CollNetChain {
 		bw = f32(g.BwIntra)
 	}
-	if a == NVLS || a == NVLSTree {
+	if (a == NVLS || a == NVLSTree) && ru.NVLSBeforeEfficiency {
+		// 2.19-2.27 (reference §14 "NVLS model"): min(bwIntra, bwInter), NVLSTree halving bwInter
+		// above 2 nodes; no NVLSTree ceiling.
+		inter := f32(g.BwInter)
+		if a == NVLSTree && t.NNodes > 2 {
+			inter /= 2
+		}
+		bw = min(f32(g.BwIntra), inter)
+	} else if a == NVLS || a == NVLSTree {
 		eff := nvlsEfficiency(cc)
 		if e := t.Emulated.NVLSEfficiency; e > 0 { // an emulated switch's own (capabilities.Emulation)
 			eff = e
@@ -226,10 +256,21 @@ func busBandwidth(t *capabilities.Topology, k *Constants, c Coll, a Algo, p Prot
 	fch := float64(nCh)
 
 	if a == Ring && p == LL {
-		busBw = f32(math.Min(llMaxBw, d()*0.5))
+		f := 0.5
+		if ru.RingLLQuarter { // <= 2.20 (reference §14 "Ring LL bw factor")
+			f = 1.0 / 3.0
+			if t.NNodes > 1 || c == AllReduce || c == Reduce {
+				f = 1.0 / 4.0
+			}
+		}
+		busBw = f32(math.Min(llMaxBw, d()*f))
 	}
 	if a == Ring && p == LL128 {
-		busBw = f32(math.Min(d()*0.92, fch*k.PerChMaxRingLL128Bws[cc][sc]))
+		f := 0.92
+		if ru.RingLL128LowPPN && ppn < 2 { // <= 2.22 (reference §14 "Ring LL128 factor")
+			f = 0.7
+		}
+		busBw = f32(math.Min(d()*f, fch*k.PerChMaxRingLL128Bws[cc][sc]))
 	}
 	if a == Tree && c == AllReduce {
 		busBw = f32(math.Min(d()*0.92, fch*k.PerChMaxTreeBws[cc][sc]))
@@ -248,7 +289,11 @@ func busBandwidth(t *capabilities.Topology, k *Constants, c Coll, a Algo, p Prot
 		busBw = f32(d() * 0.85)
 	}
 	if a == PAT {
-		busBw = f32(d() * 0.75)
+		f := 0.75
+		if ru.PAT == 1 { // 2.23 (reference §14 "PAT")
+			f = 0.85
+		}
+		busBw = f32(d() * f)
 	}
 	if (a == CollNetDirect || a == CollNetChain) && p != Simple {
 		return 0, fmt.Sprintf("%s is Simple only", a)
@@ -279,9 +324,16 @@ func busBandwidth(t *capabilities.Topology, k *Constants, c Coll, a Algo, p Prot
 			return 0, fmt.Sprintf("local ranks %d exceed CollNet heads %d", t.MaxLocalRanks, t.CollNetHeadsNum)
 		}
 	}
-	if !(a != Ring && (c == AllGather || c == ReduceScatter)) {
+	skipRatio := a != Ring && (c == AllGather || c == ReduceScatter)
+	if ru.NVLSGatherRatio { // <= 2.22: only CollNetDirect AllGather/ReduceScatter keep busBw
+		skipRatio = a == CollNetDirect && (c == AllGather || c == ReduceScatter)
+	}
+	if !skipRatio {
 		var ratio float32 = 0.5
-		if a == Ring || a == NVLS || a == NVLSTree {
+		switch {
+		case (a == NVLS || a == NVLSTree) && ru.NVLSBeforeEfficiency:
+			ratio = f32(5.0 / 6.0) // 2.19-2.27 (reference §14 "NVLS model")
+		case a == Ring || a == NVLS || a == NVLSTree:
 			ratio = f32(float64(t.NRanks) / float64(nSteps(c, t.NRanks)))
 		}
 		busBw *= ratio
@@ -289,8 +341,9 @@ func busBandwidth(t *capabilities.Topology, k *Constants, c Coll, a Algo, p Prot
 	return busBw, ""
 }
 
-// latency is reference §3 for one modelled cell.
-func latency(t *capabilities.Topology, k *Constants, c Coll, a Algo, p Proto, netOvh float64) float32 {
+// latency is reference §3 for one modelled cell. The release's constants carry its latency
+// deltas; the rules ru only change how 2.23 assigns PAT's (reference §14 "PAT").
+func latency(t *capabilities.Topology, ru *Rules, k *Constants, c Coll, a Algo, p Proto, netOvh float64) float32 {
 	g := t.Graphs.For(a)
 	intraHw := HWPCI
 	if g.TypeIntra == capabilities.PathNVL {
@@ -303,7 +356,7 @@ func latency(t *capabilities.Topology, k *Constants, c Coll, a Algo, p Proto, ne
 	lat := f32(k.BaseLat[a][p])
 	intraLat := f32(k.HWLat[intraHw][a][p])
 	interLat := f32(k.HWLat[HWNet][a][p])
-	if t.NRanks == t.NNodes { // ppn == 1: Tree's NET latency for every algorithm
+	if t.NRanks == t.NNodes && ru.InterLatPPN1Tree { // ppn == 1: Tree's NET latency for every algorithm (2.23+)
 		interLat = f32(k.HWLat[HWNet][Tree][p])
 	}
 	interLat += f32(g.LatencyInter)
@@ -336,6 +389,9 @@ func latency(t *capabilities.Topology, k *Constants, c Coll, a Algo, p Proto, ne
 			nInter = t.NNodes - 1
 			if c == AllReduce {
 				nInter = 2 * (t.NNodes - 1)
+				if ru.RingInterAllNodes { // <= 2.22: 2*nNodes
+					nInter = 2 * t.NNodes
+				}
 			}
 		}
 		return lat + (float32(nsteps-nInter)*intraLat + float32(nInter)*interLat)
@@ -353,6 +409,9 @@ func latency(t *capabilities.Topology, k *Constants, c Coll, a Algo, p Proto, ne
 	case NVLSTree:
 		return lat + (intraLat + 2*depth*interLat)
 	default: // PAT
+		if ru.PAT < 3 { // 2.23-2.27 assign 8 + ..., whatever the base latency
+			lat = 8
+		}
 		return f32(float64(lat) + float64(depth)*(float64(interLat)/3.5) + float64(t.NRanks)*2.8)
 	}
 }

@@ -13,7 +13,8 @@ import (
 //
 // where lat and bw are the table's cell, factor is the caller's bandwidth correction for this size
 // (NCCL's treeCorrectionFactor; see package correction), latCount is pipeOps for Ring and
-// ceil(pipeOps/8) otherwise (NCCL_MAX_DEV_WORK_BATCH_COLLS = 8), and multi-node Ring/Simple
+// ceil(pipeOps/8) otherwise (NCCL_MAX_DEV_WORK_BATCH_COLLS = 8; 9, NCCL_MAX_WORK_ELEMENTS, for a
+// table built for NCCL 2.21 or older: Rules.LatBatch), and multi-node Ring/Simple
 // AllReduce latency is multiplied by 1.4 (1.9 below sm_80) once nBytes/(commNChannels*nRanks) >= 64
 // (the ring plateau). A cell with bandwidth 0 costs -1, as in NCCL. Arithmetic is float32 as in
 // NCCL; a NaN bandwidth gives NaN, which no argmin accepts.
@@ -32,8 +33,12 @@ func (tb *Table) Time(c Coll, a Algo, p Proto, nBytes int64, pipeOps int, factor
 		}
 	}
 	latCount := pipeOps
-	if a != Ring {
-		latCount = (pipeOps + MaxDevWorkBatchColls - 1) / MaxDevWorkBatchColls
+	if a != Ring && pipeOps > 1 { // ceil(1/b) = 1 for any batch b
+		if b := tb.latBatch; b > 0 && b != MaxDevWorkBatchColls {
+			latCount = (pipeOps + b - 1) / b
+		} else {
+			latCount = (pipeOps + MaxDevWorkBatchColls - 1) / MaxDevWorkBatchColls
+		}
 	}
 	// The explicit conversions keep Go from fusing the multiply-add, as NCCL's x86 build does not.
 	return float32(lat*float32(latCount)) + float32(float32(nBytes)/float32(1000*bw))

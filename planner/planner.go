@@ -43,10 +43,15 @@ func (c Class) validate() error {
 
 // Config holds a planner's optional parts. Zero values take NCCL's defaults.
 type Config struct {
-	Constants *costmodel.Constants // nil: costmodel.DefaultConstants()
-	Factors   *correction.Factors  // nil: correction.Default(topology)
-	Tuner     Tuner                // nil: no edits
-	Buffers   Buffers              // zero: NCCL's buffer sizes
+	// Release is the NCCL release whose model prices the menu (costmodel.Rules); the zero value is
+	// costmodel.Latest (2.30.7).
+	Release   costmodel.Release
+	Constants *costmodel.Constants // nil: Release.Constants() (costmodel.DefaultConstants() for 2.30.7)
+	// Factors nil: correction.Default(topology). Either way, a release before 2.29 drops NCCL's
+	// NVLSTree rows (correction.Factors.ForRelease).
+	Factors *correction.Factors
+	Tuner   Tuner   // nil: no edits
+	Buffers Buffers // zero: NCCL's buffer sizes
 	// Cells replace cells' latency and bandwidth after the model is built (a fitted node table's
 	// [[fit.cell]]). A cell the model left unusable for this topology and env (a filter or env pin
 	// such as NCCL_ALGO, the communicator's shape, one rank) is not applied: it stays unusable and
@@ -144,10 +149,10 @@ type Planner struct {
 func New(t *capabilities.Topology, cfg Config) (*Planner, error) {
 	k := cfg.Constants
 	if k == nil {
-		d := costmodel.DefaultConstants()
+		d := cfg.Release.Constants()
 		k = &d
 	}
-	table, err := costmodel.Build(t, k)
+	table, err := costmodel.BuildFor(t, k, cfg.Release)
 	if err != nil {
 		return nil, fmt.Errorf("planner: %w", err)
 	}
@@ -159,6 +164,7 @@ func New(t *capabilities.Topology, cfg Config) (*Planner, error) {
 	if f == nil {
 		f = correction.Default(t)
 	}
+	f = f.ForRelease(cfg.Release)
 	b := cfg.Buffers.WithDefaults()
 	if err := b.validate(); err != nil {
 		return nil, fmt.Errorf("planner: %w", err)

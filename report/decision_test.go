@@ -22,7 +22,7 @@ func TestDecisionAppendJSON(t *testing.T) {
 
 	for i := 0; i < 500; i++ {
 		a := Decision{Pick: Pick{Query: Query{Topology: s(), NNodes: r.IntN(5000), NRanks: r.IntN(1 << 20), Coll: s(), Bytes: r.Int64(),
-			Op: s(), Dtype: s(), PipeOps: r.IntN(9), RegBuff: r.IntN(2) == 0},
+			Op: s(), Dtype: s(), PipeOps: r.IntN(9), RegBuff: r.IntN(2) == 0, NCCL: s()},
 			Algo: s(), Proto: s(), TimeUS: F32(times[r.IntN(len(times))] * r.Float32()), Forced: r.IntN(2) == 0,
 			ForcedBy: s(), Channels: r.IntN(64) - 1, Threads: r.IntN(1024), Warps: r.IntN(32), ChunkBytes: r.Int64() - r.Int64(),
 			SliceBytes: r.Int64N(1 << 40)}, Tuner: s(), TunerNote: s(), Policy: s()}

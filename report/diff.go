@@ -15,8 +15,8 @@ import (
 )
 
 // Side is one side of a diff: a node table (Spec: Node, Table or Loaded, with its fabric, ranks
-// per node, filters and overlay choice; Nodes is set per node count) and its tuner (nil: none).
-// Label names it in the report.
+// per node, filters, overlay choice and NCCL release, Spec.Release, whose model prices it; Nodes
+// is set per node count) and its tuner (nil: none). Label names it in the report.
 type Side struct {
 	Spec  Spec
 	Tuner *plugin.Client
@@ -35,8 +35,12 @@ type DiffOptions struct {
 // Diff is where two sides' picks differ: per collective and node count, the size bands where
 // they do, with both picks and the predicted time ratio.
 type Diff struct {
-	A        string    `json:"a"`
-	B        string    `json:"b"`
+	A string `json:"a"`
+	B string `json:"b"`
+	// NCCLA and NCCLB are the NCCL releases whose models price each side (planner diff --nccl
+	// and --to); "" when the side's Spec gives none (2.30.7).
+	NCCLA    string    `json:"nccl_a,omitempty"`
+	NCCLB    string    `json:"nccl_b,omitempty"`
 	Dtype    string    `json:"dtype"`
 	Op       string    `json:"op"`
 	PipeOps  int       `json:"pipe_ops"`
@@ -134,7 +138,7 @@ func (sa *sideAt) compile(ctx context.Context, cls planner.Class) (*compiled, er
 // class a side cannot plan at a node count is a row with Error.
 func NewDiff(ctx context.Context, a, b Side, opt DiffOptions) (*Diff, error) {
 	d := &Diff{A: a.Label, B: b.Label, Dtype: opt.Class.Dtype.String(), Op: opt.Class.Op.String(), PipeOps: opt.Class.PipeOps,
-		Min: opt.Min, Max: opt.Max, Rows: []DiffRow{}}
+		Min: opt.Min, Max: opt.Max, Rows: []DiffRow{}, NCCLA: releaseName(a.Spec.Release), NCCLB: releaseName(b.Spec.Release)}
 	for _, n := range opt.NodeCounts {
 		sa, err := a.at(ctx, n)
 		if err != nil {
@@ -210,6 +214,14 @@ func diffBands(a, b *compiled, lo, hi int64) []DiffBand {
 		bd.RatioHi = ratio(a, b, bd.Hi)
 	}
 	return out
+}
+
+// releaseName is r as the diff names it: "" for the zero value.
+func releaseName(r costmodel.Release) string {
+	if r.IsZero() {
+		return ""
+	}
+	return r.String()
 }
 
 func cellName(a costmodel.Algo, p costmodel.Proto) string { return a.String() + "/" + p.String() }

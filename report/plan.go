@@ -61,6 +61,9 @@ type Query struct {
 	Dtype    string `json:"dtype"`
 	PipeOps  int    `json:"pipe_ops"`
 	RegBuff  bool   `json:"reg_buff"`
+	// NCCL is the NCCL release whose model priced the plan (planner explain --nccl), "" when
+	// none was given (2.30.7).
+	NCCL string `json:"nccl,omitempty"`
 }
 
 // Pick is what a plan and a decision both begin with: the query, the chosen cell and its time,
@@ -84,7 +87,7 @@ type Pick struct {
 func newPick(su *Setup, cls *planner.Class, nBytes int64, d planner.Decision, t float32, f planner.Forcing) Pick {
 	return Pick{Query: Query{Topology: su.Source, NNodes: su.Topo.NNodes, NRanks: su.Topo.NRanks,
 		Coll: cls.Coll.String(), Bytes: nBytes, Op: cls.Op.String(), Dtype: cls.Dtype.String(),
-		PipeOps: cls.PipeOps, RegBuff: cls.RegBuff},
+		PipeOps: cls.PipeOps, RegBuff: cls.RegBuff, NCCL: su.ReleaseName()},
 		Algo: d.Algo.String(), Proto: d.Proto.String(), TimeUS: F32(t),
 		Forced: f != planner.NotForced, ForcedBy: ForcedBy(f),
 		Channels: d.Channels, Threads: d.Threads, Warps: d.Threads / 32, ChunkBytes: d.ChunkBytes, SliceBytes: d.SliceBytes}
@@ -228,6 +231,9 @@ func (p *Plan) WriteText(w io.Writer) error {
 	q := p.Query
 	fmt.Fprintf(w, "%s of %d bytes (%s), %s %s, pipe ops %d, on %s (%s, %d ranks)\n",
 		q.Coll, q.Bytes, bytesize.Format(q.Bytes), q.Dtype, q.Op, q.PipeOps, q.Topology, Plural(q.NNodes, "node"), q.NRanks)
+	if q.NCCL != "" {
+		fmt.Fprintf(w, "   priced by NCCL %s's model (docs/releases.md)\n", q.NCCL)
+	}
 	fmt.Fprintf(w, "-> %s/%s  %s us%s  channels %d  threads %d (%d warps)  chunk %d B  slice %d B\n",
 		p.Algo, p.Proto, num(p.TimeUS, false), ForcedNote(p.forcing), p.Channels, p.Threads, p.Warps, p.ChunkBytes, p.SliceBytes)
 	fmt.Fprintf(w, "   tuner: %s", p.Tuner)

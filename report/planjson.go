@@ -190,6 +190,10 @@ func (q *Query) appendFields(w *indented) {
 	w.int(int64(q.PipeOps))
 	w.key("reg_buff")
 	w.bool(q.RegBuff)
+	if q.NCCL != "" {
+		w.key("nccl")
+		w.str(q.NCCL)
+	}
 	w.close('}')
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/node"
 	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/plugin"
@@ -34,6 +35,9 @@ type Spec struct {
 	GPUsPerNodeGiven bool
 	Algo, Proto      string
 	NoOverlay        bool
+	// Release is the NCCL release whose model prices (planner explain --nccl); the zero value is
+	// costmodel.Latest, and the outputs name a release only when one is given.
+	Release costmodel.Release
 }
 
 // FieldError is bad input in one field of a Spec. Field is the planner command's flag name
@@ -63,6 +67,8 @@ type Setup struct {
 	NoOverlay bool           // Node is the table alone, without its fitted overlay
 	Fabric    *tables.Fabric // composed into Node (tables.WithFabric); nil when none
 	Assumed   Assumed
+	// Release is Spec.Release: the NCCL release whose model prices (zero: costmodel.Latest).
+	Release costmodel.Release
 }
 
 // Assumed is what a topology built from a node table took for granted: its ranks per node and
@@ -175,6 +181,7 @@ func Build(sp Spec, lookupEnv func(string) (string, bool)) (*Setup, error) {
 		s.Estimated = usedEstimates(s.Node.Estimated(), capabilities.NodeScaleKey(sp.Nodes))
 	}
 	s.Assumed = assume(s, sp.GPUsPerNode)
+	s.Release = sp.Release
 	var flags capabilities.Env
 	if sp.Algo != "" {
 		flags.Algo = capabilities.Setting{Value: sp.Algo, Source: capabilities.SourceFlag}
@@ -188,6 +195,15 @@ func Build(sp Spec, lookupEnv func(string) (string, bool)) (*Setup, error) {
 	}
 	s.Topo.Env = flags
 	return s, nil
+}
+
+// ReleaseName is the NCCL release the outputs name: "" when none was given (2.30.7, by default),
+// else its version ("2.26.2", "master").
+func (s *Setup) ReleaseName() string {
+	if s.Release.IsZero() {
+		return ""
+	}
+	return s.Release.String()
 }
 
 // NoEnv is the environment of the service: no variable is set.
@@ -268,6 +284,8 @@ func DescribeOverlay(ov *planner.Overlay, embedded bool) string {
 // Planner builds the planner over the topology, with what the node table implies
 // (node.PlannerConfig: its constants, corrections and fitted cells at this node count) and the
 // tuner plugin when one is given (its Init may replace the model; see plugin.Client.Planner).
+// With a Release, the model is that release's (planner.Config.Release): its default constants,
+// with the node table's [constants] applied over them.
 func (s *Setup) Planner(ctx context.Context, tuner *plugin.Client) (*planner.Planner, error) {
 	var cfg planner.Config
 	if s.Node != nil {
@@ -275,6 +293,14 @@ func (s *Setup) Planner(ctx context.Context, tuner *plugin.Client) (*planner.Pla
 		if cfg, err = node.PlannerConfig(s.Node, &s.Topo); err != nil {
 			return nil, err
 		}
+	}
+	cfg.Release = s.Release
+	if !s.Release.IsZero() && s.Node != nil && s.Node.Constants != nil {
+		k := s.Release.Constants()
+		if err := k.Apply(s.Node.Constants); err != nil {
+			return nil, fmt.Errorf("node: %s: %w", s.Node.File, err)
+		}
+		cfg.Constants = &k
 	}
 	if tuner != nil {
 		return tuner.Planner(ctx, &s.Topo, cfg)

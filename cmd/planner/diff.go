@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/internal/bytesize"
 	"github.com/collplan/collplan/internal/configfile"
 	"github.com/collplan/collplan/plugin"
@@ -48,11 +49,35 @@ func runDiff(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	algo := fs.String("algo", "", "NCCL_ALGO filter for both sides")
 	proto := fs.String("proto", "", "NCCL_PROTO filter for both sides")
 	asJSON := fs.Bool("json", false, "print the diff as one JSON object (the answer of POST /v1/diff)")
+	node := fs.String("node", "", "the node table of both sides (an embedded NAME or a FILE.toml), for an upgrade check: the same as --a")
+	ncclA := fs.String("nccl", "", "side A priced by this NCCL release's model ("+costmodel.SupportedReleases+"; default 2.30.7)")
+	ncclB := fs.String("to", "", "side B priced by this NCCL release's model (default 2.30.7): planner diff --nccl 2.28 --to 2.30 --node h100 is the upgrade check")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if *node != "" {
+		if a.table != "" || b.table != "" {
+			return usagef("--node names the table of both sides: give it or --a/--b, not both")
+		}
+		a.table = *node
+	}
 	if a.table == "" {
-		return usagef("--a is required")
+		return usagef("--a (or --node) is required")
+	}
+	var rels [2]costmodel.Release
+	var err error
+	if rels[0], err = parseRelease("--nccl", *ncclA); err != nil {
+		return err
+	}
+	if rels[1], err = parseRelease("--to", *ncclB); err != nil {
+		return err
+	}
+	if *ncclA != "" || *ncclB != "" { // a release diff names both sides' releases
+		for i := range rels {
+			if rels[i].IsZero() {
+				rels[i] = costmodel.Latest
+			}
+		}
 	}
 	if b.table == "" {
 		b.table = a.table
@@ -88,8 +113,11 @@ func runDiff(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			openTuners.add(tc)
 			name += " under tuner " + tc.Name()
 		}
+		if !rels[i].IsZero() {
+			name += " (NCCL " + rels[i].String() + ")"
+		}
 		sides[i] = report.Side{Spec: report.Spec{Node: n.Name, Loaded: n, GPUsPerNode: *gpn, GPUsPerNodeGiven: *gpn != 0,
-			Algo: *algo, Proto: *proto}, Tuner: tc, Label: name}
+			Algo: *algo, Proto: *proto, Release: rels[i]}, Tuner: tc, Label: name}
 	}
 	if *nodes != "" {
 		if opt.NodeCounts, err = intList("--nodes", *nodes); err != nil {

@@ -54,6 +54,9 @@ func runMap(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stdout, "overlay: %s\n", line)
 	}
 	fmt.Fprintf(stdout, "assumed: %s\n", s.AssumedLine())
+	if rel := s.ReleaseName(); rel != "" {
+		fmt.Fprintf(stdout, "nccl: priced by NCCL %s's model (docs/releases.md)\n", rel)
+	}
 	if name, note := pr.Tuner(); name != "" {
 		fmt.Fprintf(stdout, "tuner: %s\n", strings.TrimSpace(name+" "+note))
 	}

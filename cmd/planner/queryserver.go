@@ -126,6 +126,9 @@ func serverTemplate(c *command) (service.Query, error) {
 	default:
 		q.Topology = strings.TrimSuffix(filepath.Base(tf.topology), ".toml")
 	}
+	if tf.nccl != "" {
+		return q, usagef("--server: --nccl %s: the service prices NCCL 2.30.7's model only; plan offline (without --server) for another release", tf.nccl)
+	}
 	sp := tf.spec(c.fs)
 	if sp.NodesGiven {
 		n := tf.nodes

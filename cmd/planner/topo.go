@@ -9,6 +9,7 @@ import (
 	"os"
 
 	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/internal/bytesize"
 	"github.com/collplan/collplan/internal/outpath"
 	"github.com/collplan/collplan/planner"
@@ -24,6 +25,7 @@ type topoFlags struct {
 	nodes, gpn            int
 	algo, proto           string
 	noOverlay             bool
+	nccl                  string
 	tuner                 tunerFlags
 }
 
@@ -37,6 +39,7 @@ func (f *topoFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.algo, "algo", "", "NCCL_ALGO filter; wins over the topology's [env] and the process environment")
 	fs.StringVar(&f.proto, "proto", "", "NCCL_PROTO filter; wins over the topology's [env] and the process environment")
 	fs.BoolVar(&f.noOverlay, "no-overlay", false, "with --node or --table: plan with the node table alone, without its fitted overlay NAME.fit.toml")
+	fs.StringVar(&f.nccl, "nccl", "", "price as this NCCL release's model does: "+costmodel.SupportedReleases+" (default 2.30.7; docs/releases.md)")
 	f.tuner.register(fs)
 }
 
@@ -61,7 +64,12 @@ func (f *topoFlags) spec(fs *flag.FlagSet) report.Spec {
 // build resolves the topology (report.Build: a topology file, or a node table at --nodes; then env
 // from the process, overridden by the file's [env], overridden by --algo/--proto) and the tuner.
 func (f *topoFlags) build(fs *flag.FlagSet) (*setup, error) {
-	rs, err := report.Build(f.spec(fs), os.LookupEnv)
+	sp := f.spec(fs)
+	var err error
+	if sp.Release, err = parseRelease("--nccl", f.nccl); err != nil {
+		return nil, err
+	}
+	rs, err := report.Build(sp, os.LookupEnv)
 	if err != nil {
 		return nil, usageError{err}
 	}
@@ -130,6 +138,19 @@ func parseClass(coll, op, dtype string, pipeOps int, regBuff bool) (planner.Clas
 	}
 	cls.PipeOps, cls.RegBuff = pipeOps, regBuff
 	return cls, nil
+}
+
+// parseRelease parses the NCCL release flag name ("" is the zero value: 2.30.7, not named in the
+// outputs); an unknown or unsupported release is a usage error naming the flag and the range.
+func parseRelease(name, s string) (costmodel.Release, error) {
+	if s == "" {
+		return costmodel.Release{}, nil
+	}
+	r, err := costmodel.ParseRelease(s)
+	if err != nil {
+		return r, usagef("%s: %v", name, err)
+	}
+	return r, nil
 }
 
 func parseBytes(name, s string) (int64, error) {

@@ -20,6 +20,11 @@ why it is not legal. --json prints the same as one JSON object (README.md lists 
 It says what it assumed: the gpus per node and where they came from (the table's gpus_per_node,
 or --gpus-per-node N, which builds the table's topology with N ranks per node) and the [scale.N]
 whose graphs it used ("graphs: scale 4 stands in for 4096 nodes (no [scale.4096])").
+--nccl RELEASE prices as that NCCL release's model does (2.19 .. 2.30 or master; a bare 2.N is
+that minor's tag, 2.28 is 2.28.3; docs/releases.md lists what changes per release): its
+constants and rules, with the node table's own constants, corrections and fitted cells over them.
+The text and JSON outputs then name the release ("nccl" in the query); without it the model is
+2.30.7's and nothing is named. query and map take the same flag.
 `,
 	"query": `usage: planner query (--node NAME | --table FILE | --topology FILE) [flags] < QUERIES
 
@@ -87,6 +92,7 @@ pipelined ops (rows split by them; an unknown count is priced as 1) but not its 
 communicator's ranks and nodes must be the topology's.
 `,
 	"diff": `usage: planner diff --a TABLE [--b TABLE] [--a-overlay FILE] [--b-no-overlay] [--a-tuner T] [--b-tuner T] [flags]
+       planner diff --nccl RELEASE [--to RELEASE] --node TABLE [--nodes N,...] [flags]
 
 Compares two node tables (an embedded NAME or a FILE.toml each), a table with and without its
 fitted overlay or with another overlay (--a-overlay FILE), or one table under two tuners (--b
@@ -94,6 +100,12 @@ defaults to --a): for every collective (--coll) and node count (--nodes; default
 and the tables' scales), the size bands of [--min, --max] where the two picks differ, both picks,
 and the predicted time ratio B/A at each band's ends (each side's own model: below 1, B expects to
 be faster). A tuner that fails is an error. --json prints the answer of POST /v1/diff.
+
+The upgrade check: --nccl A --to B prices side A with NCCL release A's model and side B with B's
+(2.19 .. 2.30 or master; an absent one is 2.30.7; --node TABLE names the table of both sides), so
+the bands are where an NCCL upgrade changes the pick, e.g. planner diff --nccl 2.28 --to 2.30
+--node h100 --nodes 4. The labels and --json's nccl_a/nccl_b name the releases; docs/releases.md
+lists what changes per release.
 `,
 	"serve": `usage: planner serve [--listen ADDR] [--topology FILE]... [--tuner NAME]... [flags]
 

@@ -74,7 +74,7 @@ func exitCode(stderr io.Writer, err error) int {
 }
 
 // doc is the head of -h, above the flags.
-const doc = `usage: calibrate --node NAME (--sweeps DIR|MANIFEST|FILE | --run [--quick] | --check DIR) [flags]
+const doc = `usage: calibrate --node NAME (--sweeps DIR|MANIFEST|FILE | --dumps DIR|FILE | --run [--quick] | --check DIR) [flags]
        calibrate list SWEEPS [--json]     (what the fit reads of SWEEPS, row by row; list -h)
        calibrate nccl-log LOG [--json] [--topology-out FILE] [--check-decisions]  (nccl-log -h)
 
@@ -87,6 +87,11 @@ a cell is swept where the prior finds it legal and the engine runs it at the run
 4), NVLS_TREE on 2+ nodes of 2+ (--np 4 --gpus-per-node 2), PAT at one rank per node
 (--gpus-per-node 1), CollNetDirect and CollNetChain AllReduce on 2+ nodes (collbench starts
 the aggregation endpoint); collbench pins each by NCCL_ALGO's name;
+--dumps reads the profiler dumps of collplan's NCCL plugin (docs/profile-dump.md; a *.jsonl file or
+a directory of them, alone or beside --sweeps): each (collective, cell, size) a job ran is a point
+of the cell NCCL ran, at its median measured time (the kernel channels' GPU span), so a training
+job's own collectives calibrate the next job's table; the dumps fix the fit's shape (their nodes
+and ranks), and every dump must be of that one shape.
 --check DIR evaluates the overlay at --out against the sweeps in DIR without refitting. Output
 paths (--out, --svg, --sweeps-out) are checked before any work.
 
@@ -128,6 +133,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	node := fs.String("node", "", "node table: an embedded name (h200) or a TOML file")
 	sweeps := fs.String("sweeps", "", "directory of sweeps (with an optional sweeps.toml), a manifest (*.toml) or one sweep file")
+	dumps := fs.String("dumps", "", "profiler dumps of collplan's NCCL plugin (one *.jsonl, or a directory of them; docs/profile-dump.md): every collective a job ran, a point of the cell NCCL ran; alone or beside --sweeps")
 	nodes := fs.Int("nodes", 0, "node count of the sweeps (default: what the sweeps say)")
 	gpnFlag := fs.Int("gpus-per-node", 0, "ranks per node to fit at: the topology is built with N ranks per node (default: the table's gpus_per_node; a sweep of another shape is an error)")
 	topoFile := fs.String("topology", "", "topology file (planner --topology's, e.g. from nccl-log --topology-out) to fit on instead of the one --node's table gives; --node still names the table the overlay is for")
@@ -193,12 +199,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return usagef("--quick, --np, --sweeps-out, --collbench, --transport, --colls, --min, --max, --factor, --iters, --warmup and --repeat need --run")
 	case *doRun && *sweeps != "":
 		return usagef("--run measures its own sweeps; drop --sweeps")
+	case *dumps != "" && (*doRun || *check != ""):
+		return usagef("--dumps is fitted; --run and --check measure or evaluate sweeps: drop one")
 	case !*doRun && *force:
 		return usagef("--force is for --run (measuring a GPU node table with the CPU engine)")
 	case *check != "" && *sweeps != "":
 		return usagef("--check DIR names the sweeps to evaluate; drop --sweeps")
-	case !*doRun && *sweeps == "" && *check == "":
-		return usagef("--sweeps is required (or --run, or --check DIR)")
+	case !*doRun && *sweeps == "" && *check == "" && *dumps == "":
+		return usagef("--sweeps is required (or --dumps, --run, or --check DIR)")
 	case *doRun && *check != "" && set["sweeps-out"]:
 		return usagef("with --run --check DIR the sweeps go to DIR; drop --sweeps-out")
 	case *holdout < 0 || *holdout == 1:
@@ -330,12 +338,45 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *check != "" {
 		*sweeps = *check
 	}
-	sw, probs, err := calibrate.LoadSweeps(*sweeps)
-	if err != nil {
-		return usageError{err}
+	var sw []*calibrate.Sweep
+	if *sweeps != "" {
+		var probs []calibrate.Problem
+		if sw, probs, err = calibrate.LoadSweeps(*sweeps); err != nil {
+			return usageError{err}
+		}
+		for _, p := range probs {
+			fmt.Fprintln(stderr, "calibrate: warning:", p.Error())
+		}
 	}
-	for _, p := range probs {
-		fmt.Fprintln(stderr, "calibrate: warning:", p.Error())
+	var dumpPts []calibrate.Point
+	if *dumps != "" {
+		ds, err := loadDumps(*dumps)
+		if err != nil {
+			return err
+		}
+		dn, drpn, err := dumpShape(ds)
+		if err != nil {
+			return err
+		}
+		switch {
+		case *nodes != 0 && *nodes != dn:
+			return usagef("--dumps %s: the communicator ran on %d nodes, not --nodes %d", dumpNames(ds), dn, *nodes)
+		case len(sweepNodeCounts(sw)) > 1 || (len(sw) > 0 && sweepNodeCounts(sw)[0] != dn):
+			return usagef("--dumps ran on %d nodes and the sweeps on %s: fit one node count at a time (--nodes)", dn, joinInts(sweepNodeCounts(sw)))
+		case *topoFile == "" && !set["gpus-per-node"] && n.Node.GPUsPerNode != drpn:
+			return usagef("--dumps %s: %d ranks per node, the table's gpus_per_node is %d: give --gpus-per-node %d", dumpNames(ds), drpn, n.Node.GPUsPerNode, drpn)
+		case set["gpus-per-node"] && *gpnFlag != drpn:
+			return usagef("--dumps %s: %d ranks per node, not --gpus-per-node %d", dumpNames(ds), drpn, *gpnFlag)
+		}
+		*nodes = dn
+		var warn []string
+		dumpPts, warn = dumpPoints(ds)
+		for _, w := range warn {
+			fmt.Fprintln(stderr, "calibrate: warning:", w)
+		}
+		if *sweeps == "" {
+			*sweeps = *dumps // names the input in messages
+		}
 	}
 	var fileTopo *capabilities.Topology
 	if *topoFile != "" {
@@ -433,6 +474,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, p := range skipped {
 		fmt.Fprintln(stderr, "calibrate: warning:", p.Error())
 	}
+	pts = append(pts, dumpPts...)
 	if len(pts) == 0 {
 		return usagef("%s: no valid measured point to fit at %d nodes", *sweeps, *nodes)
 	}

@@ -24,7 +24,7 @@ func (p *Plan) AppendJSON(b []byte) []byte {
 		slices.Sort(keys)
 		for _, k := range keys {
 			s := p.Env[k]
-			w.key(k)
+			w.mapKey(k)
 			w.open('{')
 			w.key("value")
 			w.str(s.Value)
@@ -241,9 +241,24 @@ func (w *indented) elem() {
 	w.newline()
 }
 
+// key starts a member named k, one of this file's constant names: plain ASCII that JSON writes
+// as is (mapKey escapes a name that comes from data).
 func (w *indented) key(k string) {
 	w.elem()
+	w.b = append(w.b, '"')
+	w.b = append(w.b, k...)
+	w.b = append(w.b, '"')
+	w.colon()
+}
+
+// mapKey starts a member whose name comes from data (a map key), escaped as encoding/json does.
+func (w *indented) mapKey(k string) {
+	w.elem()
 	w.b = appendString(w.b, k)
+	w.colon()
+}
+
+func (w *indented) colon() {
 	if w.compact {
 		w.b = append(w.b, ':')
 	} else {

@@ -141,7 +141,8 @@ func (p *Plan) AppendJSON(b []byte) []byte {
 	return append(w.b, '\n')
 }
 
-// appendFields writes the members of a Pick into the open object of w.
+// appendFields writes the members of a Pick into the open object of w (Decision.AppendJSON writes
+// the same members compact, by hand).
 func (p *Pick) appendFields(w *indented) {
 	w.key("query")
 	p.Query.appendFields(w)
@@ -198,19 +199,14 @@ func (q *Query) appendFields(w *indented) {
 }
 
 // indented writes JSON as encoding/json indents it with prefix "" and indent "  ": each member or
-// element on its own line, an empty object or array as {} or []; compact, as json.Marshal writes
-// it.
+// element on its own line, an empty object or array as {} or [].
 type indented struct {
-	b       []byte
-	compact bool
-	depth   int
-	count   [8]int // members written so far at each open level
+	b     []byte
+	depth int
+	count [8]int // members written so far at each open level
 }
 
 func (w *indented) newline() {
-	if w.compact {
-		return
-	}
 	w.b = append(w.b, '\n')
 	for i := 0; i < w.depth; i++ {
 		w.b = append(w.b, "  "...)
@@ -258,13 +254,7 @@ func (w *indented) mapKey(k string) {
 	w.colon()
 }
 
-func (w *indented) colon() {
-	if w.compact {
-		w.b = append(w.b, ':')
-	} else {
-		w.b = append(w.b, ": "...)
-	}
-}
+func (w *indented) colon() { w.b = append(w.b, ": "...) }
 
 func (w *indented) str(s string) { w.b = appendString(w.b, s) }
 func (w *indented) int(v int64)  { w.b = strconv.AppendInt(w.b, v, 10) }

@@ -854,6 +854,10 @@ func TestShimBench(t *testing.T) {
 	t.Log(strings.TrimSpace(hot))
 	out := run(t, cleanEnv("COLLPLAN_TUNER_TABLE="+table), b.harness, "bench", b.so, file, "2000000")
 	t.Log(strings.TrimSpace(out))
+	// The exploration path (COLLPLAN_EXPLORE, off by default): the hot set at 5 %.
+	explore := run(t, cleanEnv("COLLPLAN_TUNER_TABLE="+table, "HARNESS_BENCH_CASES=256", "COLLPLAN_EXPLORE=0.05"),
+		b.harness, "bench", b.so, file, "2000000")
+	t.Log("COLLPLAN_EXPLORE=0.05: " + strings.TrimSpace(explore))
 	m := nsPerCall.FindStringSubmatch(out)
 	require.NotNil(t, m, "bench output")
 	ns, err := strconv.ParseFloat(m[1], 64)

@@ -11,7 +11,7 @@
  *   0.0; it always returns ncclSuccess and logs per decision only under NCCL_DEBUG=TRACE.
  * - COLLPLAN_EXPLORE=FRACTION (0 < FRACTION <= 0.05; off when unset or 0) sends every P-th call of
  *   a (class, interval) band, P = round(1 / FRACTION), to a runner-up legal plan, chosen by that
- *   band's call counter alone (explore_decision below), so that every rank decides alike.
+ *   band's call counter alone (explore_step below), so that every rank decides alike.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -153,10 +153,13 @@ typedef struct {
   atomic_uint once;       /* ONCE_* warnings already logged */
   /* Exploration (COLLPLAN_EXPLORE), allocated at init on a matched block only; period 0 = off.
    * The counters are plain integers, with no lock or atomic: NCCL calls getCollInfo for one
-   * communicator from one thread at a time (docs/usage/threadsafety.rst: "it is not allowed to
-   * issue NCCL operations to a single communicator in parallel with multiple threads"; for grouped
-   * operations "only one thread issues all the operations in the group"; the calls come from
-   * topoGetAlgoInfo while that group's tasks are prepared). */
+   * communicator from one thread at a time. Its user guide (Thread Safety,
+   * https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/usage/threadsafety.html) forbids
+   * issuing operations to one communicator from several threads in parallel, and a group's
+   * operations must all come from one thread; getCollInfo runs in topoGetAlgoInfo
+   * (src/enqueue.cc) while that group's tasks are prepared, one group job per communicator at a
+   * time. ncclGroupSimulateEnd takes the same path: a job that calls it must call it on every rank
+   * alike, or the ranks' counters part. */
   double fraction;
   uint64_t period;
   uint64_t* bandCalls;  /* one per interval of every class of the block: getCollInfo calls seen */
@@ -262,27 +265,36 @@ static void ctx_free(cp_ctx* c) {
 static cp_ctx* ctx_init_table(int abi, uint64_t commId, size_t nRanks, size_t nNodes, ncclDebugLogger_t log,
                               const ncclNvlDomainInfo_v5_t* nvl, ncclTunerConstants_v5_t* constants);
 
-/* The tuner's init: *out is the context (NULL passes through), or NULL with an error returned. */
+/* The tuner's init: *out is the context (NULL passes through), or NULL with an error returned.
+ * NCCL checks the result (NCCLCHECK around comm->tuner->init in src/init.cc's initTransportsRank
+ * at 2.28; ncclTuningInit on master), so an error fails the communicator's init. */
 static ncclResult_t ctx_init(int abi, uint64_t commId, size_t nRanks, size_t nNodes, ncclDebugLogger_t log,
                              const ncclNvlDomainInfo_v5_t* nvl, ncclTunerConstants_v5_t* constants, void** out) {
   *out = NULL;
   double fraction;
   if (explore_setting(log, &fraction) != 0) return ncclInvalidUsage;
   cp_ctx* c = ctx_init_table(abi, commId, nRanks, nNodes, log, nvl, constants);
+  if (c == NULL && fraction != 0.0) return ncclSystemError; /* out of memory (logged): see below */
   if (c == NULL || c->block == NULL || fraction == 0.0) {
     *out = c;
     return ncclSuccess;
   }
+  double p = 1.0 / fraction + 0.5; /* round half up: 1 / fraction >= 20 */
+  if (!(p < 4294967296.0)) {        /* P >= 2^32: not one exploration in 4 billion calls of a band */
+    LOGF(c, NCCL_LOG_INFO, "collplan: COLLPLAN_EXPLORE=%g gives a period of 2^32 calls or more: nothing to explore",
+         fraction);
+    *out = c;
+    return ncclSuccess;
+  }
   /* Every rank must explore alike: a rank that could not count would pick differently from the
-   * others, so a failed allocation fails init rather than passing through. */
+   * others, so with exploration on a failed allocation fails init rather than passing through. */
   if (explore_alloc(c) != 0) {
     LOGF(c, NCCL_LOG_WARN, "collplan: out of memory for the COLLPLAN_EXPLORE counters: init fails");
     ctx_free(c);
     return ncclSystemError;
   }
-  double p = 1.0 / fraction;
   c->fraction = fraction;
-  c->period = p >= 0x1p62 ? (uint64_t)1 << 62 : (uint64_t)(p + 0.5) /* round half up; p > 0 */;
+  c->period = (uint64_t)p;
   LOGF(c, NCCL_LOG_INFO,
        "collplan: COLLPLAN_EXPLORE=%g: call c of each (collective, numPipeOps, size interval) with c %% %llu == %llu "
        "takes a runner-up legal plan",
@@ -407,7 +419,10 @@ static ncclResult_t ctx_finalize(void* ctx) {
     uint32_t span = c->block->p1 - c->block->p0 + 1;
     for (uint32_t i = 0; i < c->nClasses; i++) {
       uint64_t n = 0;
-      for (uint32_t j = 0; j < c->block->classes[i].n; j++) n += c->bandCalls[c->classBase[i] + j];
+      for (uint32_t j = 0; j < c->block->classes[i].n; j++) {
+        uint64_t st = c->bandCalls[c->classBase[i] + j];
+        n += (st >> 32) * c->period + (uint32_t)st;
+      }
       calls += n;
       explored += c->explored[i];
       if (n != 0)
@@ -453,14 +468,26 @@ static const uint8_t* ctx_plans(cp_ctx* c, ncclFunc_t collType, size_t nBytes, i
  * legal in NCCL's cost table for this call (inside numAlgo x numProto, cell not IGNORE), in rank
  * order. If c % P == P - 1 and R >= 2 the call takes L[1 + (c / P) % (R - 1)], else L[0] (the
  * table's pick). Nothing else (time, random numbers, thread ids) enters: every rank issues the same
- * collectives in the same order, so every rank's counters, and decisions, agree. */
-static __attribute__((noinline)) void explore_decision(cp_ctx* c, ncclFunc_t collType, size_t nBytes,
-                                                       int numPipeOps, const cp_class* cls, float* table,
-                                                       int numAlgo, int numProto, int* nChannels) {
+ * collectives in the same order, so every rank's counters, and decisions, agree.
+ *
+ * A band's counter is kept as (c / P) << 32 | (c % P), so that a call needs no division (P < 2^32,
+ * see ctx_init); the high half wraps after 2^32 explorations of one band, alike on every rank.
+ * Returns the interval's plan slots for the caller to force the first legal one, or NULL when this
+ * call explored (the cell is forced already). */
+static __attribute__((noinline)) const uint8_t* explore_step(cp_ctx* c, ncclFunc_t collType, size_t nBytes,
+                                                             int numPipeOps, const cp_class* cls, float* table,
+                                                             int numAlgo, int numProto, int* nChannels) {
   uint32_t ci = (uint32_t)(cls - c->block->classes);
   uint32_t interval = cp_class_interval(c->table, cls, (uint64_t)nBytes);
   const uint8_t* plans = c->table->data + cls->plansOff + (size_t)interval * c->table->k * CP_PLAN_BYTES;
-  uint64_t n = c->bandCalls[c->classBase[ci] + interval]++;
+  uint64_t* band = &c->bandCalls[c->classBase[ci] + interval];
+  uint64_t st = *band;
+  if ((uint32_t)st != c->period - 1) {
+    *band = st + 1;
+    return plans;
+  }
+  uint32_t cycle = (uint32_t)(st >> 32); /* c / P */
+  *band = (uint64_t)(cycle + 1u) << 32;
   unsigned legal[CP_MAX_K], r = 0;
   for (unsigned s = 0; s < c->table->k; s++) {
     cp_plan p = cp_plan_at(plans + (size_t)s * CP_PLAN_BYTES);
@@ -469,25 +496,17 @@ static __attribute__((noinline)) void explore_decision(cp_ctx* c, ncclFunc_t col
     if (!(table[(size_t)p.algo * (size_t)numProto + p.proto] >= 0.0f)) continue; /* IGNORE */
     legal[r++] = s;
   }
-  if (r == 0) {
-    if (c->trace)
-      LOGF(c, NCCL_LOG_TRACE, "collplan: %s nBytes %zu numPipeOps %d: every ranked plan is IGNORE, NCCL decides",
-           kCollNames[collType], nBytes, numPipeOps);
-    return;
-  }
-  unsigned pick = 0;
-  if (r >= 2 && n % c->period == c->period - 1) {
-    pick = 1 + (unsigned)((n / c->period) % (r - 1));
-    c->explored[ci]++;
-  }
-  unsigned s = legal[pick];
+  if (r < 2) return plans; /* nothing to explore: the pick (or none) */
+  unsigned s = legal[1 + cycle % (r - 1)];
+  c->explored[ci]++;
   cp_plan p = cp_plan_at(plans + (size_t)s * CP_PLAN_BYTES);
   table[(size_t)p.algo * (size_t)numProto + p.proto] = 0.0f;
   if (p.channels != 0 && nChannels != NULL) *nChannels = (int)p.channels;
   if (c->trace)
-    LOGF(c, NCCL_LOG_TRACE, "collplan: %s nBytes %zu numPipeOps %d -> %s/%s (rank %u), nChannels %u%s",
-         kCollNames[collType], nBytes, numPipeOps, kAlgoNames[p.algo], kProtoNames[p.proto], s + 1, p.channels,
-         pick ? ", exploring (COLLPLAN_EXPLORE)" : "");
+    LOGF(c, NCCL_LOG_TRACE,
+         "collplan: %s nBytes %zu numPipeOps %d -> %s/%s (rank %u), nChannels %u, exploring (COLLPLAN_EXPLORE)",
+         kCollNames[collType], nBytes, numPipeOps, kAlgoNames[p.algo], kProtoNames[p.proto], s + 1, p.channels);
+  return NULL;
 }
 
 static ncclResult_t cost_table_info(void* ctx, ncclFunc_t collType, size_t nBytes, int numPipeOps,
@@ -509,11 +528,13 @@ static ncclResult_t cost_table_info(void* ctx, ncclFunc_t collType, size_t nByte
     return ncclSuccess;
   }
   float* table = (float*)collCostTable; /* NCCL's float[numAlgo][numProto], not row pointers */
-  if (c->period != 0) {
-    explore_decision(c, collType, nBytes, numPipeOps, cls, table, numAlgo, numProto, nChannels);
-    return ncclSuccess;
+  const uint8_t* plans;
+  if (c->period == 0) {
+    plans = cp_class_plans(c->table, cls, (uint64_t)nBytes);
+  } else {
+    plans = explore_step(c, collType, nBytes, numPipeOps, cls, table, numAlgo, numProto, nChannels);
+    if (plans == NULL) return ncclSuccess; /* explored */
   }
-  const uint8_t* plans = cp_class_plans(c->table, cls, (uint64_t)nBytes);
   for (unsigned s = 0; s < c->table->k; s++) {
     cp_plan p = cp_plan_at(plans + (size_t)s * CP_PLAN_BYTES);
     if (p.algo == CP_NO_PLAN) break;

@@ -943,3 +943,22 @@ func TestShimChunkSizeClamp(t *testing.T) {
 	out := run(t, cleanEnv("COLLPLAN_TUNER_TABLE="+table, "HARNESS_V7=1"), b.harness, "cases", b.soV7, file)
 	t.Log(strings.TrimSpace(out))
 }
+
+// TestProfilerBlankSetting: a profiler setting of blanks only converts nothing, so it is refused like
+// any other value that is not a number (init returns ncclInvalidUsage, 5, and stderr names the
+// variable), not read as 0 (COLLPLAN_PROFILE_FLUSH_S=0 means "no period", a silent default).
+func TestProfilerBlankSetting(t *testing.T) {
+	b := shim(t)
+	dir := t.TempDir()
+	for _, kv := range []string{"COLLPLAN_PROFILE_FLUSH_S= ", "COLLPLAN_PROFILE_MAX_MB=\t", "COLLPLAN_PROFILE_RING=  "} {
+		k, v, _ := strings.Cut(kv, "=")
+		cmd := exec.Command(b.profHarness, "init", b.so, "6")
+		cmd.Env = cleanEnv("COLLPLAN_PROFILE_DIR="+dir, kv)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		require.NoError(t, err, "%s\n%s", out, stderr.String())
+		assert.Contains(t, string(out), "init rc=5", kv)
+		assert.Contains(t, stderr.String(), fmt.Sprintf("%s=\"%s\" is not a number >= 0", k, v))
+	}
+}

@@ -854,6 +854,10 @@ func TestShimBench(t *testing.T) {
 	t.Log(strings.TrimSpace(hot))
 	out := run(t, cleanEnv("COLLPLAN_TUNER_TABLE="+table), b.harness, "bench", b.so, file, "2000000")
 	t.Log(strings.TrimSpace(out))
+	// The exploration path (COLLPLAN_EXPLORE, off by default): the hot set at 5 %.
+	explore := run(t, cleanEnv("COLLPLAN_TUNER_TABLE="+table, "HARNESS_BENCH_CASES=256", "COLLPLAN_EXPLORE=0.05"),
+		b.harness, "bench", b.so, file, "2000000")
+	t.Log("COLLPLAN_EXPLORE=0.05: " + strings.TrimSpace(explore))
 	m := nsPerCall.FindStringSubmatch(out)
 	require.NotNil(t, m, "bench output")
 	ns, err := strconv.ParseFloat(m[1], 64)
@@ -938,4 +942,23 @@ func TestShimChunkSizeClamp(t *testing.T) {
 	file := cs.write(t, "chunks.cases", 1)
 	out := run(t, cleanEnv("COLLPLAN_TUNER_TABLE="+table, "HARNESS_V7=1"), b.harness, "cases", b.soV7, file)
 	t.Log(strings.TrimSpace(out))
+}
+
+// TestProfilerBlankSetting: a profiler setting of blanks only converts nothing, so it is refused like
+// any other value that is not a number (init returns ncclInvalidUsage, 5, and stderr names the
+// variable), not read as 0 (COLLPLAN_PROFILE_FLUSH_S=0 means "no period", a silent default).
+func TestProfilerBlankSetting(t *testing.T) {
+	b := shim(t)
+	dir := t.TempDir()
+	for _, kv := range []string{"COLLPLAN_PROFILE_FLUSH_S= ", "COLLPLAN_PROFILE_MAX_MB=\t", "COLLPLAN_PROFILE_RING=  "} {
+		k, v, _ := strings.Cut(kv, "=")
+		cmd := exec.Command(b.profHarness, "init", b.so, "6")
+		cmd.Env = cleanEnv("COLLPLAN_PROFILE_DIR="+dir, kv)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		require.NoError(t, err, "%s\n%s", out, stderr.String())
+		assert.Contains(t, string(out), "init rc=5", kv)
+		assert.Contains(t, stderr.String(), fmt.Sprintf("%s=\"%s\" is not a number >= 0", k, v))
+	}
 }

@@ -129,8 +129,9 @@ static int parse_nonneg(const char* name, double def, double* out) {
   char* end = NULL;
   errno = 0;
   double d = strtod(v, &end);
-  while (end != NULL && (*end == ' ' || *end == '\t')) end++;
-  if (end == v || end == NULL || *end != '\0' || errno == ERANGE || !isfinite(d) || d < 0) {
+  int converted = end != NULL && end != v; /* before skipping blanks: " " converts nothing */
+  while (converted && (*end == ' ' || *end == '\t')) end++;
+  if (!converted || *end != '\0' || errno == ERANGE || !isfinite(d) || d < 0) {
     fprintf(stderr, "collplan profiler: %s=\"%s\" is not a number >= 0: profiler disabled for this communicator\n",
             name, v);
     return -1;

@@ -5,9 +5,13 @@
  * - init reads the table named by COLLPLAN_TUNER_TABLE (else NCCL_TUNER_CONFIG_FILE) once per
  *   process and shares it between communicators through a refcounted cache (the only mutable
  *   global state, under a mutex), picks the block of the communicator's exact (nNodes, nRanks), and
- *   never fails: any problem is logged and the context passes through (NCCL's table untouched).
+ *   never fails because of the table: any problem with it is logged and the context passes through
+ *   (NCCL's table untouched). Init fails (ncclInvalidUsage) only on a bad COLLPLAN_EXPLORE.
  * - getCollInfo forces the first ranked plan whose cell NCCL did not mark IGNORE by setting it to
  *   0.0; it always returns ncclSuccess and logs per decision only under NCCL_DEBUG=TRACE.
+ * - COLLPLAN_EXPLORE=FRACTION (0 < FRACTION <= 0.05; off when unset or 0) sends every P-th call of
+ *   a (class, interval) band, P = round(1 / FRACTION), to a runner-up legal plan, chosen by that
+ *   band's call counter alone (explore_step below), so that every rank decides alike.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -147,6 +151,21 @@ typedef struct {
   const cp_table* table;  /* entry->table */
   const cp_block* block;  /* the matched block, NULL when passing through */
   atomic_uint once;       /* ONCE_* warnings already logged */
+  /* Exploration (COLLPLAN_EXPLORE), allocated at init on a matched block only; period 0 = off.
+   * The counters are plain integers, with no lock or atomic: NCCL calls getCollInfo for one
+   * communicator from one thread at a time. Its user guide (Thread Safety,
+   * https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/usage/threadsafety.html) forbids
+   * issuing operations to one communicator from several threads in parallel, and a group's
+   * operations must all come from one thread; getCollInfo runs in topoGetAlgoInfo
+   * (src/enqueue.cc) while that group's tasks are prepared, one group job per communicator at a
+   * time. ncclGroupSimulateEnd takes the same path: a job that calls it must call it on every rank
+   * alike, or the ranks' counters part. */
+  double fraction;
+  uint64_t period;
+  uint64_t* bandCalls;  /* one per interval of every class of the block: getCollInfo calls seen */
+  uint32_t* classBase;  /* per class of the block: index of its first interval in bandCalls */
+  uint64_t* explored;   /* per class: calls sent to a runner-up */
+  uint32_t nClasses;
 } cp_ctx;
 
 __attribute__((format(printf, 5, 6))) static void cp_log(ncclDebugLogger_t log, ncclDebugLogLevel level,
@@ -190,8 +209,102 @@ static void describe_blocks(const cp_table* t, char* buf, size_t len) {
   if (t->nBlocks == 0) snprintf(buf, len, "none");
 }
 
-static void* ctx_init(int abi, uint64_t commId, size_t nRanks, size_t nNodes, ncclDebugLogger_t log,
-                      const ncclNvlDomainInfo_v5_t* nvl, ncclTunerConstants_v5_t* constants) {
+#define CP_EXPLORE_MAX 0.05
+
+/* COLLPLAN_EXPLORE: 0 (off) when unset or empty; else a number in [0, CP_EXPLORE_MAX]. Returns -1
+ * (with a stderr line and a WARN naming the variable and the limit) for anything else. */
+static int explore_setting(ncclDebugLogger_t log, double* out) {
+  *out = 0;
+  const char* v = getenv("COLLPLAN_EXPLORE");
+  if (v == NULL || *v == '\0') return 0;
+  char* end = NULL;
+  errno = 0;
+  double d = strtod(v, &end);
+  int converted = end != NULL && end != v; /* before skipping blanks: " " converts nothing */
+  while (converted && (*end == ' ' || *end == '\t')) end++;
+  if (!converted || *end != '\0' || errno == ERANGE || !(d >= 0.0 && d <= CP_EXPLORE_MAX)) {
+    fprintf(stderr,
+            "collplan: COLLPLAN_EXPLORE=\"%s\" is not a fraction between 0 and %g (at most 5%% of the calls): the "
+            "tuner's init fails\n",
+            v, CP_EXPLORE_MAX);
+    cp_log(log, NCCL_LOG_WARN, __FILE__, __LINE__,
+           "collplan: COLLPLAN_EXPLORE=\"%s\" is not a fraction between 0 and %g: init fails", v, CP_EXPLORE_MAX);
+    return -1;
+  }
+  *out = d;
+  return 0;
+}
+
+/* Allocates the exploration counters of c's matched block: one uint64 per interval of each class. */
+static int explore_alloc(cp_ctx* c) {
+  const cp_block* b = c->block;
+  uint32_t n = CP_NUM_COLLS * (b->p1 - b->p0 + 1);
+  c->classBase = calloc(n, sizeof *c->classBase);
+  c->explored = calloc(n, sizeof *c->explored);
+  if (c->classBase == NULL || c->explored == NULL) return -1;
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    c->classBase[i] = (uint32_t)total;
+    total += b->classes[i].n;
+  }
+  if (total > UINT32_MAX) return -1;
+  c->bandCalls = calloc((size_t)total, sizeof *c->bandCalls);
+  if (c->bandCalls == NULL) return -1;
+  c->nClasses = n;
+  return 0;
+}
+
+static void ctx_free(cp_ctx* c) {
+  cache_release(c->entry);
+  free(c->bandCalls);
+  free(c->classBase);
+  free(c->explored);
+  free(c);
+}
+
+static cp_ctx* ctx_init_table(int abi, uint64_t commId, size_t nRanks, size_t nNodes, ncclDebugLogger_t log,
+                              const ncclNvlDomainInfo_v5_t* nvl, ncclTunerConstants_v5_t* constants);
+
+/* The tuner's init: *out is the context (NULL passes through), or NULL with an error returned.
+ * NCCL checks the result (NCCLCHECK around comm->tuner->init in src/init.cc's initTransportsRank
+ * at 2.28; ncclTuningInit on master), so an error fails the communicator's init. */
+static ncclResult_t ctx_init(int abi, uint64_t commId, size_t nRanks, size_t nNodes, ncclDebugLogger_t log,
+                             const ncclNvlDomainInfo_v5_t* nvl, ncclTunerConstants_v5_t* constants, void** out) {
+  *out = NULL;
+  double fraction;
+  if (explore_setting(log, &fraction) != 0) return ncclInvalidUsage;
+  cp_ctx* c = ctx_init_table(abi, commId, nRanks, nNodes, log, nvl, constants);
+  if (c == NULL && fraction != 0.0) return ncclSystemError; /* out of memory (logged): see below */
+  if (c == NULL || c->block == NULL || fraction == 0.0) {
+    *out = c;
+    return ncclSuccess;
+  }
+  double p = 1.0 / fraction + 0.5; /* round half up: 1 / fraction >= 20 */
+  if (!(p < 4294967296.0)) {        /* P >= 2^32: not one exploration in 4 billion calls of a band */
+    LOGF(c, NCCL_LOG_INFO, "collplan: COLLPLAN_EXPLORE=%g gives a period of 2^32 calls or more: nothing to explore",
+         fraction);
+    *out = c;
+    return ncclSuccess;
+  }
+  /* Every rank must explore alike: a rank that could not count would pick differently from the
+   * others, so with exploration on a failed allocation fails init rather than passing through. */
+  if (explore_alloc(c) != 0) {
+    LOGF(c, NCCL_LOG_WARN, "collplan: out of memory for the COLLPLAN_EXPLORE counters: init fails");
+    ctx_free(c);
+    return ncclSystemError;
+  }
+  c->fraction = fraction;
+  c->period = (uint64_t)p;
+  LOGF(c, NCCL_LOG_INFO,
+       "collplan: COLLPLAN_EXPLORE=%g: call c of each (collective, numPipeOps, size interval) with c %% %llu == %llu "
+       "takes a runner-up legal plan",
+       fraction, (unsigned long long)c->period, (unsigned long long)(c->period - 1));
+  *out = c;
+  return ncclSuccess;
+}
+
+static cp_ctx* ctx_init_table(int abi, uint64_t commId, size_t nRanks, size_t nNodes, ncclDebugLogger_t log,
+                              const ncclNvlDomainInfo_v5_t* nvl, ncclTunerConstants_v5_t* constants) {
   cp_ctx* c = calloc(1, sizeof *c);
   if (c == NULL) {
     cp_log(log, NCCL_LOG_WARN, __FILE__, __LINE__, "collplan: out of memory at init: passing through");
@@ -300,13 +413,31 @@ static void* ctx_init(int abi, uint64_t commId, size_t nRanks, size_t nNodes, nc
 static ncclResult_t ctx_finalize(void* ctx) {
   cp_ctx* c = ctx;
   if (c == NULL) return ncclSuccess;
-  cache_release(c->entry);
-  free(c);
+  if (c->period != 0 && c->log != NULL) {
+    /* The exploration counts (the profiler's dump records what ran, not that it was explored). */
+    uint64_t calls = 0, explored = 0;
+    uint32_t span = c->block->p1 - c->block->p0 + 1;
+    for (uint32_t i = 0; i < c->nClasses; i++) {
+      uint64_t n = 0;
+      for (uint32_t j = 0; j < c->block->classes[i].n; j++) {
+        uint64_t st = c->bandCalls[c->classBase[i] + j];
+        n += (st >> 32) * c->period + (uint32_t)st;
+      }
+      calls += n;
+      explored += c->explored[i];
+      if (n != 0)
+        LOGF(c, NCCL_LOG_INFO, "collplan: explored %s numPipeOps %u: %llu of %llu calls", kCollNames[i / span],
+             c->block->p0 + i % span, (unsigned long long)c->explored[i], (unsigned long long)n);
+    }
+    LOGF(c, NCCL_LOG_INFO, "collplan: explored %llu of %llu calls in all (COLLPLAN_EXPLORE=%g, period %llu)",
+         (unsigned long long)explored, (unsigned long long)calls, c->fraction, (unsigned long long)c->period);
+  }
+  ctx_free(c);
   return ncclSuccess;
 }
 
-/* The plan slots for a call, or NULL (pass through) with the reason logged as the rules say. */
-static const uint8_t* ctx_plans(cp_ctx* c, ncclFunc_t collType, size_t nBytes, int numPipeOps) {
+/* The class of a call, or NULL (pass through) with the reason logged as the rules say. */
+static const cp_class* ctx_class(cp_ctx* c, ncclFunc_t collType, int numPipeOps) {
   unsigned coll = (unsigned)collType;
   if (coll >= CP_NUM_COLLS) {
     LOG_ONCE(c, NCCL_LOG_INFO, ONCE_COLL,
@@ -322,7 +453,60 @@ static const uint8_t* ctx_plans(cp_ctx* c, ncclFunc_t collType, size_t nBytes, i
              numPipeOps, c->block->p0, c->block->p1);
     return NULL;
   }
-  return cp_class_plans(c->table, cls, (uint64_t)nBytes);
+  return cls;
+}
+
+/* The plan slots for a call, or NULL (pass through). */
+static const uint8_t* ctx_plans(cp_ctx* c, ncclFunc_t collType, size_t nBytes, int numPipeOps) {
+  const cp_class* cls = ctx_class(c, collType, numPipeOps);
+  return cls == NULL ? NULL : cp_class_plans(c->table, cls, (uint64_t)nBytes);
+}
+
+/* Exploration (COLLPLAN_EXPLORE), the deterministic rule. Let P = round(1 / FRACTION), c the
+ * number of earlier getCollInfo calls of this communicator in the call's band (its collective,
+ * numPipeOps and size interval of the table), and L[0..R-1] the interval's ranked plans that are
+ * legal in NCCL's cost table for this call (inside numAlgo x numProto, cell not IGNORE), in rank
+ * order. If c % P == P - 1 and R >= 2 the call takes L[1 + (c / P) % (R - 1)], else L[0] (the
+ * table's pick). Nothing else (time, random numbers, thread ids) enters: every rank issues the same
+ * collectives in the same order, so every rank's counters, and decisions, agree.
+ *
+ * A band's counter is kept as (c / P) << 32 | (c % P), so that a call needs no division (P < 2^32,
+ * see ctx_init); the high half wraps after 2^32 explorations of one band, alike on every rank.
+ * Returns the interval's plan slots for the caller to force the first legal one, or NULL when this
+ * call explored (the cell is forced already). */
+static __attribute__((noinline)) const uint8_t* explore_step(cp_ctx* c, ncclFunc_t collType, size_t nBytes,
+                                                             int numPipeOps, const cp_class* cls, float* table,
+                                                             int numAlgo, int numProto, int* nChannels) {
+  uint32_t ci = (uint32_t)(cls - c->block->classes);
+  uint32_t interval = cp_class_interval(c->table, cls, (uint64_t)nBytes);
+  const uint8_t* plans = c->table->data + cls->plansOff + (size_t)interval * c->table->k * CP_PLAN_BYTES;
+  uint64_t* band = &c->bandCalls[c->classBase[ci] + interval];
+  uint64_t st = *band;
+  if ((uint32_t)st != c->period - 1) {
+    *band = st + 1;
+    return plans;
+  }
+  uint32_t cycle = (uint32_t)(st >> 32); /* c / P */
+  *band = (uint64_t)(cycle + 1u) << 32;
+  unsigned legal[CP_MAX_K], r = 0;
+  for (unsigned s = 0; s < c->table->k; s++) {
+    cp_plan p = cp_plan_at(plans + (size_t)s * CP_PLAN_BYTES);
+    if (p.algo == CP_NO_PLAN) break;
+    if (p.algo >= (unsigned)numAlgo || p.proto >= (unsigned)numProto) continue;
+    if (!(table[(size_t)p.algo * (size_t)numProto + p.proto] >= 0.0f)) continue; /* IGNORE */
+    legal[r++] = s;
+  }
+  if (r < 2) return plans; /* nothing to explore: the pick (or none) */
+  unsigned s = legal[1 + cycle % (r - 1)];
+  c->explored[ci]++;
+  cp_plan p = cp_plan_at(plans + (size_t)s * CP_PLAN_BYTES);
+  table[(size_t)p.algo * (size_t)numProto + p.proto] = 0.0f;
+  if (p.channels != 0 && nChannels != NULL) *nChannels = (int)p.channels;
+  if (c->trace)
+    LOGF(c, NCCL_LOG_TRACE,
+         "collplan: %s nBytes %zu numPipeOps %d -> %s/%s (rank %u), nChannels %u, exploring (COLLPLAN_EXPLORE)",
+         kCollNames[collType], nBytes, numPipeOps, kAlgoNames[p.algo], kProtoNames[p.proto], s + 1, p.channels);
+  return NULL;
 }
 
 static ncclResult_t cost_table_info(void* ctx, ncclFunc_t collType, size_t nBytes, int numPipeOps,
@@ -336,14 +520,21 @@ static ncclResult_t cost_table_info(void* ctx, ncclFunc_t collType, size_t nByte
              numAlgo, numProto);
     return ncclSuccess;
   }
-  const uint8_t* plans = ctx_plans(c, collType, nBytes, numPipeOps);
-  if (plans == NULL) {
+  const cp_class* cls = ctx_class(c, collType, numPipeOps);
+  if (cls == NULL) {
     if (c->trace)
       LOGF(c, NCCL_LOG_TRACE, "collplan: coll %d nBytes %zu numPipeOps %d: pass through", (int)collType, nBytes,
            numPipeOps);
     return ncclSuccess;
   }
   float* table = (float*)collCostTable; /* NCCL's float[numAlgo][numProto], not row pointers */
+  const uint8_t* plans;
+  if (c->period == 0) {
+    plans = cp_class_plans(c->table, cls, (uint64_t)nBytes);
+  } else {
+    plans = explore_step(c, collType, nBytes, numPipeOps, cls, table, numAlgo, numProto, nChannels);
+    if (plans == NULL) return ncclSuccess; /* explored */
+  }
   for (unsigned s = 0; s < c->table->k; s++) {
     cp_plan p = cp_plan_at(plans + (size_t)s * CP_PLAN_BYTES);
     if (p.algo == CP_NO_PLAN) break;
@@ -366,14 +557,14 @@ static ncclResult_t cost_table_info(void* ctx, ncclFunc_t collType, size_t nByte
 /* ---- v6 / v5 ---- */
 static ncclResult_t init_v6(void** ctx, uint64_t commId, size_t nRanks, size_t nNodes, ncclDebugLogger_t log,
                             ncclNvlDomainInfo_v6_t* nvl, ncclTunerConstants_v6_t* constants) {
-  if (ctx != NULL) *ctx = ctx_init(6, commId, nRanks, nNodes, log, nvl, constants);
-  return ncclSuccess;
+  if (ctx == NULL) return ncclSuccess;
+  return ctx_init(6, commId, nRanks, nNodes, log, nvl, constants, ctx);
 }
 
 static ncclResult_t init_v5(void** ctx, uint64_t commId, size_t nRanks, size_t nNodes, ncclDebugLogger_t log,
                             ncclNvlDomainInfo_v5_t* nvl, ncclTunerConstants_v5_t* constants) {
-  if (ctx != NULL) *ctx = ctx_init(5, commId, nRanks, nNodes, log, nvl, constants);
-  return ncclSuccess;
+  if (ctx == NULL) return ncclSuccess;
+  return ctx_init(5, commId, nRanks, nNodes, log, nvl, constants, ctx);
 }
 
 static ncclResult_t get_coll_info_v5(void* ctx, ncclFunc_t collType, size_t nBytes, int numPipeOps,
@@ -448,32 +639,29 @@ static void constants_v5_to_v7(ncclTunerConstants_v7_t* d, const ncclTunerConsta
 static ncclResult_t init_v7(void** ctx, uint64_t commId, size_t nRanks, size_t nNodes, ncclDebugLogger_t log,
                             ncclNvlDomainInfo_v7_t* nvl, ncclTunerConstants_v7_t* constants) {
   if (ctx == NULL) return ncclSuccess;
-  if (constants == NULL) {
-    *ctx = ctx_init(7, commId, nRanks, nNodes, log, nvl, NULL);
-    return ncclSuccess;
-  }
+  if (constants == NULL) return ctx_init(7, commId, nRanks, nNodes, log, nvl, NULL, ctx);
   ncclTunerConstants_v5_t k5;
   constants_v7_to_v5(&k5, constants);
-  *ctx = ctx_init(7, commId, nRanks, nNodes, log, nvl, &k5);
-  constants_v5_to_v7(constants, &k5);
-  return ncclSuccess;
+  ncclResult_t res = ctx_init(7, commId, nRanks, nNodes, log, nvl, &k5, ctx);
+  if (res == ncclSuccess) constants_v5_to_v7(constants, &k5);
+  return res;
 }
 #endif
 
 /* ---- v4 / v3 / v2 (2.21 .. 2.27) ---- */
 static ncclResult_t init_v4(size_t nRanks, size_t nNodes, ncclDebugLogger_t log, void** ctx) {
-  if (ctx != NULL) *ctx = ctx_init(4, 0, nRanks, nNodes, log, NULL, NULL);
-  return ncclSuccess;
+  if (ctx == NULL) return ncclSuccess;
+  return ctx_init(4, 0, nRanks, nNodes, log, NULL, NULL, ctx);
 }
 
 static ncclResult_t init_v3(size_t nRanks, size_t nNodes, ncclDebugLogger_t log, void** ctx) {
-  if (ctx != NULL) *ctx = ctx_init(3, 0, nRanks, nNodes, log, NULL, NULL);
-  return ncclSuccess;
+  if (ctx == NULL) return ncclSuccess;
+  return ctx_init(3, 0, nRanks, nNodes, log, NULL, NULL, ctx);
 }
 
 static ncclResult_t init_v2(size_t nRanks, size_t nNodes, ncclDebugLogger_t log, void** ctx) {
-  if (ctx != NULL) *ctx = ctx_init(2, 0, nRanks, nNodes, log, NULL, NULL);
-  return ncclSuccess;
+  if (ctx == NULL) return ncclSuccess;
+  return ctx_init(2, 0, nRanks, nNodes, log, NULL, NULL, ctx);
 }
 
 static ncclResult_t get_coll_info_v3(void* ctx, ncclFunc_t collType, size_t nBytes, int numPipeOps,

@@ -8,6 +8,10 @@
  *   harness cycles  <so> <cases> <n>        n dlopen / init / calls / finalize / dlclose cycles
  *   harness bench   <so> <cases> <iters>    ns per v6 getCollInfo on the matched cases (the first
  *                                           HARNESS_BENCH_CASES of them when set)
+ *   harness ranks   <so> <cases> <n>        n "ranks" of one job: per ABI, n sets of communicators with
+ *                                           the same commIds, every case fed to each rank in turn;
+ *                                           besides each case's expectation, every rank must force the
+ *                                           same cell and nChannels as rank 0, call by call
  * HARNESS_STRIDE=n runs every n-th case (threads and cycles: each thread or cycle a different
  * n-th); HARNESS_VERBOSE=1 prints every log message. HARNESS_V7=1 requires the ncclTunerPlugin_v7
  * symbol (a `make shim TUNER_V7=1` build); otherwise the symbol must be absent.
@@ -15,6 +19,8 @@
  * Cases file, one directive per line ('#' comments):
  *   abis 2 3 4 5 6 [7]                      ABIs to drive (default 2..6)
  *   logger null                             pass a NULL logger to init
+ *   init-fails <code>                       every init must return code and leave a NULL context;
+ *                                           that communicator's cases are then skipped
  *   expect-log <text>                       some log message must contain text
  *   expect-count <n> <text>                 exactly n log messages contain text
  *   constants <144 doubles>                 v5/v6 init on a matched comm must write these
@@ -42,7 +48,7 @@
 
 #define MAX_CELLS 21
 #define MAX_COMMS 64
-#define MAX_EXPECT 8
+#define MAX_EXPECT 32
 #define NUM_CONSTANTS 144
 #define CANARIES 4
 #define MAX_MSGS 4096
@@ -82,6 +88,7 @@ typedef struct {
   int hasConstants;
   double constants[NUM_CONSTANTS];
   int nullLogger;
+  int initFails; /* 0: init must succeed */
 } suite;
 
 typedef struct {
@@ -199,6 +206,12 @@ static int load_suite(const char* path, suite* s) {
     }
     if (strcmp(kw, "logger") == 0) {
       s->nullLogger = 1;
+      continue;
+    }
+    if (strcmp(kw, "init-fails") == 0) {
+      long long v;
+      if (!parse_ll(&p, &v) || v <= 0 || v >= 8) goto syntax; /* an ncclResult_t error, 1..7 */
+      s->initFails = (int)v;
       continue;
     }
     if (strcmp(kw, "expect-log") == 0 || strcmp(kw, "expect-count") == 0) {
@@ -368,6 +381,7 @@ typedef struct {
   size_t nNodes, nRanks;
   void* ctx;
   int matched;
+  int failed; /* init failed as init-fails expects: no calls */
 } live;
 
 typedef struct {
@@ -380,6 +394,7 @@ typedef struct {
   int nLive;
   long errors;
   long calls, matchedCalls;
+  int lastCell, lastChannels; /* what the last cost case forced (-1: nothing) and nChannels after it */
 } runner;
 
 __attribute__((format(printf, 3, 4))) static void failf(runner* r, const tcase* c, const char* fmt, ...) {
@@ -431,7 +446,7 @@ static live* get_ctx(runner* r, const tcase* c) {
     double* kd = (double*)&k;
     for (int i = 0; i < NUM_CONSTANTS; i++) kd[i] = kSentinel;
     uint64_t commId = ((uint64_t)c->nNodes << 40) ^ ((uint64_t)c->nRanks << 8) ^ r->salt;
-    int wantConstants = r->s->hasConstants && l->matched;
+    int wantConstants = r->s->hasConstants && l->matched && r->s->initFails == 0; /* a failed init writes none */
     if (r->abi == 7) {
       ncclTunerConstants_v7_t k7;
       double* k7d = (double*)&k7;
@@ -459,6 +474,13 @@ static live* get_ctx(runner* r, const tcase* c) {
     }
   }
 inited:
+  if (r->s->initFails > 0) {
+    if ((int)res != r->s->initFails) failf(r, c, "init returned %d, want %d", (int)res, r->s->initFails);
+    if (ctx != NULL) failf(r, c, "a failed init left a context %p, want NULL", ctx);
+    l->ctx = NULL;
+    l->failed = 1;
+    return l;
+  }
   if (res != ncclSuccess) failf(r, c, "init returned %d", (int)res);
   if (ctx == (void*)&l || ctx == NULL) failf(r, c, "init left no context");
   l->ctx = ctx;
@@ -468,6 +490,7 @@ inited:
 static void finalize_all(runner* r) {
   for (int i = 0; i < r->nLive; i++) {
     ncclResult_t res;
+    if (r->comms[i].failed) continue; /* NCCL finalizes no context it did not get */
     switch (r->abi) {
       case 2: res = r->p->v2->destroy(r->comms[i].ctx); break;
       case 3: res = r->p->v3->destroy(r->comms[i].ctx); break;
@@ -528,6 +551,8 @@ static void run_cost_case(runner* r, live* l, const tcase* c) {
   if (got >= 0 && !(c->cost[got] >= 0.0f)) failf(r, c, "picked IGNORE cell %d (%g)", got, (double)c->cost[got]);
   /* A cell already at 0.0 that is forced again shows no change: accept it as the expected pick. */
   if (got < 0 && c->expCell >= 0 && c->cost[c->expCell] == 0.0f) got = c->expCell;
+  r->lastCell = got;
+  r->lastChannels = nChannels;
   if (got != c->expCell)
     failf(r, c, "forced cell %d (algo %d proto %d), want %d (algo %d proto %d)", got,
           got >= 0 ? got / c->numProto : -1, got >= 0 ? got % c->numProto : -1, c->expCell,
@@ -583,6 +608,7 @@ static long run_abi(const plugin* p, const suite* s, int abi, size_t stride, siz
     if (!want) continue;
     live* l = get_ctx(r, c);
     if (l == NULL) break;
+    if (l->failed) continue;
     if (c->kind == 'c') run_cost_case(r, l, c);
     else if (c->kind == '2') run_v2_case(r, l, c);
     else run_chunk_case(r, l, c);
@@ -710,6 +736,55 @@ static int mode_cycles(const char* so, const suite* s, int n, size_t stride) {
   return errors != 0;
 }
 
+/* n ranks of one job (the same commIds: the same salt), each with its own contexts, fed every cost
+ * case in turn: each call is checked against the case, and every rank's forced cell and nChannels
+ * against rank 0's. */
+static int mode_ranks(const char* so, const suite* s, int n) {
+  plugin p;
+  if (open_plugin(so, &p) != 0) return 1;
+  long errors = 0, calls = 0;
+  runner** rs = calloc((size_t)n, sizeof *rs);
+  if (rs == NULL) return 1;
+  for (int a = 0; a < s->nAbis; a++) {
+    int abi = s->abis[a];
+    if (abi < 3) continue; /* cost-table ABIs only */
+    if (abi == 7 && p.v7 == NULL) {
+      fprintf(stderr, "FAIL: the cases ask for ABI v7 but the plugin has no ncclTunerPlugin_v7\n");
+      errors++;
+      continue;
+    }
+    for (int k = 0; k < n; k++) {
+      rs[k] = calloc(1, sizeof *rs[k]);
+      if (rs[k] == NULL) return 1;
+      *rs[k] = (runner){.p = &p, .s = s, .abi = abi, .salt = 7};
+    }
+    for (size_t i = 0; i < s->n; i++) {
+      const tcase* c = &s->cases[i];
+      if (c->kind != 'c') continue;
+      for (int k = 0; k < n; k++) {
+        live* l = get_ctx(rs[k], c);
+        if (l == NULL) break;
+        if (l->failed) continue;
+        run_cost_case(rs[k], l, c);
+        calls++;
+        if (k > 0 && (rs[k]->lastCell != rs[0]->lastCell || rs[k]->lastChannels != rs[0]->lastChannels))
+          failf(rs[k], c, "rank %d forced cell %d nChannels %d, rank 0 cell %d nChannels %d", k, rs[k]->lastCell,
+                rs[k]->lastChannels, rs[0]->lastCell, rs[0]->lastChannels);
+      }
+    }
+    for (int k = 0; k < n; k++) {
+      finalize_all(rs[k]);
+      errors += rs[k]->errors;
+      free(rs[k]);
+    }
+  }
+  free(rs);
+  errors += check_expectations(s);
+  if (close_plugin(&p) != 0) errors++;
+  printf("ranks: %d ranks, %ld calls, %ld errors\n", n, calls, errors);
+  return errors != 0;
+}
+
 static double now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -806,7 +881,7 @@ static int mode_bench(const char* so, const suite* s, long iters) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: %s cases|threads|cycles|bench <plugin.so> <cases-file> [n]\n", argv[0]);
+    fprintf(stderr, "usage: %s cases|threads|cycles|bench|ranks <plugin.so> <cases-file> [n]\n", argv[0]);
     return 2;
   }
   const char* mode = argv[1];
@@ -821,6 +896,7 @@ int main(int argc, char** argv) {
   else if (strcmp(mode, "threads") == 0) rc = mode_threads(so, &s, n > 0 ? (int)n : 64, stride);
   else if (strcmp(mode, "cycles") == 0) rc = mode_cycles(so, &s, n > 0 ? (int)n : 100, stride);
   else if (strcmp(mode, "bench") == 0) rc = mode_bench(so, &s, n > 0 ? n : 2000000);
+  else if (strcmp(mode, "ranks") == 0) rc = mode_ranks(so, &s, n > 0 ? (int)n : 2);
   else {
     fprintf(stderr, "unknown mode %s\n", mode);
     rc = 2;

@@ -5,6 +5,7 @@ import (
 	"runtime"
 
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/kernels"
 )
 
@@ -180,10 +181,10 @@ func (c *Comm) closeCollNet() {
 // collNetWaits adjusts a CollNet call's waiter for the endpoint, one more process (or, when the
 // ranks are goroutines of one process, goroutine) that needs a core while the ranks wait for it:
 // rank processes yield the OS thread when they and the endpoint outnumber the cores, so the
-// endpoint gets one (wait.go: osYieldNeeded counts the ranks alone).
-func (c *Comm) collNetWaits(w *waiter) {
+// endpoint gets one (waiter.go: osYieldNeeded counts the ranks alone).
+func (c *Comm) collNetWaits(w *wire.Waiter) {
 	if _, inproc := c.tr.(rankTransport); !inproc && c.n+1 > runtime.NumCPU() {
-		w.osYield = true
+		w.OSYield = true
 	}
 }
 
@@ -230,7 +231,7 @@ func (c *Comm) withCollNetCause(err error) error {
 //	gather      as NVLS's
 
 // netBlocked is blocked for net-up and net-down of step s, the i-th of the call on this channel. A
-// wait for the endpoint names rank n, which the watchdog takes for the endpoint (wait.go).
+// wait for the endpoint names rank n, which the watchdog takes for the endpoint (wire's wait.go).
 func (wk *nvlsWorker) netBlocked(kind uint8, s uint64, i int, free uint64) int {
 	g, l := wk.g, wk.net
 	_, rem, share := wk.arStep(i)
@@ -240,12 +241,12 @@ func (wk *nvlsWorker) netBlocked(kind uint8, s uint64, i int, free uint64) int {
 			return m
 		}
 		if mine && !l.sendReady() {
-			return wk.w.c.n
+			return wk.comm.n
 		}
 		return -1
 	}
 	if mine && !l.recvReady() {
-		return wk.w.c.n
+		return wk.comm.n
 	}
 	return g.behind(g.done, free)
 }
@@ -279,10 +280,10 @@ func (wk *nvlsWorker) netAct(kind uint8, s uint64, nb int) {
 		wk.stats.RecvBytes += uint64(nb)
 		wk.stats.StBytes += uint64(nb)
 	}
-	storeRelease(g.reduced[g.me], s+1)
+	wire.StoreRelease(g.reduced[g.me], s+1)
 }
 
-func (wk *nvlsWorker) c() *Comm { return wk.w.c }
+func (wk *nvlsWorker) c() *Comm { return wk.comm }
 
 // protocolError records err as the connection's failure and aborts the communicator.
 func (l *cnLink) protocolError(err error) { l.fail(err) }
@@ -294,17 +295,17 @@ type cnChainRun struct {
 	cl             *call
 	lo, hi         int
 	link           *cnLink
-	fromKid, toKid *endpoint // nil in a node of one rank
+	fromKid, toKid *wire.Endpoint // nil in a node of one rank
 	netOp          kernels.Op
 }
 
 // collNetChainTasks sets up channel ch's CollNetChain for cl and appends its workers: the head
 // (the node's first rank) runs cnChainRun; every other rank runs Tree's reduce-up and
 // broadcast-down with its chain neighbours (the previous rank up, the next one down).
-func (c *Comm) collNetChainTasks(w *waiter, cl *call, ch, lo, hi int, tasks []*worker) ([]*worker, error) {
+func (c *Comm) collNetChainTasks(w *wire.Waiter, cl *call, ch, lo, hi int, tasks []*worker) ([]*worker, error) {
 	nlo, nhi := c.topo.nodeRanks(c.rank / c.topo.rpn)
-	var fromKids, toKids []*endpoint
-	var fromKid, toKid *endpoint
+	var fromKids, toKids []*wire.Endpoint
+	var fromKid, toKid *wire.Endpoint
 	if c.rank+1 < nhi {
 		var err error
 		if fromKid, err = c.endpoint(ch, c.rank+1, c.rank); err != nil {
@@ -313,7 +314,7 @@ func (c *Comm) collNetChainTasks(w *waiter, cl *call, ch, lo, hi int, tasks []*w
 		if toKid, err = c.endpoint(ch, c.rank, c.rank+1); err != nil {
 			return tasks, err
 		}
-		fromKids, toKids = []*endpoint{fromKid}, []*endpoint{toKid}
+		fromKids, toKids = []*wire.Endpoint{fromKid}, []*wire.Endpoint{toKid}
 	}
 	if c.rank == nlo {
 		link, err := c.collNetLink(ch, 0)
@@ -339,14 +340,14 @@ func (r *cnChainRun) run(w *worker) error {
 	steps := divUp(r.hi-r.lo, ce)
 	for up, down, i := 0, 0, 0; down < steps; {
 		moved := false
-		if up < steps && l.sendReady() && (r.fromKid == nil || r.fromKid.recvReady()) {
+		if up < steps && l.sendReady() && (r.fromKid == nil || r.fromKid.RecvReady()) {
 			e0 := r.lo + up*ce
 			nel := min(ce, r.hi-e0)
 			nb := nel * es
 			dst, in := l.payload(nb), span(cl.send, e0, nel, es)
 			if r.fromKid != nil {
-				w.red.Reduce(dst, r.fromKid.simpleSlotBytes(nb), in)
-				r.fromKid.release()
+				w.red.Reduce(dst, r.fromKid.SimpleSlotBytes(nb), in)
+				r.fromKid.Release()
 				w.stats.RecvBytes += uint64(nb)
 			} else {
 				w.red.Load(dst, in)
@@ -358,7 +359,7 @@ func (r *cnChainRun) run(w *worker) error {
 			up++
 			moved = true
 		}
-		if down < up && l.recvReady() && (r.toKid == nil || r.toKid.sendReady()) {
+		if down < up && l.recvReady() && (r.toKid == nil || r.toKid.SendReady()) {
 			e0 := r.lo + down*ce
 			nel := min(ce, r.hi-e0)
 			nb := nel * es
@@ -374,8 +375,8 @@ func (r *cnChainRun) run(w *worker) error {
 				l.release()
 				w.stats.RecvBytes += uint64(nb)
 				if r.toKid != nil {
-					copy(r.toKid.simpleSlotBytes(nb), out)
-					r.toKid.publishSimple()
+					copy(r.toKid.SimpleSlotBytes(nb), out)
+					r.toKid.PublishSimple()
 					w.stats.WireBytes += uint64(nb)
 					w.stats.PayloadBytes += uint64(nb)
 					w.stats.Steps++
@@ -388,11 +389,11 @@ func (r *cnChainRun) run(w *worker) error {
 			i = 0
 			continue
 		}
-		peer := w.c.n // the endpoint (wait.go's watchdog), unless the child's partial is what is missing
-		if r.fromKid != nil && up < steps && l.sendReady() && !r.fromKid.recvReady() {
-			peer = r.fromKid.peer
+		peer := w.c.n // the endpoint (wire's watchdog), unless the child's partial is what is missing
+		if r.fromKid != nil && up < steps && l.sendReady() && !r.fromKid.RecvReady() {
+			peer = r.fromKid.Peer
 		}
-		if err := w.w.idle(i, peer); err != nil {
+		if err := w.w.Idle(i, peer); err != nil {
 			return err
 		}
 		i++

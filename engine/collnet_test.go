@@ -636,9 +636,9 @@ func TestCollNetWaitsCountEndpoint(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close()
 	w := newWaiter(c, bg)
-	require.False(t, w.osYield, "the ranks fit the cores")
+	require.False(t, w.OSYield, "the ranks fit the cores")
 	require.True(t, c.spinFits(1))
 	c.collNetWaits(&w)
-	assert.True(t, w.osYield, "with the endpoint, the processes outnumber the cores")
+	assert.True(t, w.OSYield, "with the endpoint, the processes outnumber the cores")
 	assert.False(t, c.collNetSpinFits(1))
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/kernels"
 	"github.com/collplan/collplan/planner"
 )
@@ -25,37 +26,34 @@ type Comm struct {
 	cfg     Config
 	topo    vtopo
 	tr      Transport
-	layout  connLayout
+	layout  wire.ConnLayout
 
 	ctrl  []byte
-	abort *uint64
-	state []*uint64 // per rank: bit 0 closed
-	// per rank, for the watchdog (wait.go): the last beat (monoNow) of a sleeping wait, and the
-	// rank+1 that wait waits for (0 none)
-	beat, waitsFor []*uint64
-	desc           [][2][]uint64 // per rank, per sequence parity: descWords words (agree.go)
-	agree          agreement     // the current call's agreement
+	ctl   wire.Ctl      // what every wait checks: the abort word, closed, the watchdog's words (wire's wait.go)
+	abort *uint64       // ctl.Abort
+	state []*uint64     // per rank: bit 0 closed
+	desc  [][2][]uint64 // per rank, per sequence parity: descWords words (agree.go)
+	agree agreement     // the current call's agreement
 
 	rings  [][]int // per channel, built on first use
 	ringIx []int
 	tree   [2][]capabilities.TreeLinks
 
-	eps      map[epKey]*endpoint
-	ringEps  [][2]*endpoint     // per channel: the ring's receive and send endpoints, once mapped
-	pats     []*patRun          // per channel: PAT's endpoints and state, made by the first PAT call (pat.go)
-	workers  [][2]*worker       // per channel: role 0 (ring, tree root, tree reduce-up), role 1 (tree broadcast-down)
-	nvls     []*nvlsGroup       // per channel: the multicast object of NVLS calls, once mapped (nvls.go)
-	nvlsWks  []*nvlsWorker      // per channel: the NVLS worker
-	nvlsRun  []*nvlsWorker      // the NVLS workers of the current call
-	nvlsTree []*nvlsTreeLinks   // per channel: the NVLS_TREE connections, once mapped (nvlstree.go)
-	cnGroups []*nvlsGroup       // per channel: CollNetDirect's intra-node region, once mapped (collnet.go)
-	cnLinks  map[[2]int]*cnLink // per (channel, share): the CollNet endpoint connections this rank heads
-	tasks    []*worker          // the workers of the current call
-	cur      call               // the current call (kept here so that a call allocates nothing)
-	wg       sync.WaitGroup     // the current call's extra workers
+	eps      map[epKey]*wire.Endpoint
+	ringEps  [][2]*wire.Endpoint // per channel: the ring's receive and send endpoints, once mapped
+	pats     []*patRun           // per channel: PAT's endpoints and state, made by the first PAT call (pat.go)
+	workers  [][2]*worker        // per channel: role 0 (ring, tree root, tree reduce-up), role 1 (tree broadcast-down)
+	nvls     []*nvlsGroup        // per channel: the multicast object of NVLS calls, once mapped (nvls.go)
+	nvlsWks  []*nvlsWorker       // per channel: the NVLS worker
+	nvlsRun  []*nvlsWorker       // the NVLS workers of the current call
+	nvlsTree []*nvlsTreeLinks    // per channel: the NVLS_TREE connections, once mapped (nvlstree.go)
+	cnGroups []*nvlsGroup        // per channel: CollNetDirect's intra-node region, once mapped (collnet.go)
+	cnLinks  map[[2]int]*cnLink  // per (channel, share): the CollNet endpoint connections this rank heads
+	tasks    []*worker           // the workers of the current call
+	cur      call                // the current call (kept here so that a call allocates nothing)
+	wg       sync.WaitGroup      // the current call's extra workers
 
 	callMu    sync.Mutex // one call at a time; held by Close while it tears down
-	closed    atomic.Bool
 	closeErr  error
 	closeOnce sync.Once
 
@@ -66,7 +64,7 @@ type Comm struct {
 	tuneLog  io.Writer // rank 0's TUNING log, nil when off (tuninglog.go)
 
 	// raceHidden: a race build on a transport other than the in-process one, whose regions the
-	// race detector cannot see synchronise through (race.go); the engine annotates the orderings
+	// race detector cannot see synchronise through (wire's race.go); the engine annotates the orderings
 	// between its own goroutines that it relies on.
 	raceHidden bool
 
@@ -157,39 +155,42 @@ func New(rank, n int, tr Transport, cfg Config) (*Comm, error) {
 	c := &Comm{
 		rank: rank, n: n, cfg: cfg, tr: tr,
 		topo:     newVtopo(n, cfg.RanksPerNode),
-		layout:   connLayout{llBytes: int(b.LL), ll128Bytes: int(b.LL128), simpleBytes: int(b.Simple)},
-		eps:      make(map[epKey]*endpoint),
+		layout:   wire.ConnLayout{LLBytes: int(b.LL), LL128Bytes: int(b.LL128), SimpleBytes: int(b.Simple)},
+		eps:      make(map[epKey]*wire.Endpoint),
 		override: cfg.Override,
 	}
 	_, inproc := tr.(rankTransport)
-	c.raceHidden = raceEnabled && !inproc
+	c.raceHidden = wire.RaceEnabled && !inproc
 	c.cores, c.procs = runtime.NumCPU(), runtime.GOMAXPROCS(0)
 	c.tuneLog = tuningWriter(rank, &cfg, os.Getenv)
-	cfgWord := layoutWord("config", uint64(n), uint64(cfg.RanksPerNode), uint64(b.LL), uint64(b.LL128), uint64(b.Simple), uint64(b.NVLSChunk))
+	cfgWord := wire.LayoutWord("config", uint64(n), uint64(cfg.RanksPerNode), uint64(b.LL), uint64(b.LL128), uint64(b.Simple), uint64(b.NVLSChunk))
 	c.tree[0], c.tree[1] = c.topo.trees()
-	size := ctrlSize(n)
+	size := wire.CtrlSize(n)
 	ctrl, err := tr.Region(CtrlRegion, size)
 	if err == nil {
-		err = checkRegion(ctrl, CtrlRegion, size)
+		err = wire.CheckRegion(ctrl, CtrlRegion, size)
 	}
 	if err == nil {
-		err = claimLayout(ctrl, CtrlRegion, layoutWord("ctrl", uint64(n), cfgWord))
+		err = wire.ClaimLayout(ctrl, CtrlRegion, wire.LayoutWord("ctrl", uint64(n), cfgWord))
 	}
 	if err != nil {
 		tr.Close()
 		return nil, err
 	}
 	c.ctrl = ctrl
-	c.abort = wordAt(ctrl, ctrlAbortOff)
+	c.abort = wire.WordAt(ctrl, wire.CtrlAbortOffset)
+	c.ctl.Rank, c.ctl.N, c.ctl.Abort, c.ctl.Timeout = rank, n, c.abort, cfg.Timeout
+	c.ctl.AgreePoll = func() error { _, err := c.agreePoll(); return err }
+	c.ctl.AbortError = c.abortError
 	c.state = make([]*uint64, n)
-	c.beat, c.waitsFor = make([]*uint64, n), make([]*uint64, n)
+	c.ctl.Beat, c.ctl.WaitsFor = make([]*uint64, n), make([]*uint64, n)
 	c.desc = make([][2][]uint64, n)
 	for r := 0; r < n; r++ {
-		base := ctrlRankOff + r*ctrlRankSize
-		c.state[r] = wordAt(ctrl, base)
-		c.beat[r], c.waitsFor[r] = wordAt(ctrl, base+8), wordAt(ctrl, base+16)
-		c.desc[r][0] = wordsOf(ctrl[base+lineBytes : base+lineBytes+descWords*8])
-		c.desc[r][1] = wordsOf(ctrl[base+2*lineBytes : base+2*lineBytes+descWords*8])
+		base := wire.CtrlRankOffset + r*wire.CtrlRankSize
+		c.state[r] = wire.WordAt(ctrl, base)
+		c.ctl.Beat[r], c.ctl.WaitsFor[r] = wire.WordAt(ctrl, base+8), wire.WordAt(ctrl, base+16)
+		c.desc[r][0] = wire.WordsOf(ctrl[base+wire.LineBytes : base+wire.LineBytes+descWords*8])
+		c.desc[r][1] = wire.WordsOf(ctrl[base+2*wire.LineBytes : base+2*wire.LineBytes+descWords*8])
 	}
 	return c, nil
 }
@@ -263,7 +264,7 @@ func (c *Comm) RedOpDestroy(op kernels.Op) error {
 // get ErrPeerClosed. Close waits for the rank's goroutines to stop and is idempotent.
 func (c *Comm) Close() error {
 	c.closeOnce.Do(func() {
-		c.closed.Store(true)
+		c.ctl.Closed.Store(true)
 		if s := c.session.Load(); s != nil {
 			s.detach() // no abort from a lost peer once the regions are unmapped
 		}
@@ -284,9 +285,7 @@ func (c *Comm) Abort() error {
 }
 
 // setAbort aborts the communicator on behalf of this rank, unless it is already aborted.
-func (c *Comm) setAbort(reason int) {
-	atomic.CompareAndSwapUint64(c.abort, 0, abortWord(c.rank, reason))
-}
+func (c *Comm) setAbort(reason int) { c.ctl.SetAbort(reason) }
 
 // Aborted returns the communicator's abort as an *AbortError (or the error its reason stands
 // for), nil when it is not aborted.
@@ -299,9 +298,7 @@ func (c *Comm) Aborted() error {
 
 // abortFor aborts the communicator naming another rank (gone or stalled), unless it is already
 // aborted.
-func (c *Comm) abortFor(rank, reason int) {
-	atomic.CompareAndSwapUint64(c.abort, 0, abortWord(rank, reason))
-}
+func (c *Comm) abortFor(rank, reason int) { c.ctl.AbortFor(rank, reason) }
 
 // AllReduce reduces count elements of send across the ranks with op and leaves the result in recv
 // on every rank. send and recv may be the same buffer (in place), and must otherwise not overlap.
@@ -363,7 +360,7 @@ func (a *args) reduces() bool {
 func (c *Comm) collective(ctx context.Context, a args) error {
 	c.callMu.Lock()
 	defer c.callMu.Unlock()
-	if c.closed.Load() {
+	if c.ctl.Closed.Load() {
 		return ErrClosed
 	}
 	if w := atomic.LoadUint64(c.abort); w != 0 {
@@ -533,26 +530,26 @@ func (c *Comm) local(cl *call) {
 
 // endpoint returns this rank's side of the connection from rank from to rank to on channel ch,
 // mapping its region on first use.
-func (c *Comm) endpoint(ch, from, to int) (*endpoint, error) {
+func (c *Comm) endpoint(ch, from, to int) (*wire.Endpoint, error) {
 	k := epKey{ch, from, to}
 	if e := c.eps[k]; e != nil {
 		return e, nil
 	}
 	name := ConnRegion(ch, from, to)
-	size := c.layout.size()
+	size := c.layout.Size()
 	r, err := c.tr.Region(name, size)
 	if err == nil {
-		err = checkRegion(r, name, size)
+		err = wire.CheckRegion(r, name, size)
 	}
 	if err == nil {
-		err = claimLayout(r, name, c.layout.word())
+		err = wire.ClaimLayout(r, name, c.layout.Word())
 	}
 	if err != nil {
 		return nil, err
 	}
-	e := newEndpoint(r, c.layout)
-	if e.peer = from; from == c.rank {
-		e.peer = to
+	e := wire.NewEndpoint(r, c.layout)
+	if e.Peer = from; from == c.rank {
+		e.Peer = to
 	}
 	c.eps[k] = e
 	return e, nil
@@ -575,7 +572,7 @@ func (c *Comm) ring(ch int) ([]int, int) {
 }
 
 // worker returns channel ch's worker of the given role, set up for cl.
-func (c *Comm) worker(w *waiter, cl *call, ch, role int) *worker {
+func (c *Comm) worker(w *wire.Waiter, cl *call, ch, role int) *worker {
 	for len(c.workers) <= ch {
 		c.workers = append(c.workers, [2]*worker{})
 	}
@@ -585,7 +582,7 @@ func (c *Comm) worker(w *waiter, cl *call, ch, role int) *worker {
 		c.workers[ch][role] = wk
 	}
 	wk.w = *w
-	wk.w.bulk = cl.count*cl.es >= bulkBytes
+	wk.w.Bulk = cl.count*cl.es >= wire.BulkBytes
 	wk.proto = cl.plan.Proto
 	wk.red, wk.comb = cl.red, cl.comb
 	wk.reducing = cl.reduces()
@@ -601,7 +598,7 @@ func (c *Comm) worker(w *waiter, cl *call, ch, role int) *worker {
 // execute splits the call across its channels (contiguous element ranges, as ncclCollCbdPart
 // does), sets up each channel's connections and workers, and runs every worker on its own
 // goroutine (the first on the calling one).
-func (c *Comm) execute(w *waiter, cl *call) error {
+func (c *Comm) execute(w *wire.Waiter, cl *call) error {
 	switch cl.plan.Algo {
 	case costmodel.NVLS, costmodel.NVLSTree:
 		return c.executeNVLS(w, cl)
@@ -644,9 +641,9 @@ func (c *Comm) execute(w *waiter, cl *call) error {
 		spin = c.collNetSpinFits(len(tasks))
 	}
 	for _, wk := range tasks {
-		wk.w.spin, wk.w.shared = spin, len(tasks) > 1
+		wk.w.Spin, wk.w.Shared = spin, len(tasks) > 1
 	}
-	tasks[0].w.agree = true // the calling goroutine checks the peers' descriptors while it waits
+	tasks[0].w.Agree = true // the calling goroutine checks the peers' descriptors while it waits
 	wg := &c.wg
 	wg.Add(len(tasks) - 1)
 	for _, wk := range tasks[1:] {

@@ -5,6 +5,7 @@ import (
 	"math/bits"
 
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/kernels"
 )
 
@@ -147,7 +148,7 @@ func patSchedule(coll costmodel.Coll, n int) []patOp {
 type patRun struct {
 	cl           *call
 	lo, hi       int
-	sends, recvs []*endpoint
+	sends, recvs []*wire.Endpoint
 	acc          [][]byte
 	ops          []patOp    // the schedule of cl's collective
 	sched        [2][]patOp // AllGather's and ReduceScatter's, made on first use
@@ -155,7 +156,7 @@ type patRun struct {
 
 // patTasks sets up channel ch's PAT connections for cl (made on first use, only the ones the
 // schedule uses) and appends its worker.
-func (c *Comm) patTasks(w *waiter, cl *call, ch, lo, hi int, tasks []*worker) ([]*worker, error) {
+func (c *Comm) patTasks(w *wire.Waiter, cl *call, ch, lo, hi int, tasks []*worker) ([]*worker, error) {
 	for len(c.pats) <= ch {
 		c.pats = append(c.pats, &patRun{})
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/kernels"
 	"github.com/collplan/collplan/planner"
 )
@@ -53,7 +54,7 @@ type Config struct {
 	CollNet CollNetConfig
 
 	// Timeout is the watchdog's: a wait inside a call that sees no progress for this long aborts
-	// the communicator on every rank, naming the rank that stopped moving data (see wait.go).
+	// the communicator on every rank, naming the rank that stopped moving data (see wire's wait.go).
 	// 0 turns it off. (collbench defaults to 10 minutes, as PyTorch's process groups do.)
 	Timeout time.Duration
 }
@@ -108,8 +109,8 @@ func (cfg Config) normalize(n int) (Config, error) {
 		v     int64
 		quant int64
 	}{
-		{"LL", b.LL, NCCLSteps * llLineBytes},
-		{"LL128", b.LL128, NCCLSteps * ll128LineBytes},
+		{"LL", b.LL, NCCLSteps * wire.LLLineBytes},
+		{"LL128", b.LL128, NCCLSteps * wire.LL128LineBytes},
 		{"Simple", b.Simple, NCCLSteps * 8},
 		{"NVLSChunk", b.NVLSChunk, 8},
 	} {
@@ -331,9 +332,9 @@ func (c *Comm) slotPayload(p costmodel.Proto) int64 {
 	b := c.cfg.Buffers
 	switch p {
 	case costmodel.LL:
-		return b.LL / NCCLSteps / llLineBytes * llLinePayload
+		return b.LL / NCCLSteps / wire.LLLineBytes * wire.LLLinePayload
 	case costmodel.LL128:
-		return b.LL128 / NCCLSteps / ll128LineBytes * ll128LinePayload
+		return b.LL128 / NCCLSteps / wire.LL128LineBytes * wire.LL128LinePayload
 	}
 	return b.Simple / NCCLSteps
 }

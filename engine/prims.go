@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/kernels"
 )
 
@@ -15,7 +16,7 @@ import (
 type worker struct {
 	c     *Comm
 	ch    int
-	w     waiter
+	w     wire.Waiter
 	proto costmodel.Proto
 
 	red, comb kernels.Reducer
@@ -25,16 +26,16 @@ type worker struct {
 
 	pieceBytes int // payload bytes of one FIFO step (a multiple of the element size)
 
-	recvs, sends []*endpoint
-	recvBuf      [maxPeers]*endpoint
-	sendBuf      [maxPeers]*endpoint
+	recvs, sends []*wire.Endpoint
+	recvBuf      [maxPeers]*wire.Endpoint
+	sendBuf      [maxPeers]*wire.Endpoint
 
 	scratch [maxPeers + 1][]byte // unpacked LL/LL128 receives, and the accumulator
 	views   [maxPeers][]byte
 
 	stats ChannelStats // this call's traffic, added to the Comm's at the end
 
-	// Race-build annotations (race.go), set only when c.raceHidden: after each step's sends the
+	// Race-build annotations (wire's race.go), set only when c.raceHidden: after each step's sends the
 	// worker releases raceRel; after each step's receives, before it writes its output, it
 	// acquires raceAcq. raceTok is the token a tree's reduce-up worker releases.
 	raceRel, raceAcq unsafe.Pointer
@@ -131,7 +132,7 @@ const (
 )
 
 // setPeers sets the endpoints the next primitives receive from and send to.
-func (w *worker) setPeers(recvs, sends []*endpoint) {
+func (w *worker) setPeers(recvs, sends []*wire.Endpoint) {
 	w.recvs = append(w.recvBuf[:0], recvs...)
 	w.sends = append(w.sendBuf[:0], sends...)
 }
@@ -165,7 +166,7 @@ func (w *worker) run(p prim, in, out []byte) error {
 // receives are read in place from the slot; LL and LL128 receives are unpacked first.
 func (w *worker) piece(p prim, in, out []byte, nb int) error {
 	simple := w.proto == costmodel.Simple
-	var recvs, sends []*endpoint
+	var recvs, sends []*wire.Endpoint
 	if p&primRecv != 0 {
 		recvs = w.recvs
 	}
@@ -177,7 +178,7 @@ func (w *worker) piece(p prim, in, out []byte, nb int) error {
 	views := w.views[:len(recvs)]
 	for i, e := range recvs {
 		if simple {
-			v, err := e.waitSimple(&w.w, nb)
+			v, err := e.WaitSimple(&w.w, nb)
 			if err != nil {
 				return err
 			}
@@ -190,9 +191,9 @@ func (w *worker) piece(p prim, in, out []byte, nb int) error {
 		}
 		var err error
 		if w.proto == costmodel.LL {
-			err = e.getLL(&w.w, dst)
+			err = e.GetLL(&w.w, dst)
 		} else {
-			err = e.getLL128(&w.w, dst)
+			err = e.GetLL128(&w.w, dst)
 		}
 		if err != nil {
 			return err
@@ -200,7 +201,7 @@ func (w *worker) piece(p prim, in, out []byte, nb int) error {
 		views[i] = dst
 	}
 	if w.raceAcq != nil {
-		raceAcquire(w.raceAcq)
+		wire.RaceAcquire(w.raceAcq)
 	}
 
 	// Simple with an output and one send peer: build the result in the output and copy it to the
@@ -217,10 +218,10 @@ func (w *worker) piece(p prim, in, out []byte, nb int) error {
 	case out != nil:
 		res = out
 	case simple && len(sends) > 0:
-		if err := sends[0].reserve(&w.w); err != nil {
+		if err := sends[0].Reserve(&w.w); err != nil {
 			return err
 		}
-		res, inSlot = sends[0].simpleSlotBytes(nb), true
+		res, inSlot = sends[0].SimpleSlotBytes(nb), true
 	default:
 		res = w.scratch[maxPeers][:nb]
 	}
@@ -256,34 +257,34 @@ func (w *worker) piece(p prim, in, out []byte, nb int) error {
 	// Send.
 	for i, e := range sends {
 		if i > 0 || !inSlot {
-			if err := e.reserve(&w.w); err != nil {
+			if err := e.Reserve(&w.w); err != nil {
 				return err
 			}
 		}
 		switch w.proto {
 		case costmodel.Simple:
 			if i > 0 || !inSlot {
-				copy(e.simpleSlotBytes(nb), res)
+				copy(e.SimpleSlotBytes(nb), res)
 			}
-			e.publishSimple()
+			e.PublishSimple()
 			w.stats.WireBytes += uint64(nb)
 		case costmodel.LL:
-			e.putLL(res)
-			w.stats.WireBytes += uint64(llLines(nb) * llLineBytes)
+			e.PutLL(res)
+			w.stats.WireBytes += uint64(wire.LLLines(nb) * wire.LLLineBytes)
 		default:
-			e.putLL128(res)
-			w.stats.WireBytes += uint64(ll128Lines(nb) * ll128LineBytes)
+			e.PutLL128(res)
+			w.stats.WireBytes += uint64(wire.LL128Lines(nb) * wire.LL128LineBytes)
 		}
 		w.stats.Steps++
 		w.stats.PayloadBytes += uint64(nb)
 	}
 	if w.raceRel != nil {
-		raceReleaseMerge(w.raceRel)
+		wire.RaceReleaseMerge(w.raceRel)
 	}
 
 	// Hand the received slots back (after the sends: a Simple result may have been read from one).
 	for _, e := range recvs {
-		e.release()
+		e.Release()
 		w.stats.RecvBytes += uint64(nb)
 	}
 	return nil
@@ -295,11 +296,11 @@ const fuseBlock = 16 << 10
 
 // pieceFused is piece for Simple steps that store to the output and send to one peer (copySend,
 // recvReduceCopySend, recvCopySend), with at most one receive peer.
-func (w *worker) pieceFused(p prim, in, out []byte, views [][]byte, e *endpoint, recvs []*endpoint, nb int) error {
-	if err := e.reserve(&w.w); err != nil {
+func (w *worker) pieceFused(p prim, in, out []byte, views [][]byte, e *wire.Endpoint, recvs []*wire.Endpoint, nb int) error {
+	if err := e.Reserve(&w.w); err != nil {
 		return err
 	}
-	slot := e.simpleSlotBytes(nb)
+	slot := e.SimpleSlotBytes(nb)
 	post := p&primPost != 0 && w.postDiv
 	for s := 0; s < nb; s += fuseBlock {
 		t := min(s+fuseBlock, nb)
@@ -322,15 +323,15 @@ func (w *worker) pieceFused(p prim, in, out []byte, views [][]byte, e *endpoint,
 		}
 		copy(slot[s:t], o)
 	}
-	e.publishSimple()
+	e.PublishSimple()
 	w.stats.WireBytes += uint64(nb)
 	w.stats.Steps++
 	w.stats.PayloadBytes += uint64(nb)
 	if w.raceRel != nil {
-		raceReleaseMerge(w.raceRel)
+		wire.RaceReleaseMerge(w.raceRel)
 	}
 	for _, r := range recvs {
-		r.release()
+		r.Release()
 		w.stats.RecvBytes += uint64(nb)
 	}
 	return nil

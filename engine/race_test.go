@@ -22,7 +22,7 @@ import (
 // the in-process transport the race detector sees that chain (the counters are Go memory); with the
 // shared-memory transport the counters live in mapped files, outside the Go heap, where the race
 // runtime ignores atomics, so it saw two unordered accesses. The engine now adds the edge itself in
-// race builds on such transports (see race.go). Both transports run here, three ranks (so rank 1
+// race builds on such transports (see wire's race.go). Both transports run here, three ranks (so rank 1
 // is a middle rank of the chain), two channels (both trees), every protocol.
 func TestTreeInPlaceRace(t *testing.T) {
 	const n = 3

@@ -2,14 +2,15 @@ package engine
 
 import (
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/wire"
 )
 
 // ringTasks sets up channel ch's ring connections for cl and appends its worker, which runs the
 // channel's element range [lo, hi).
-func (c *Comm) ringTasks(w *waiter, cl *call, ch, lo, hi int, tasks []*worker) ([]*worker, error) {
+func (c *Comm) ringTasks(w *wire.Waiter, cl *call, ch, lo, hi int, tasks []*worker) ([]*worker, error) {
 	ring, ix := c.ring(ch)
 	for len(c.ringEps) <= ch {
-		c.ringEps = append(c.ringEps, [2]*endpoint{})
+		c.ringEps = append(c.ringEps, [2]*wire.Endpoint{})
 	}
 	eps := &c.ringEps[ch]
 	if eps[0] == nil {

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/internal/bytesize"
 )
 
@@ -619,7 +620,7 @@ func abortShm(jobID string, rank, reason int) (bool, error) {
 		return false, fmt.Errorf("engine: abort job %s: %w", jobID, err)
 	}
 	defer syscall.Munmap(b)
-	atomic.CompareAndSwapUint64(wordAt(b, CtrlAbortOffset), 0, abortWord(rank, reason))
+	atomic.CompareAndSwapUint64(wire.WordAt(b, CtrlAbortOffset), 0, wire.AbortWord(rank, reason))
 	return true, nil
 }
 
@@ -636,5 +637,5 @@ func abortWordShm(jobID string) (uint64, error) {
 		return 0, err
 	}
 	defer syscall.Munmap(b)
-	return atomic.LoadUint64(wordAt(b, CtrlAbortOffset)), nil
+	return atomic.LoadUint64(wire.WordAt(b, CtrlAbortOffset)), nil
 }

@@ -1,6 +1,10 @@
 package engine
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/collplan/collplan/engine/internal/wire"
+)
 
 // treeTasks sets up channel ch's tree connections for a Tree AllReduce and appends its workers.
 // Even channels run on tree 0, odd channels on tree 1, so half the channels climb each tree of the
@@ -10,9 +14,9 @@ import "unsafe"
 // overlap (its one piece goes down only after it has come up), so there a single goroutine runs up
 // and then down, as NCCL's runTreeUpDown does: a second goroutine would only add a wake-up and,
 // with more ranks than cores, a context switch to the critical path.
-func (c *Comm) treeTasks(w *waiter, cl *call, ch, lo, hi int, tasks []*worker) ([]*worker, error) {
+func (c *Comm) treeTasks(w *wire.Waiter, cl *call, ch, lo, hi int, tasks []*worker) ([]*worker, error) {
 	links := c.tree[ch%2][c.rank]
-	var fromBuf, toBuf [maxPeers]*endpoint
+	var fromBuf, toBuf [maxPeers]*wire.Endpoint
 	fromKids, toKids := fromBuf[:0], toBuf[:0]
 	for _, k := range links.Down {
 		if k < 0 {
@@ -42,7 +46,7 @@ func (c *Comm) treeTasks(w *waiter, cl *call, ch, lo, hi int, tasks []*worker) (
 // treeBranchTasks appends the workers of a non-root rank whose parent is rank up: reduce-up and
 // broadcast-down on two goroutines, or one when the range is one FIFO step (Tree, and the
 // non-head ranks of a CollNetChain, collnet.go).
-func (c *Comm) treeBranchTasks(w *waiter, cl *call, ch, lo, hi, up int, fromKids, toKids []*endpoint, tasks []*worker) ([]*worker, error) {
+func (c *Comm) treeBranchTasks(w *wire.Waiter, cl *call, ch, lo, hi, up int, fromKids, toKids []*wire.Endpoint, tasks []*worker) ([]*worker, error) {
 	t := treeRun{cl: cl, lo: lo, hi: hi}
 	fromUp, err := c.endpoint(ch, up, c.rank)
 	if err != nil {
@@ -54,7 +58,7 @@ func (c *Comm) treeBranchTasks(w *waiter, cl *call, ch, lo, hi, up int, fromKids
 	}
 	if hi-lo <= cl.plan.pieceElems {
 		wk := c.worker(w, cl, ch, 0)
-		wk.setPeers(fromKids, []*endpoint{toUp})
+		wk.setPeers(fromKids, []*wire.Endpoint{toUp})
 		wk.ensureScratch(wk.pieceBytes, max(len(fromKids), 1))
 		t.fromUp = fromUp
 		t.nKids = copy(t.toKids[:], toKids)
@@ -65,16 +69,16 @@ func (c *Comm) treeBranchTasks(w *waiter, cl *call, ch, lo, hi, up int, fromKids
 		return append(tasks, wk), nil
 	}
 	upw := c.worker(w, cl, ch, 0)
-	upw.setPeers(fromKids, []*endpoint{toUp})
+	upw.setPeers(fromKids, []*wire.Endpoint{toUp})
 	upw.ensureScratch(upw.pieceBytes, len(fromKids))
 	down := c.worker(w, cl, ch, 1)
-	down.setPeers([]*endpoint{fromUp}, toKids)
+	down.setPeers([]*wire.Endpoint{fromUp}, toKids)
 	down.ensureScratch(down.pieceBytes, 1)
 	upw.tree, down.tree = t, t
 	upw.job, down.job = jobTreeUp, jobTreeDown
 	if c.raceHidden {
 		// In place, down writes chunk k where up read it; the order runs through the root and
-		// the transport's atomics, which the race detector cannot see here (race.go).
+		// the transport's atomics, which the race detector cannot see here (wire's race.go).
 		upw.raceRel = unsafe.Pointer(&upw.raceTok)
 		down.raceAcq = upw.raceRel
 	}
@@ -94,8 +98,8 @@ type treeRun struct {
 
 	// For a one-goroutine non-root rank (jobTreeUpDown): the peers of the broadcast-down half,
 	// which the worker switches to once its reduce-up half is done.
-	fromUp *endpoint
-	toKids [maxPeers]*endpoint
+	fromUp *wire.Endpoint
+	toKids [maxPeers]*wire.Endpoint
 	nKids  int
 }
 

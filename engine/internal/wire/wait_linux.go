@@ -1,6 +1,6 @@
 //go:build linux
 
-package engine
+package wire
 
 import (
 	"syscall"
@@ -8,17 +8,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// osYield gives this OS thread's core to another runnable thread, of any process (sched_yield).
+// OSYield gives this OS thread's core to another runnable thread, of any process (sched_yield).
 // runtime.Gosched only switches among this process's goroutines: with ranks as processes and
 // more ranks than cores, the rank being waited for may be another process on this core.
-func osYield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
+func OSYield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 
-// monoNow is CLOCK_MONOTONIC in nanoseconds: one clock for every process of the host, so that a
+// MonoNow is CLOCK_MONOTONIC in nanoseconds: one clock for every process of the host, so that a
 // rank can judge the age of another's beat (the watchdog).
-func monoNow() int64 {
+func MonoNow() int64 {
 	var ts unix.Timespec
 	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
-		return nanotime()
+		return Nanotime()
 	}
 	return ts.Nano()
 }

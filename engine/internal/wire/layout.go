@@ -1,4 +1,4 @@
-package engine
+package wire
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 	"unsafe"
 )
 
-// Region layouts. Every offset is a multiple of lineBytes, so each counter sits alone in its cache
+// Region layouts. Every offset is a multiple of LineBytes, so each counter sits alone in its cache
 // line (a writer on one side never invalidates the line the other side polls for another word).
 //
 // Connection region ("conn/C/FROM-TO"), written by sender FROM and receiver TO:
@@ -29,49 +29,51 @@ import (
 //	line 3+3r     rank r's call descriptor for even sequence numbers
 //	line 4+3r     rank r's call descriptor for odd sequence numbers
 const (
-	lineBytes = 128
+	LineBytes = 128
 	// NCCLSteps is NCCL_STEPS: the slots of a connection FIFO. A sender never runs more than
 	// NCCLSteps steps ahead of its receiver.
 	NCCLSteps = 8
 
-	connHeadOff = 1 * lineBytes
-	connTailOff = 2 * lineBytes
-	connBufOff  = 3 * lineBytes
+	ConnHeadOffset = 1 * LineBytes
+	ConnTailOffset = 2 * LineBytes
+	ConnBufOffset  = 3 * LineBytes
 
-	ctrlAbortOff = CtrlAbortOffset
-	ctrlRankOff  = 2 * lineBytes
-	ctrlRankSize = 3 * lineBytes
+	CtrlRankOffset = 2 * LineBytes // rank r's lines start at CtrlRankOffset + r*CtrlRankSize
+	CtrlRankSize   = 3 * LineBytes
 
 	layoutMagic = 0x636f6c6c706c616e // "collplan"
 )
 
 // CtrlAbortOffset is the byte offset of the abort word in the "ctrl" region (see AbortWord).
-const CtrlAbortOffset = 1 * lineBytes
+const CtrlAbortOffset = 1 * LineBytes
 
 // LL and LL128 line geometry (NCCL's ncclLLFifoLine and the LL128 line).
 const (
-	llLineBytes      = 16  // {data1, flag1, data2, flag2}, 4 bytes each
-	llLinePayload    = 8   // data bytes per LL line
-	ll128LineBytes   = 128 // 15 data words and one flag word
-	ll128LinePayload = 120
-	ll128FlagOff     = 120 // the flag is the line's last 8 bytes
+	LLLineBytes      = 16  // {data1, flag1, data2, flag2}, 4 bytes each
+	LLLinePayload    = 8   // data bytes per LL line
+	LL128LineBytes   = 128 // 15 data words and one flag word
+	LL128LinePayload = 120
+	LL128FlagOffset  = 120 // the flag is the line's last 8 bytes
 )
 
-// connLayout is the geometry of a connection region.
-type connLayout struct {
-	llBytes, ll128Bytes, simpleBytes int // whole buffers (NCCL_STEPS slots each)
+// ConnLayout is the geometry of a connection region.
+type ConnLayout struct {
+	LLBytes, LL128Bytes, SimpleBytes int // whole buffers (NCCL_STEPS slots each)
 }
 
-func (l connLayout) size() int { return connBufOff + l.llBytes + l.ll128Bytes + l.simpleBytes }
+// Size is the connection region's size in bytes.
+func (l ConnLayout) Size() int { return ConnBufOffset + l.LLBytes + l.LL128Bytes + l.SimpleBytes }
 
-func (l connLayout) word() uint64 {
-	return layoutWord("conn", uint64(l.llBytes), uint64(l.ll128Bytes), uint64(l.simpleBytes))
+// Word is the connection region's layout word.
+func (l ConnLayout) Word() uint64 {
+	return LayoutWord("conn", uint64(l.LLBytes), uint64(l.LL128Bytes), uint64(l.SimpleBytes))
 }
 
-func ctrlSize(n int) int { return ctrlRankOff + n*ctrlRankSize }
+// CtrlSize is the size of the control region of n ranks.
+func CtrlSize(n int) int { return CtrlRankOffset + n*CtrlRankSize }
 
-// layoutWord is the magic xor a hash of what the two sides must agree on; never 0.
-func layoutWord(kind string, vals ...uint64) uint64 {
+// LayoutWord is the magic xor a hash of what the two sides must agree on; never 0.
+func LayoutWord(kind string, vals ...uint64) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(kind))
 	var b [8]byte
@@ -88,10 +90,10 @@ func layoutWord(kind string, vals ...uint64) uint64 {
 	return w
 }
 
-// claimLayout stores want in a region's layout word if it is still zero, or checks that the rank
+// ClaimLayout stores want in a region's layout word if it is still zero, or checks that the rank
 // that got there first stored the same.
-func claimLayout(r []byte, name string, want uint64) error {
-	p := wordAt(r, 0)
+func ClaimLayout(r []byte, name string, want uint64) error {
+	p := WordAt(r, 0)
 	if atomic.CompareAndSwapUint64(p, 0, want) {
 		return nil
 	}
@@ -102,24 +104,26 @@ func claimLayout(r []byte, name string, want uint64) error {
 	return nil
 }
 
-// wordAt returns the 8-byte word at byte offset off of r, which must be 8-byte aligned (regions
+// WordAt returns the 8-byte word at byte offset off of r, which must be 8-byte aligned (regions
 // start at RegionAlign boundaries and every offset used is a multiple of 8).
-func wordAt(r []byte, off int) *uint64 {
+func WordAt(r []byte, off int) *uint64 {
 	if off < 0 || off+8 > len(r) {
 		panic("engine: word outside its region")
 	}
 	return (*uint64)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(r)), off))
 }
 
-// wordsOf returns b as 64-bit words; b is 8-byte aligned and a multiple of 8 bytes long.
-func wordsOf(b []byte) []uint64 {
+// WordsOf returns b as 64-bit words; b is 8-byte aligned and a multiple of 8 bytes long.
+func WordsOf(b []byte) []uint64 {
 	if len(b) == 0 {
 		return nil
 	}
 	return unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/8)
 }
 
-func checkRegion(r []byte, name string, size int) error {
+// CheckRegion checks that a transport gave region name as asked: size bytes, aligned to
+// RegionAlign.
+func CheckRegion(r []byte, name string, size int) error {
 	if len(r) != size {
 		return fmt.Errorf("engine: transport gave region %s of %d bytes, want %d", name, len(r), size)
 	}
@@ -129,17 +133,8 @@ func checkRegion(r []byte, name string, size int) error {
 	return nil
 }
 
-// The wire layout, exported for other implementations of the same formats (the CUDA kernels'
-// generated header kernels/cuda/layout_gen.h): the same values as the constants above, so that
-// the two cannot drift.
-const (
-	LineBytes        = lineBytes        // a counter's line: every region offset is a multiple
-	ConnHeadOffset   = connHeadOff      // the head word of a connection region
-	ConnTailOffset   = connTailOff      // the tail word (Simple only)
-	ConnBufOffset    = connBufOff       // the LL buffer, then the LL128 and Simple buffers
-	LLLineBytes      = llLineBytes      // {data 4 B, flag 4 B, data 4 B, flag 4 B}
-	LLLinePayload    = llLinePayload    // data bytes per LL line
-	LL128LineBytes   = ll128LineBytes   // 15 data words and one flag word
-	LL128LinePayload = ll128LinePayload // data bytes per LL128 line
-	LL128FlagOffset  = ll128FlagOff     // the flag word's offset in an LL128 line
-)
+// RegionAlign is the alignment every region must have: a cache line, as NCCL aligns its FIFOs.
+const RegionAlign = 128
+
+// CtrlRegion is the name of the communicator's control region.
+const CtrlRegion = "ctrl"

@@ -322,7 +322,7 @@ func (c *Comm) collNetChainTasks(w *wire.Waiter, cl *call, ch, lo, hi int, tasks
 			return tasks, err
 		}
 		wk := c.worker(w, cl, ch, 0)
-		wk.setPeers(nil, nil)
+		wk.SetPeers(nil, nil)
 		wk.cn = cnChainRun{cl: cl, lo: lo, hi: hi, link: link, fromKid: fromKid, toKid: toKid, netOp: collNetWireOp(cl.opKind)}
 		wk.job = jobCollNetChainHead
 		return append(tasks, wk), nil
@@ -346,16 +346,16 @@ func (r *cnChainRun) run(w *worker) error {
 			nb := nel * es
 			dst, in := l.payload(nb), span(cl.send, e0, nel, es)
 			if r.fromKid != nil {
-				w.red.Reduce(dst, r.fromKid.SimpleSlotBytes(nb), in)
+				w.Red.Reduce(dst, r.fromKid.SimpleSlotBytes(nb), in)
 				r.fromKid.Release()
-				w.stats.RecvBytes += uint64(nb)
+				w.Stats.RecvBytes += uint64(nb)
 			} else {
-				w.red.Load(dst, in)
+				w.Red.Load(dst, in)
 			}
 			l.send(cl.dt, r.netOp, nb)
-			w.stats.WireBytes += uint64(nb)
-			w.stats.PayloadBytes += uint64(nb)
-			w.stats.Steps++
+			w.Stats.WireBytes += uint64(nb)
+			w.Stats.PayloadBytes += uint64(nb)
+			w.Stats.Steps++
 			up++
 			moved = true
 		}
@@ -369,17 +369,17 @@ func (r *cnChainRun) run(w *worker) error {
 			} else {
 				out := span(cl.recv, e0, nel, es)
 				copy(out, res)
-				if w.postDiv {
-					w.red.Finish(out)
+				if w.PostDiv {
+					w.Red.Finish(out)
 				}
 				l.release()
-				w.stats.RecvBytes += uint64(nb)
+				w.Stats.RecvBytes += uint64(nb)
 				if r.toKid != nil {
 					copy(r.toKid.SimpleSlotBytes(nb), out)
 					r.toKid.PublishSimple()
-					w.stats.WireBytes += uint64(nb)
-					w.stats.PayloadBytes += uint64(nb)
-					w.stats.Steps++
+					w.Stats.WireBytes += uint64(nb)
+					w.Stats.PayloadBytes += uint64(nb)
+					w.Stats.Steps++
 				}
 				down++
 				moved = true
@@ -393,7 +393,7 @@ func (r *cnChainRun) run(w *worker) error {
 		if r.fromKid != nil && up < steps && l.sendReady() && !r.fromKid.RecvReady() {
 			peer = r.fromKid.Peer
 		}
-		if err := w.w.Idle(i, peer); err != nil {
+		if err := w.W.Idle(i, peer); err != nil {
 			return err
 		}
 		i++

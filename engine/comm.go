@@ -13,6 +13,7 @@ import (
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/prims"
 	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/kernels"
 	"github.com/collplan/collplan/planner"
@@ -84,28 +85,9 @@ type premulOp struct {
 	live   bool
 }
 
-// ChannelStats is the traffic one rank sent and received on one channel.
-type ChannelStats struct {
-	Steps        uint64 // FIFO steps sent
-	PayloadBytes uint64 // payload bytes sent
-	WireBytes    uint64 // bytes written into peers' FIFO slots: payload plus LL/LL128 flags and padding
-	RecvBytes    uint64 // payload bytes received
-
-	// NVLS (nvls.go): bytes this rank reduced with the multicast object's ldReduce, and bytes it
-	// stored with its st (counted once, whatever the number of members). Neither goes through a
-	// connection.
-	LdReduceBytes uint64
-	StBytes       uint64
-}
-
-func (s *ChannelStats) add(o ChannelStats) {
-	s.Steps += o.Steps
-	s.PayloadBytes += o.PayloadBytes
-	s.WireBytes += o.WireBytes
-	s.RecvBytes += o.RecvBytes
-	s.LdReduceBytes += o.LdReduceBytes
-	s.StBytes += o.StBytes
-}
+// ChannelStats is the traffic one rank sent and received on one channel (its fields:
+// engine/internal/prims).
+type ChannelStats = prims.ChannelStats
 
 const stateClosed = 1
 
@@ -499,7 +481,7 @@ func (c *Comm) sliceBuffers(cl *call) error {
 	case costmodel.ReduceScatter:
 		s = s[off : off+one]
 	}
-	if sameBytes(s, r) {
+	if prims.SameBytes(s, r) {
 		cl.inPlace = true
 		return nil
 	}
@@ -581,17 +563,17 @@ func (c *Comm) worker(w *wire.Waiter, cl *call, ch, role int) *worker {
 		wk = &worker{c: c, ch: ch}
 		c.workers[ch][role] = wk
 	}
-	wk.w = *w
-	wk.w.Bulk = cl.count*cl.es >= wire.BulkBytes
-	wk.proto = cl.plan.Proto
-	wk.red, wk.comb = cl.red, cl.comb
-	wk.reducing = cl.reduces()
-	wk.preMul = wk.reducing && cl.red.DevOp() == kernels.DevPreMulSum
-	wk.postDiv = wk.reducing && cl.red.DevOp() == kernels.DevSumPostDiv
-	wk.pieceBytes = cl.plan.pieceElems * cl.es
-	wk.stats = ChannelStats{}
+	wk.W = *w
+	wk.W.Bulk = cl.count*cl.es >= wire.BulkBytes
+	wk.Proto = cl.plan.Proto
+	wk.Red, wk.Comb = cl.red, cl.comb
+	wk.Reducing = cl.reduces()
+	wk.PreMul = wk.Reducing && cl.red.DevOp() == kernels.DevPreMulSum
+	wk.PostDiv = wk.Reducing && cl.red.DevOp() == kernels.DevSumPostDiv
+	wk.PieceBytes = cl.plan.pieceElems * cl.es
+	wk.Stats = ChannelStats{}
 	wk.err = nil
-	wk.raceRel, wk.raceAcq = nil, nil
+	wk.RaceRel, wk.RaceAcq = nil, nil
 	return wk
 }
 
@@ -641,9 +623,9 @@ func (c *Comm) execute(w *wire.Waiter, cl *call) error {
 		spin = c.collNetSpinFits(len(tasks))
 	}
 	for _, wk := range tasks {
-		wk.w.Spin, wk.w.Shared = spin, len(tasks) > 1
+		wk.W.Spin, wk.W.Shared = spin, len(tasks) > 1
 	}
-	tasks[0].w.Agree = true // the calling goroutine checks the peers' descriptors while it waits
+	tasks[0].W.Agree = true // the calling goroutine checks the peers' descriptors while it waits
 	wg := &c.wg
 	wg.Add(len(tasks) - 1)
 	for _, wk := range tasks[1:] {
@@ -652,7 +634,7 @@ func (c *Comm) execute(w *wire.Waiter, cl *call) error {
 	tasks[0].runJob(nil)
 	var agreeErr error
 	if tasks[0].err == nil {
-		agreeErr = c.agreeWait(&tasks[0].w)
+		agreeErr = c.agreeWait(&tasks[0].W)
 	}
 	wg.Wait()
 
@@ -661,7 +643,7 @@ func (c *Comm) execute(w *wire.Waiter, cl *call) error {
 		for len(c.stats) <= wk.ch {
 			c.stats = append(c.stats, ChannelStats{})
 		}
-		c.stats[wk.ch].add(wk.stats)
+		c.stats[wk.ch].Add(wk.Stats)
 	}
 	c.statsMu.Unlock()
 

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/prims"
 	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/kernels"
 )
@@ -178,7 +179,7 @@ func (g *nvlsGroup) ldReduce(red kernels.Reducer, s uint64, dst []byte, off int)
 // multimem.st. (A member whose slot is data already is skipped.)
 func (g *nvlsGroup) st(s uint64, data []byte, off int) {
 	for m := 0; m < g.l.Members; m++ {
-		if d := g.slotAt(s, m, true, off, len(data)); !sameBytes(d, data) {
+		if d := g.slotAt(s, m, true, off, len(data)); !prims.SameBytes(d, data) {
 			copy(d, data)
 		}
 	}
@@ -356,7 +357,7 @@ func (c *Comm) executeNVLS(w *wire.Waiter, cl *call) error {
 		for len(c.stats) <= wk.ch {
 			c.stats = append(c.stats, ChannelStats{})
 		}
-		c.stats[wk.ch].add(wk.stats)
+		c.stats[wk.ch].Add(wk.stats)
 	}
 	c.statsMu.Unlock()
 

@@ -5,6 +5,7 @@ import (
 	"math/bits"
 
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/prims"
 	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/kernels"
 )
@@ -185,14 +186,14 @@ func (c *Comm) patTasks(w *wire.Waiter, cl *call, ch, lo, hi int, tasks []*worke
 	}
 	p.ops = p.sched[k]
 	wk := c.worker(w, cl, ch, 0)
-	wk.ensureScratch(wk.pieceBytes, 1)
+	wk.EnsureScratch(wk.PieceBytes, 1)
 	if cl.coll == costmodel.ReduceScatter {
 		for len(p.acc) <= nd {
 			p.acc = append(p.acc, nil)
 		}
 		for i := range p.acc {
-			if len(p.acc[i]) < wk.pieceBytes {
-				p.acc[i] = make([]byte, wk.pieceBytes)
+			if len(p.acc[i]) < wk.PieceBytes {
+				p.acc[i] = make([]byte, wk.PieceBytes)
 			}
 		}
 	}
@@ -202,7 +203,7 @@ func (c *Comm) patTasks(w *wire.Waiter, cl *call, ch, lo, hi int, tasks []*worke
 
 // recvReduceStore receives a partial, reduces it with the local input and stores the result, with
 // no postOp: a ReduceScatter partial on its way up a PAT tree.
-const recvReduceStore = primRecv | primIn | primOut
+const recvReduceStore = prims.PrimRecv | prims.PrimIn | prims.PrimOut
 
 // run runs the channel's share of the call: per chunk, the ops of patSchedule, each one FIFO step
 // (the chunk is at most a slot's payload and is also the step size).
@@ -223,9 +224,9 @@ func (p *patRun) run(w *worker) error {
 			var err error
 			d := op.dim
 			if ag {
-				err = p.step(w, d, send, span(cl.recv, ((me+op.sendOff)%n)*count+e0, nel, es), nil)
+				err = p.step(w, d, prims.Send, span(cl.recv, ((me+op.sendOff)%n)*count+e0, nel, es), nil)
 				if err == nil {
-					err = p.step(w, d, recv, nil, span(cl.recv, ((me+op.recvOff)%n)*count+e0, nel, es))
+					err = p.step(w, d, prims.Recv, nil, span(cl.recv, ((me+op.recvOff)%n)*count+e0, nel, es))
 				}
 			} else {
 				s, t := op.sendOff, op.recvOff
@@ -236,7 +237,7 @@ func (p *patRun) run(w *worker) error {
 				if s&1 == 0 && s+1 < n {
 					src = p.acc[fbs(s)][:nb]
 				}
-				if err = p.step(w, d, send, src, nil); err != nil {
+				if err = p.step(w, d, prims.Send, src, nil); err != nil {
 					return err
 				}
 				// Receive a partial of offset t: the first (largest) child starts from t's input, the
@@ -245,7 +246,7 @@ func (p *patRun) run(w *worker) error {
 				if t != 0 {
 					dst = p.acc[fbs(t)][:nb]
 				} else if d == 0 {
-					prim = recvReduceCopy // the last contribution: the postOp
+					prim = prims.RecvReduceCopy // the last contribution: the postOp
 				}
 				base := dst
 				if t+1<<(d+1) >= n || (t != 0 && d+1 >= fbs(t)) {
@@ -263,11 +264,11 @@ func (p *patRun) run(w *worker) error {
 
 // step runs primitive pr on dimension d's peers (its send peer when pr sends, its receive peer when
 // it receives).
-func (p *patRun) step(w *worker, d int, pr prim, in, out []byte) error {
-	if pr&primSend != 0 {
-		w.setPeers(nil, p.sends[d:d+1])
+func (p *patRun) step(w *worker, d int, pr prims.Prim, in, out []byte) error {
+	if pr&prims.PrimSend != 0 {
+		w.SetPeers(nil, p.sends[d:d+1])
 	} else {
-		w.setPeers(p.recvs[d:d+1], nil)
+		w.SetPeers(p.recvs[d:d+1], nil)
 	}
-	return w.run(pr, in, out)
+	return w.Run(pr, in, out)
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/prims"
 	"github.com/collplan/collplan/engine/internal/wire"
 )
 
@@ -27,8 +28,8 @@ func (c *Comm) ringTasks(w *wire.Waiter, cl *call, ch, lo, hi int, tasks []*work
 		eps[0], eps[1] = rx, tx
 	}
 	wk := c.worker(w, cl, ch, 0)
-	wk.setPeers(eps[:1], eps[1:])
-	wk.ensureScratch(wk.pieceBytes, 1)
+	wk.SetPeers(eps[:1], eps[1:])
+	wk.EnsureScratch(wk.PieceBytes, 1)
 	wk.ring = ringRun{cl: cl, ring: ring, ix: ix, lo: lo, hi: hi}
 	switch cl.coll {
 	case costmodel.AllReduce:
@@ -78,7 +79,7 @@ func (r *ringRun) allReduce(w *worker) error {
 		if rem < loop {
 			ce = min(roundUp(divUp(rem, n), alignElems(es)), ce)
 		}
-		step := func(p prim, chunk int) error {
+		step := func(p prims.Prim, chunk int) error {
 			co := chunk * ce
 			nel := min(max(rem-co, 0), ce)
 			if nel == 0 {
@@ -86,31 +87,31 @@ func (r *ringRun) allReduce(w *worker) error {
 			}
 			e0 := r.lo + off + co
 			var in, out []byte
-			if p&primIn != 0 {
+			if p&prims.PrimIn != 0 {
 				in = span(cl.send, e0, nel, es)
 			}
-			if p&primOut != 0 {
+			if p&prims.PrimOut != 0 {
 				out = span(cl.recv, e0, nel, es)
 			}
-			return w.run(p, in, out)
+			return w.Run(p, in, out)
 		}
-		if err := step(send, mod(ix-1, n)); err != nil {
+		if err := step(prims.Send, mod(ix-1, n)); err != nil {
 			return err
 		}
 		for j := 2; j < n; j++ {
-			if err := step(recvReduceSend, mod(ix-j, n)); err != nil {
+			if err := step(prims.RecvReduceSend, mod(ix-j, n)); err != nil {
 				return err
 			}
 		}
-		if err := step(recvReduceCopySend, ix); err != nil {
+		if err := step(prims.RecvReduceCopySend, ix); err != nil {
 			return err
 		}
 		for j := 1; j < n-1; j++ {
-			if err := step(recvCopySend, mod(ix-j, n)); err != nil {
+			if err := step(prims.RecvCopySend, mod(ix-j, n)); err != nil {
 				return err
 			}
 		}
-		if err := step(recv, mod(ix+1, n)); err != nil {
+		if err := step(prims.Recv, mod(ix+1, n)); err != nil {
 			return err
 		}
 	}
@@ -128,19 +129,19 @@ func (r *ringRun) allGather(w *worker) error {
 		block := func(rank int) []byte { return span(cl.recv, rank*count+e0, nel, es) }
 		var err error
 		if cl.inPlace {
-			err = w.run(send, block(r.ring[ix]), nil)
+			err = w.Run(prims.Send, block(r.ring[ix]), nil)
 		} else {
-			err = w.run(copySend, span(cl.send, e0, nel, es), block(r.ring[ix]))
+			err = w.Run(prims.CopySend, span(cl.send, e0, nel, es), block(r.ring[ix]))
 		}
 		if err != nil {
 			return err
 		}
 		for j := 1; j < n-1; j++ {
-			if err := w.run(recvCopySend, nil, block(r.ring[mod(ix-j, n)])); err != nil {
+			if err := w.Run(prims.RecvCopySend, nil, block(r.ring[mod(ix-j, n)])); err != nil {
 				return err
 			}
 		}
-		if err := w.run(recv, nil, block(r.ring[mod(ix+1, n)])); err != nil {
+		if err := w.Run(prims.Recv, nil, block(r.ring[mod(ix+1, n)])); err != nil {
 			return err
 		}
 	}
@@ -156,15 +157,15 @@ func (r *ringRun) reduceScatter(w *worker) error {
 	for e0 := r.lo; e0 < r.hi; e0 += ce {
 		nel := min(ce, r.hi-e0)
 		block := func(rank int) []byte { return span(cl.send, rank*count+e0, nel, es) }
-		if err := w.run(send, block(r.ring[mod(ix-1, n)]), nil); err != nil {
+		if err := w.Run(prims.Send, block(r.ring[mod(ix-1, n)]), nil); err != nil {
 			return err
 		}
 		for j := 2; j < n; j++ {
-			if err := w.run(recvReduceSend, block(r.ring[mod(ix-j, n)]), nil); err != nil {
+			if err := w.Run(prims.RecvReduceSend, block(r.ring[mod(ix-j, n)]), nil); err != nil {
 				return err
 			}
 		}
-		if err := w.run(recvReduceCopy, block(r.ring[ix]), span(cl.recv, e0, nel, es)); err != nil {
+		if err := w.Run(prims.RecvReduceCopy, block(r.ring[ix]), span(cl.recv, e0, nel, es)); err != nil {
 			return err
 		}
 	}
@@ -184,13 +185,13 @@ func (r *ringRun) broadcast(w *worker) error {
 		var err error
 		switch {
 		case me == cl.root && cl.inPlace:
-			err = w.run(send, out, nil)
+			err = w.Run(prims.Send, out, nil)
 		case me == cl.root:
-			err = w.run(copySend, span(cl.send, e0, nel, es), out)
+			err = w.Run(prims.CopySend, span(cl.send, e0, nel, es), out)
 		case next == cl.root:
-			err = w.run(recv, nil, out)
+			err = w.Run(prims.Recv, nil, out)
 		default:
-			err = w.run(recvCopySend, nil, out)
+			err = w.Run(prims.RecvCopySend, nil, out)
 		}
 		if err != nil {
 			return err
@@ -212,11 +213,11 @@ func (r *ringRun) reduce(w *worker) error {
 		var err error
 		switch {
 		case prev == cl.root:
-			err = w.run(send, in, nil)
+			err = w.Run(prims.Send, in, nil)
 		case me == cl.root:
-			err = w.run(recvReduceCopy, in, span(cl.recv, e0, nel, es))
+			err = w.Run(prims.RecvReduceCopy, in, span(cl.recv, e0, nel, es))
 		default:
-			err = w.run(recvReduceSend, in, nil)
+			err = w.Run(prims.RecvReduceSend, in, nil)
 		}
 		if err != nil {
 			return err

@@ -168,7 +168,7 @@ func helperRank() (err error) {
 	if nvls {
 		var tot ChannelStats
 		for _, s := range c.Stats() {
-			tot.add(s)
+			tot.Add(s)
 		}
 		fmt.Printf("NVLS rank=%d algo=%v p2p=%d ld=%d st=%d\n", env.Rank, c.LastPlan().Algo,
 			tot.PayloadBytes+tot.RecvBytes+tot.WireBytes, tot.LdReduceBytes, tot.StBytes)

@@ -3,6 +3,7 @@ package engine
 import (
 	"unsafe"
 
+	"github.com/collplan/collplan/engine/internal/prims"
 	"github.com/collplan/collplan/engine/internal/wire"
 )
 
@@ -16,7 +17,7 @@ import (
 // with more ranks than cores, a context switch to the critical path.
 func (c *Comm) treeTasks(w *wire.Waiter, cl *call, ch, lo, hi int, tasks []*worker) ([]*worker, error) {
 	links := c.tree[ch%2][c.rank]
-	var fromBuf, toBuf [maxPeers]*wire.Endpoint
+	var fromBuf, toBuf [prims.MaxPeers]*wire.Endpoint
 	fromKids, toKids := fromBuf[:0], toBuf[:0]
 	for _, k := range links.Down {
 		if k < 0 {
@@ -35,8 +36,8 @@ func (c *Comm) treeTasks(w *wire.Waiter, cl *call, ch, lo, hi int, tasks []*work
 	t := treeRun{cl: cl, lo: lo, hi: hi}
 	if links.Up < 0 {
 		wk := c.worker(w, cl, ch, 0)
-		wk.setPeers(fromKids, toKids)
-		wk.ensureScratch(wk.pieceBytes, len(fromKids))
+		wk.SetPeers(fromKids, toKids)
+		wk.EnsureScratch(wk.PieceBytes, len(fromKids))
 		wk.tree, wk.job = t, jobTreeRoot
 		return append(tasks, wk), nil
 	}
@@ -58,8 +59,8 @@ func (c *Comm) treeBranchTasks(w *wire.Waiter, cl *call, ch, lo, hi, up int, fro
 	}
 	if hi-lo <= cl.plan.pieceElems {
 		wk := c.worker(w, cl, ch, 0)
-		wk.setPeers(fromKids, []*wire.Endpoint{toUp})
-		wk.ensureScratch(wk.pieceBytes, max(len(fromKids), 1))
+		wk.SetPeers(fromKids, []*wire.Endpoint{toUp})
+		wk.EnsureScratch(wk.PieceBytes, max(len(fromKids), 1))
 		t.fromUp = fromUp
 		t.nKids = copy(t.toKids[:], toKids)
 		wk.tree, wk.job = t, jobTreeUpDown
@@ -69,18 +70,18 @@ func (c *Comm) treeBranchTasks(w *wire.Waiter, cl *call, ch, lo, hi, up int, fro
 		return append(tasks, wk), nil
 	}
 	upw := c.worker(w, cl, ch, 0)
-	upw.setPeers(fromKids, []*wire.Endpoint{toUp})
-	upw.ensureScratch(upw.pieceBytes, len(fromKids))
+	upw.SetPeers(fromKids, []*wire.Endpoint{toUp})
+	upw.EnsureScratch(upw.PieceBytes, len(fromKids))
 	down := c.worker(w, cl, ch, 1)
-	down.setPeers([]*wire.Endpoint{fromUp}, toKids)
-	down.ensureScratch(down.pieceBytes, 1)
+	down.SetPeers([]*wire.Endpoint{fromUp}, toKids)
+	down.EnsureScratch(down.PieceBytes, 1)
 	upw.tree, down.tree = t, t
 	upw.job, down.job = jobTreeUp, jobTreeDown
 	if c.raceHidden {
 		// In place, down writes chunk k where up read it; the order runs through the root and
 		// the transport's atomics, which the race detector cannot see here (wire's race.go).
-		upw.raceRel = unsafe.Pointer(&upw.raceTok)
-		down.raceAcq = upw.raceRel
+		upw.RaceRel = unsafe.Pointer(&upw.RaceTok)
+		down.RaceAcq = upw.RaceRel
 	}
 	if len(fromKids) == 0 {
 		upw.job, down.job = jobTreeLeafUp, jobTreeLeafDown
@@ -99,34 +100,33 @@ type treeRun struct {
 	// For a one-goroutine non-root rank (jobTreeUpDown): the peers of the broadcast-down half,
 	// which the worker switches to once its reduce-up half is done.
 	fromUp *wire.Endpoint
-	toKids [maxPeers]*wire.Endpoint
+	toKids [prims.MaxPeers]*wire.Endpoint
 	nKids  int
 }
 
 // upDown runs reduce-up with the worker's peers (children to parent), then broadcast-down from the
 // parent to the children on the same goroutine.
-func (t *treeRun) upDown(w *worker, up, down prim) error {
+func (t *treeRun) upDown(w *worker, up, down prims.Prim) error {
 	if err := t.each(w, up); err != nil {
 		return err
 	}
-	w.recvs = append(w.recvBuf[:0], t.fromUp)
-	w.sends = append(w.sendBuf[:0], t.toKids[:t.nKids]...)
+	w.SetPeers([]*wire.Endpoint{t.fromUp}, t.toKids[:t.nKids])
 	return t.each(w, down)
 }
 
-func (t *treeRun) each(w *worker, p prim) error {
+func (t *treeRun) each(w *worker, p prims.Prim) error {
 	cl := t.cl
 	ce := cl.plan.chunkElems
 	for e0 := t.lo; e0 < t.hi; e0 += ce {
 		nel := min(ce, t.hi-e0)
 		var in, out []byte
-		if p&primIn != 0 {
+		if p&prims.PrimIn != 0 {
 			in = span(cl.send, e0, nel, cl.es)
 		}
-		if p&primOut != 0 {
+		if p&prims.PrimOut != 0 {
 			out = span(cl.recv, e0, nel, cl.es)
 		}
-		if err := w.run(p, in, out); err != nil {
+		if err := w.Run(p, in, out); err != nil {
 			return err
 		}
 	}

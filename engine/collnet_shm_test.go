@@ -17,6 +17,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/collplan/collplan/engine/transport"
+	"github.com/collplan/collplan/engine/transport/shm"
 )
 
 // TestCollNetEndpointHelper is an aggregation endpoint process of the tests (it skips unless run
@@ -47,7 +50,7 @@ func TestCollNetEndpointHelper(t *testing.T) {
 // element i is r+i, so the sum is 4i+6); the job's files are removed.
 func TestShmCollNetProcesses(t *testing.T) {
 	const n = 4
-	job := NewJobID(os.Getpid())
+	job := transport.NewJobID(os.Getpid())
 	out, errb := &lineBuffer{}, &lineBuffer{}
 	l := &Launcher{N: n, Argv: []string{os.Args[0], "-test.run=^TestShmHelperProcess$"},
 		Env: append(os.Environ(), envShmHelper+"=rank", envShmCollNet+"=1"), Stdout: out, Stderr: errb,
@@ -58,7 +61,7 @@ func TestShmCollNetProcesses(t *testing.T) {
 	assert.Regexp(t, regexp.MustCompile(`ENDPOINT pid=\d+`), out.String())
 	assert.Len(t, regexp.MustCompile(`COLLNET rank=\d algo=COLLNET_DIRECT`).FindAllString(out.String(), -1), n, "%s", out.String())
 	assert.Regexp(t, regexp.MustCompile(`(?s)(DONE rank=\d.*){4}`), out.String())
-	assert.Empty(t, ShmFiles(job), "the job's files are removed")
+	assert.Empty(t, shm.ShmFiles(job), "the job's files are removed")
 }
 
 var (
@@ -112,5 +115,5 @@ func TestShmCollNetEndpointKilled(t *testing.T) {
 	for r, b := range errbs {
 		assert.Regexp(t, "CollNet (endpoint|aggregation endpoint)", b.String(), "rank %d's error", r)
 	}
-	assert.Empty(t, ShmFiles(job), "the job's files are removed")
+	assert.Empty(t, shm.ShmFiles(job), "the job's files are removed")
 }

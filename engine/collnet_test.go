@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/transport"
 	"github.com/collplan/collplan/kernels"
 )
 
@@ -624,14 +625,14 @@ func TestCollNetWatchdogStoppedEndpoint(t *testing.T) {
 
 // processTransport is the in-process transport seen as another one: the engine treats its ranks as
 // processes (osYieldNeeded, spinFits).
-type processTransport struct{ rankTransport }
+type processTransport struct{ transport.Rank }
 
 // TestCollNetWaitsCountEndpoint: with as many rank processes as cores, a CollNet call's waits yield
 // the OS thread and do not spin, since the endpoint is one more process that needs a core; other
 // calls' waits keep their cores (the engine's rule for ranks that fit).
 func TestCollNetWaitsCountEndpoint(t *testing.T) {
 	n := runtime.NumCPU()
-	shared := rankTransport{newInProcess()}
+	shared := transport.NewInProcess().Rank()
 	c, err := New(0, n, processTransport{shared}, Config{})
 	require.NoError(t, err)
 	defer c.Close()

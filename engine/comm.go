@@ -15,6 +15,7 @@ import (
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/engine/internal/prims"
 	"github.com/collplan/collplan/engine/internal/wire"
+	"github.com/collplan/collplan/engine/transport"
 	"github.com/collplan/collplan/kernels"
 	"github.com/collplan/collplan/planner"
 )
@@ -26,7 +27,7 @@ type Comm struct {
 	rank, n int
 	cfg     Config
 	topo    vtopo
-	tr      Transport
+	tr      transport.Transport
 	layout  wire.ConnLayout
 
 	ctrl  []byte
@@ -98,13 +99,13 @@ func NewInProcess(n int, cfg Config) ([]*Comm, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("%w: %d ranks", ErrInvalid, n)
 	}
-	tr := newInProcess()
+	tr := transport.NewInProcess()
 	if cfg.CollNet.Addr != "" && cfg.CollNet.Job == "" {
-		cfg.CollNet.Job = NewJobID(os.Getpid())
+		cfg.CollNet.Job = transport.NewJobID(os.Getpid())
 	}
 	comms := make([]*Comm, n)
 	for r := range comms {
-		c, err := New(r, n, rankTransport{tr}, cfg)
+		c, err := New(r, n, tr.Rank(), cfg)
 		if err != nil {
 			for _, d := range comms[:r] {
 				d.Close()
@@ -119,7 +120,7 @@ func NewInProcess(n int, cfg Config) ([]*Comm, error) {
 // New returns rank rank of an n-rank communicator whose ranks share memory through tr (each rank
 // has its own Transport value, over the same regions). It touches only the control region; the
 // connections are set up by the first call that uses them.
-func New(rank, n int, tr Transport, cfg Config) (*Comm, error) {
+func New(rank, n int, tr transport.Transport, cfg Config) (*Comm, error) {
 	if n < 1 || rank < 0 || rank >= n {
 		return nil, fmt.Errorf("%w: rank %d of %d", ErrInvalid, rank, n)
 	}
@@ -141,19 +142,19 @@ func New(rank, n int, tr Transport, cfg Config) (*Comm, error) {
 		eps:      make(map[epKey]*wire.Endpoint),
 		override: cfg.Override,
 	}
-	_, inproc := tr.(rankTransport)
+	_, inproc := tr.(transport.Rank)
 	c.raceHidden = wire.RaceEnabled && !inproc
 	c.cores, c.procs = runtime.NumCPU(), runtime.GOMAXPROCS(0)
 	c.tuneLog = tuningWriter(rank, &cfg, os.Getenv)
 	cfgWord := wire.LayoutWord("config", uint64(n), uint64(cfg.RanksPerNode), uint64(b.LL), uint64(b.LL128), uint64(b.Simple), uint64(b.NVLSChunk))
 	c.tree[0], c.tree[1] = c.topo.trees()
 	size := wire.CtrlSize(n)
-	ctrl, err := tr.Region(CtrlRegion, size)
+	ctrl, err := tr.Region(transport.CtrlRegion, size)
 	if err == nil {
-		err = wire.CheckRegion(ctrl, CtrlRegion, size)
+		err = wire.CheckRegion(ctrl, transport.CtrlRegion, size)
 	}
 	if err == nil {
-		err = wire.ClaimLayout(ctrl, CtrlRegion, wire.LayoutWord("ctrl", uint64(n), cfgWord))
+		err = wire.ClaimLayout(ctrl, transport.CtrlRegion, wire.LayoutWord("ctrl", uint64(n), cfgWord))
 	}
 	if err != nil {
 		tr.Close()
@@ -517,7 +518,7 @@ func (c *Comm) endpoint(ch, from, to int) (*wire.Endpoint, error) {
 	if e := c.eps[k]; e != nil {
 		return e, nil
 	}
-	name := ConnRegion(ch, from, to)
+	name := transport.ConnRegion(ch, from, to)
 	size := c.layout.Size()
 	r, err := c.tr.Region(name, size)
 	if err == nil {

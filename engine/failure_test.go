@@ -14,6 +14,7 @@ import (
 
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/engine/internal/wire"
+	"github.com/collplan/collplan/engine/transport"
 	"github.com/collplan/collplan/kernels"
 )
 
@@ -305,7 +306,7 @@ func TestAbort(t *testing.T) {
 	// A launcher's abort: the word stored in the control region.
 	comms2, err := NewInProcess(2, Config{Buffers: tinyBuffers()})
 	require.NoError(t, err)
-	ctrl, err := comms2[0].tr.Region(CtrlRegion, wire.CtrlSize(2))
+	ctrl, err := comms2[0].tr.Region(transport.CtrlRegion, wire.CtrlSize(2))
 	require.NoError(t, err)
 	time.AfterFunc(30*time.Millisecond, func() { atomic.CompareAndSwapUint64(wire.WordAt(ctrl, CtrlAbortOffset), 0, AbortWord(1)) })
 	err = comms2[0].AllReduce(bg, make([]byte, 8), make([]byte, 8), 2, kernels.Float32, kernels.Sum)

@@ -16,6 +16,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/collplan/collplan/engine/transport"
+	"github.com/collplan/collplan/engine/transport/shm"
 )
 
 // Launcher starts the n ranks of a job as local processes (like mpirun -np n on one host) and
@@ -141,19 +144,19 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 	if env == nil {
 		env = os.Environ()
 	}
-	if env, err = shmDirEnv(env); err != nil {
+	if env, err = shm.ShmDirEnv(env); err != nil {
 		return err
 	}
-	if _, err := RemoveStaleShm(); err != nil {
+	if _, err := shm.RemoveStaleShm(); err != nil {
 		fmt.Fprintf(stderr, "collplan: warning: %v\n", err)
 	}
 	job := l.Job
 	if job == "" {
-		job = NewJobID(os.Getpid())
+		job = transport.NewJobID(os.Getpid())
 	}
 	// The job's lock exists before any rank can look for it; whoever lets go of the job last (this
 	// launcher, once every rank has exited) removes the job's files.
-	lock, err := CreateJobLock(job)
+	lock, err := shm.CreateJobLock(job)
 	if err != nil {
 		return err
 	}
@@ -242,7 +245,7 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 			if e.err != nil && first == nil && epExit != nil {
 				// A rank whose endpoint connection failed may exit before the launcher reaps the
 				// endpoint it saw die: wait for that (bounded) so the endpoint is named, not the rank.
-				if w, _ := abortWordShm(job); int(w&0xff) == abortCollNet {
+				if w, _ := shm.AbortWordShm(job); int(w&0xff) == abortCollNet {
 					select {
 					case ee := <-epExit:
 						epExit <- ee // for stopCollNet
@@ -259,7 +262,7 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 				// The communicator may have been aborted already, naming the rank at fault (a
 				// stopped rank named by the watchdog, while the rank that exited first is one it
 				// stalled): then that is the rank to name.
-				if w, _ := abortWordShm(job); w != 0 && abortNames(w) && int(w>>8)-1 != e.rank {
+				if w, _ := shm.AbortWordShm(job); w != 0 && abortNames(w) && int(w>>8)-1 != e.rank {
 					first.Culprit, first.Cause = int(w>>8)-1, abortErr(w)
 					// A rank the watchdog found stalled is not coming back (it may be stopped):
 					// end it now rather than after the grace. (A lost one, whose connection was
@@ -267,7 +270,7 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 					if c := first.Culprit; int(w&0xff) == abortStalled && c >= 0 && c < len(cmds) && alive[c] {
 						cmds[c].Process.Kill()
 					}
-				} else if _, aerr := abortShm(job, e.rank, abortExited); aerr != nil {
+				} else if _, aerr := shm.AbortShmFor(job, e.rank, abortExited); aerr != nil {
 					fmt.Fprintf(errw, "collplan: aborting job %s for rank %d: %v\n", job, e.rank, aerr)
 				}
 				startGrace()
@@ -293,7 +296,7 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 			epExit = nil
 			if first == nil {
 				first = &LaunchError{Rank: -1, Err: fmt.Errorf("the CollNet aggregation endpoint exited: %v", e)}
-				if _, aerr := abortShm(job, -1, abortEndpoint); aerr != nil {
+				if _, aerr := shm.AbortShmFor(job, -1, abortEndpoint); aerr != nil {
 					fmt.Fprintf(errw, "collplan: aborting job %s for its CollNet endpoint: %v\n", job, aerr)
 				}
 				startGrace()

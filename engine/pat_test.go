@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/transport/shm"
 	"github.com/collplan/collplan/kernels"
 	"github.com/collplan/collplan/planner"
 )
@@ -391,7 +392,7 @@ func TestPATShm(t *testing.T) {
 	job := newJob(t)
 	comms := make([]*Comm, n)
 	for r := range comms {
-		tr, err := NewShmTransport(job)
+		tr, err := shm.NewShmTransport(job)
 		require.NoError(t, err)
 		cfg := Config{Buffers: tinyBuffers(), RanksPerNode: 1, Override: Pin(costmodel.PAT, costmodel.Simple)}
 		cfg.Override.Channels = 2

@@ -11,13 +11,14 @@ import (
 
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/engine/internal/wire"
+	"github.com/collplan/collplan/engine/transport"
 	"github.com/collplan/collplan/kernels"
 )
 
 // rawRegion returns the bytes of a connection region as the transport holds them.
 func rawRegion(t *testing.T, c *Comm, ch, from, to int) []byte {
 	t.Helper()
-	r, err := c.tr.Region(ConnRegion(ch, from, to), c.layout.Size())
+	r, err := c.tr.Region(transport.ConnRegion(ch, from, to), c.layout.Size())
 	require.NoError(t, err)
 	return r
 }

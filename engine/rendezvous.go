@@ -2,8 +2,6 @@ package engine
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -12,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/collplan/collplan/engine/transport"
 )
 
 // Env describes a rank of a multi-process job as its environment gives it.
@@ -145,7 +145,7 @@ func Join(ctx context.Context, rank, size int, addr string, cfgHash uint64, job 
 		return nil, fmt.Errorf("%w: rank %d of %d", ErrInvalid, rank, size)
 	}
 	if job != "" {
-		if err := validJobID(job); err != nil {
+		if err := transport.ValidJobID(job); err != nil {
 			return nil, err
 		}
 	}
@@ -153,7 +153,7 @@ func Join(ctx context.Context, rank, size int, addr string, cfgHash uint64, job 
 	defer cancel()
 	if size == 1 {
 		if job == "" {
-			job = NewJobID(os.Getpid())
+			job = transport.NewJobID(os.Getpid())
 		}
 		return newSession(job, rank, nil), nil
 	}
@@ -183,7 +183,7 @@ func rendezvousRoot(ctx context.Context, size int, addr string, cfgHash uint64, 
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	if job == "" {
-		job = NewJobID(os.Getpid())
+		job = transport.NewJobID(os.Getpid())
 	}
 	conns := make([]net.Conn, size)
 	keep := false
@@ -311,7 +311,7 @@ func rendezvousPeer(ctx context.Context, rank, size int, addr string, cfgHash ui
 	switch {
 	case strings.HasPrefix(line, "OK "):
 		job := strings.TrimPrefix(line, "OK ")
-		if err := validJobID(job); err != nil {
+		if err := transport.ValidJobID(job); err != nil {
 			return "", nil, fmt.Errorf("engine: rendezvous: rank 0 sent %w", err)
 		}
 		c.SetDeadline(time.Time{})
@@ -331,30 +331,4 @@ func FreeLoopbackAddr() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
-}
-
-// NewJobID returns a fresh job id owned by process pid.
-func NewJobID(pid int) string {
-	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err) // crypto/rand does not fail on supported systems
-	}
-	return strconv.Itoa(pid) + "." + hex.EncodeToString(b[:])
-}
-
-// jobOwner returns the owner pid of a job id made by NewJobID.
-func jobOwner(jobID string) (int, bool) {
-	p, _, ok := strings.Cut(jobID, ".")
-	if !ok {
-		return 0, false
-	}
-	pid, err := strconv.Atoi(p)
-	return pid, err == nil && pid > 0
-}
-
-func validJobID(jobID string) error {
-	if _, ok := jobOwner(jobID); !ok || strings.ContainsAny(jobID, "/-\x00") {
-		return fmt.Errorf("%w: job id %q (want <pid>.<hex>)", ErrInvalid, jobID)
-	}
-	return nil
 }

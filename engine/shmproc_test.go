@@ -22,6 +22,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/transport"
+	"github.com/collplan/collplan/engine/transport/shm"
 	"github.com/collplan/collplan/kernels"
 )
 
@@ -75,13 +77,13 @@ func helperCommand(mode string, env ...string) *exec.Cmd {
 // helperJoin is what a rank process does before New, as collbench's runRankProcess does it: rank
 // 0 of a job started by hand (no COLLPLAN_JOB) clears stale segments, creates the job's id and lock
 // and hands the id out at the rendezvous; every rank then opens its transport.
-func helperJoin(env Env, cfgHash uint64) (string, *ShmTransport, func() error, error) {
+func helperJoin(env Env, cfgHash uint64) (string, *shm.ShmTransport, func() error, error) {
 	job, release := env.Job, func() error { return nil }
 	if env.Rank == 0 && job == "" {
-		if _, err := RemoveStaleShm(); err != nil {
+		if _, err := shm.RemoveStaleShm(); err != nil {
 			fmt.Fprintln(os.Stderr, "warning:", err)
 		}
-		lock, err := CreateJobLock(NewJobID(os.Getpid()))
+		lock, err := shm.CreateJobLock(transport.NewJobID(os.Getpid()))
 		if err != nil {
 			return "", nil, release, err
 		}
@@ -91,7 +93,7 @@ func helperJoin(env Env, cfgHash uint64) (string, *ShmTransport, func() error, e
 	if err != nil {
 		return "", nil, release, err
 	}
-	tr, err := NewShmTransport(job)
+	tr, err := shm.NewShmTransport(job)
 	return job, tr, release, err
 }
 
@@ -213,18 +215,18 @@ func helperHold() error {
 	job := os.Getenv("COLLPLAN_JOB")
 	release := func() error { return nil }
 	if os.Getenv(envShmOwner) == "1" {
-		lock, err := CreateJobLock(job)
+		lock, err := shm.CreateJobLock(job)
 		if err != nil {
 			return err
 		}
 		release = lock.Close
 	}
-	tr, err := NewShmTransport(job)
+	tr, err := shm.NewShmTransport(job)
 	if err != nil {
 		release()
 		return err
 	}
-	for _, name := range []string{CtrlRegion, ConnRegion(0, 0, 1)} {
+	for _, name := range []string{transport.CtrlRegion, transport.ConnRegion(0, 0, 1)} {
 		r, err := tr.Region(name, 4096)
 		if err != nil {
 			tr.Close()

@@ -18,6 +18,7 @@ import (
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/engine"
+	"github.com/collplan/collplan/engine/transport/shm"
 	"github.com/collplan/collplan/kernels"
 	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/tables"
@@ -166,7 +167,7 @@ func TestStagingRank(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := engine.NewShmTransport(job)
+	tr, err := shm.NewShmTransport(job)
 	if err != nil {
 		t.Fatal(err)
 	}

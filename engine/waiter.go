@@ -5,6 +5,7 @@ import (
 	"runtime"
 
 	"github.com/collplan/collplan/engine/internal/wire"
+	"github.com/collplan/collplan/engine/transport"
 )
 
 // newWaiter returns the waiter of a call of c (engine/internal/wire's wait.go says how waits
@@ -17,7 +18,7 @@ func newWaiter(c *Comm, ctx context.Context) wire.Waiter {
 // of the n*k goroutines has a core (and, for in-process ranks, a P) to itself, so a spinning
 // waiter delays nobody. The cores are counted once, when the Comm is made.
 func (c *Comm) spinFits(k int) bool {
-	if _, inproc := c.tr.(rankTransport); inproc {
+	if _, inproc := c.tr.(transport.Rank); inproc {
 		return c.n*k <= c.procs
 	}
 	return c.n*k <= c.cores && k <= c.procs
@@ -29,7 +30,7 @@ func (c *Comm) spinFits(k int) bool {
 // sched_yield would only hand the core to unrelated work for a time slice (measured: 2-rank
 // calls of 8 B went from 2-3 us to 15-45 us on a loaded 2-core host).
 func osYieldNeeded(c *Comm) bool {
-	if _, inproc := c.tr.(rankTransport); inproc {
+	if _, inproc := c.tr.(transport.Rank); inproc {
 		return false
 	}
 	return c.n > runtime.NumCPU()

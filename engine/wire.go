@@ -22,3 +22,6 @@ const (
 	LL128LinePayload = wire.LL128LinePayload // data bytes per LL128 line
 	LL128FlagOffset  = wire.LL128FlagOffset  // the flag word's offset in an LL128 line
 )
+
+// RegionAlign is the alignment every region must have (transport.RegionAlign).
+const RegionAlign = wire.RegionAlign

@@ -16,6 +16,8 @@ import (
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/engine"
+	"github.com/collplan/collplan/engine/transport"
+	"github.com/collplan/collplan/engine/transport/shm"
 	"github.com/collplan/collplan/internal/bytesize"
 	"github.com/collplan/collplan/kernels"
 	"github.com/collplan/collplan/planner"
@@ -621,10 +623,10 @@ func runRankProcess(ctx context.Context, o *options, env engine.Env, stdout, std
 		// No launcher: rank 0 owns the job. It clears crashed jobs' segments and creates the job's
 		// id and lock before the rendezvous hands the id to its peers, whose transports need the
 		// lock; the last process of the job to let go removes the job's files.
-		if _, err := engine.RemoveStaleShm(); err != nil {
+		if _, err := shm.RemoveStaleShm(); err != nil {
 			fmt.Fprintln(os.Stderr, "collbench: warning:", err)
 		}
-		lock, err := engine.CreateJobLock(engine.NewJobID(os.Getpid()))
+		lock, err := shm.CreateJobLock(transport.NewJobID(os.Getpid()))
 		if err != nil {
 			return fmt.Errorf("rank %d: %w", env.Rank, err)
 		}
@@ -644,7 +646,7 @@ func runRankProcess(ctx context.Context, o *options, env engine.Env, stdout, std
 	defer sess.Close()
 	job = sess.Job
 	cfg.CollNet.Job = job
-	tr, err := engine.NewShmTransport(job)
+	tr, err := shm.NewShmTransport(job)
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", env.Rank, err)
 	}

@@ -1,6 +1,6 @@
 //go:build unix
 
-package engine
+package shm
 
 import (
 	"crypto/rand"
@@ -18,6 +18,7 @@ import (
 	"unsafe"
 
 	"github.com/collplan/collplan/engine/internal/wire"
+	"github.com/collplan/collplan/engine/transport"
 	"github.com/collplan/collplan/internal/bytesize"
 )
 
@@ -53,7 +54,7 @@ func shmDir() (string, error) {
 		return ShmDir(), nil
 	}
 	if !filepath.IsAbs(d) {
-		return "", fmt.Errorf("%w: %s=%q: not an absolute path", ErrInvalid, EnvShmDir, d)
+		return "", fmt.Errorf("%w: %s=%q: not an absolute path", wire.ErrInvalid, EnvShmDir, d)
 	}
 	st, err := os.Stat(d)
 	if err != nil {
@@ -61,18 +62,18 @@ func shmDir() (string, error) {
 		if errors.As(err, &pe) {
 			err = pe.Err
 		}
-		return "", fmt.Errorf("%w: %s=%q: %v", ErrInvalid, EnvShmDir, d, err)
+		return "", fmt.Errorf("%w: %s=%q: %v", wire.ErrInvalid, EnvShmDir, d, err)
 	}
 	if !st.IsDir() {
-		return "", fmt.Errorf("%w: %s=%q: not a directory", ErrInvalid, EnvShmDir, d)
+		return "", fmt.Errorf("%w: %s=%q: not a directory", wire.ErrInvalid, EnvShmDir, d)
 	}
 	return d, nil
 }
 
-// shmDirEnv returns env, the environment of ranks a launcher starts, with this process's segment
+// ShmDirEnv returns env, the environment of ranks a launcher starts, with this process's segment
 // directory: the launcher's lock and cleanup must be where its ranks make their segments. env gets
 // this process's COLLPLAN_SHM_DIR when it has none; one that differs is an error.
-func shmDirEnv(env []string) ([]string, error) {
+func ShmDirEnv(env []string) ([]string, error) {
 	if _, err := shmDir(); err != nil {
 		return nil, err
 	}
@@ -88,7 +89,7 @@ func shmDirEnv(env []string) ([]string, error) {
 		return append(append([]string(nil), env...), EnvShmDir+"="+ours), nil
 	case theirs != ours:
 		return nil, fmt.Errorf("%w: the ranks' environment has %s=%q, this process %q: a launcher and its ranks must share the segment directory",
-			ErrInvalid, EnvShmDir, theirs, ours)
+			wire.ErrInvalid, EnvShmDir, theirs, ours)
 	}
 	return env, nil
 }
@@ -164,7 +165,7 @@ type JobLock struct {
 // also fails if the job id is in use. Close it when the job ends (after the transports, or before:
 // the last one out removes the job's files).
 func CreateJobLock(job string) (*JobLock, error) {
-	if err := validJobID(job); err != nil {
+	if err := transport.ValidJobID(job); err != nil {
 		return nil, err
 	}
 	dir, err := shmDir()
@@ -219,7 +220,7 @@ func openJobLock(dir, job string) (*os.File, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: job %s: no lock file %s: the job's owner (a Launcher, or rank 0 through CreateJobLock) has not created it, or the job has ended",
-			ErrConfig, job, path)
+			wire.ErrConfig, job, path)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("engine: job %s: %w", job, err)
@@ -232,7 +233,7 @@ func openJobLock(dir, job string) (*os.File, error) {
 		f.Close()
 		if wouldBlock(err) || err == syscall.ESTALE {
 			// Only a cleanup holds the exclusive lock, and only once no process of the job holds it.
-			return nil, fmt.Errorf("%w: job %s has ended (its lock %s is being removed)", ErrConfig, job, path)
+			return nil, fmt.Errorf("%w: job %s has ended (its lock %s is being removed)", wire.ErrConfig, job, path)
 		}
 		return nil, fmt.Errorf("engine: job %s: locking %s: %w", job, path, err)
 	}
@@ -314,7 +315,7 @@ func (t *ShmTransport) Abandon() {
 // NewShmTransport returns a Transport over the segments of job jobID, holding the job's lock
 // (which must exist: see CreateJobLock) until Close. The directory is ShmDir, checked.
 func NewShmTransport(jobID string) (*ShmTransport, error) {
-	if err := validJobID(jobID); err != nil {
+	if err := transport.ValidJobID(jobID); err != nil {
 		return nil, err
 	}
 	dir, err := shmDir()
@@ -341,12 +342,12 @@ func (t *ShmTransport) Region(name string, size int) ([]byte, error) {
 		return nil, fmt.Errorf("engine: shm region %s: size %d", name, size)
 	}
 	if name == lockName {
-		return nil, fmt.Errorf("%w: shm region %q: the name of the job's lock file", ErrInvalid, name)
+		return nil, fmt.Errorf("%w: shm region %q: the name of the job's lock file", wire.ErrInvalid, name)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return nil, fmt.Errorf("engine: shm region %s: %w", name, ErrClosed)
+		return nil, fmt.Errorf("engine: shm region %s: %w", name, wire.ErrClosed)
 	}
 	if r, ok := t.maps[name]; ok {
 		if len(r) != size {
@@ -380,7 +381,7 @@ func mapFile(path string, size int, create bool) ([]byte, error) {
 	// Size 0: just created (here or by a rank whose allocation has not finished, which then
 	// serializes with ours); any other size but ours: another configuration.
 	if st.Size() != int64(size) && (st.Size() != 0 || !create) {
-		return nil, fmt.Errorf("%w: %s is %d bytes, want %d", ErrConfig, path, st.Size(), size)
+		return nil, fmt.Errorf("%w: %s is %d bytes, want %d", wire.ErrConfig, path, st.Size(), size)
 	}
 	if create {
 		if err := allocate(f, filepath.Dir(path), size); err != nil {
@@ -390,16 +391,16 @@ func mapFile(path string, size int, create bool) ([]byte, error) {
 			return nil, err
 		}
 		if st.Size() != int64(size) {
-			return nil, fmt.Errorf("%w: %s is %d bytes, want %d", ErrConfig, path, st.Size(), size)
+			return nil, fmt.Errorf("%w: %s is %d bytes, want %d", wire.ErrConfig, path, st.Size(), size)
 		}
 	}
 	b, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("mmap %s: %w", path, err)
 	}
-	if uintptr(unsafe.Pointer(unsafe.SliceData(b)))%RegionAlign != 0 {
+	if uintptr(unsafe.Pointer(unsafe.SliceData(b)))%wire.RegionAlign != 0 {
 		syscall.Munmap(b)
-		return nil, fmt.Errorf("mmap %s: not aligned to %d bytes", path, RegionAlign)
+		return nil, fmt.Errorf("mmap %s: not aligned to %d bytes", path, wire.RegionAlign)
 	}
 	return b, nil
 }
@@ -445,7 +446,7 @@ func (t *ShmTransport) Close() error {
 // process still uses it, and returns how many it removed. RemoveStaleShm and the last process
 // of a job remove a job's files safely; this is for a job known to be over.
 func RemoveShm(jobID string) (int, error) {
-	if err := validJobID(jobID); err != nil {
+	if err := transport.ValidJobID(jobID); err != nil {
 		return 0, err
 	}
 	dir, err := shmDir()
@@ -508,7 +509,7 @@ func RemoveStaleShm() ([]string, error) {
 	jobs := make(map[string][]string)
 	for _, f := range files {
 		job, _, ok := strings.Cut(strings.TrimPrefix(filepath.Base(f), "collplan-"), "-")
-		if ok && validJobID(job) == nil {
+		if ok && transport.ValidJobID(job) == nil {
 			jobs[job] = append(jobs[job], f)
 		}
 	}
@@ -594,22 +595,22 @@ func removeIfFree(tmp string) (bool, error) {
 }
 
 // AbortShm aborts job jobID's communicator on behalf of rank (a launcher's duty when rank's
-// process died): it stores AbortWord(rank) in the control region's abort word unless the
+// process died): it stores engine.AbortWord(rank) in the control region's abort word unless the
 // communicator is already aborted. It reports false when the control region does not exist yet.
-func AbortShm(jobID string, rank int) (bool, error) { return abortShm(jobID, rank, abortUser) }
+func AbortShm(jobID string, rank int) (bool, error) { return AbortShmFor(jobID, rank, wire.AbortUser) }
 
-// abortShm stores abortWord(rank, reason) in job jobID's abort word unless it is set.
-func abortShm(jobID string, rank, reason int) (bool, error) {
-	if err := validJobID(jobID); err != nil {
+// AbortShmFor stores wire.AbortWord(rank, reason) in job jobID's abort word unless it is set.
+func AbortShmFor(jobID string, rank, reason int) (bool, error) {
+	if err := transport.ValidJobID(jobID); err != nil {
 		return false, err
 	}
 	dir, err := shmDir()
 	if err != nil {
 		return false, err
 	}
-	path := shmPath(dir, ShmPrefix(jobID), CtrlRegion)
+	path := shmPath(dir, ShmPrefix(jobID), wire.CtrlRegion)
 	st, err := os.Stat(path)
-	if errors.Is(err, os.ErrNotExist) || (err == nil && st.Size() < CtrlAbortOffset+8) {
+	if errors.Is(err, os.ErrNotExist) || (err == nil && st.Size() < wire.CtrlAbortOffset+8) {
 		return false, nil
 	}
 	if err != nil {
@@ -620,16 +621,16 @@ func abortShm(jobID string, rank, reason int) (bool, error) {
 		return false, fmt.Errorf("engine: abort job %s: %w", jobID, err)
 	}
 	defer syscall.Munmap(b)
-	atomic.CompareAndSwapUint64(wire.WordAt(b, CtrlAbortOffset), 0, wire.AbortWord(rank, reason))
+	atomic.CompareAndSwapUint64(wire.WordAt(b, wire.CtrlAbortOffset), 0, wire.AbortWord(rank, reason))
 	return true, nil
 }
 
-// abortWordShm reads job jobID's abort word (0 when not aborted or when the control region does
+// AbortWordShm reads job jobID's abort word (0 when not aborted or when the control region does
 // not exist).
-func abortWordShm(jobID string) (uint64, error) {
-	path := shmPath(ShmDir(), ShmPrefix(jobID), CtrlRegion)
+func AbortWordShm(jobID string) (uint64, error) {
+	path := shmPath(ShmDir(), ShmPrefix(jobID), wire.CtrlRegion)
 	st, err := os.Stat(path)
-	if err != nil || st.Size() < CtrlAbortOffset+8 {
+	if err != nil || st.Size() < wire.CtrlAbortOffset+8 {
 		return 0, nil
 	}
 	b, err := mapFile(path, int(st.Size()), false)
@@ -637,5 +638,5 @@ func abortWordShm(jobID string) (uint64, error) {
 		return 0, err
 	}
 	defer syscall.Munmap(b)
-	return atomic.LoadUint64(wire.WordAt(b, CtrlAbortOffset)), nil
+	return atomic.LoadUint64(wire.WordAt(b, wire.CtrlAbortOffset)), nil
 }

@@ -1,10 +1,12 @@
-package engine
+package transport
 
 import (
 	"fmt"
 	"strconv"
 	"sync"
 	"unsafe"
+
+	"github.com/collplan/collplan/engine/internal/wire"
 )
 
 // Transport is the seam between the engine and the memory its ranks share. It provides named byte
@@ -42,10 +44,10 @@ type Transport interface {
 }
 
 // RegionAlign is the alignment every region must have: a cache line, as NCCL aligns its FIFOs.
-const RegionAlign = 128
+const RegionAlign = wire.RegionAlign
 
 // CtrlRegion is the name of the communicator's control region.
-const CtrlRegion = "ctrl"
+const CtrlRegion = wire.CtrlRegion
 
 // ConnRegion returns the name of the region of the connection from rank from to rank to on channel
 // ch: "conn/CH/FROM-TO".
@@ -60,19 +62,24 @@ func ConnRegion(ch, from, to int) string {
 	return string(b)
 }
 
-// inProcess is the Transport of NewInProcess: regions are Go byte slices shared by the ranks'
-// goroutines.
-type inProcess struct {
+// InProcess is the Transport of the engine's NewInProcess: regions are Go byte slices shared by
+// the ranks' goroutines.
+type InProcess struct {
 	mu      sync.Mutex
 	regions map[string][]byte
 }
 
-func newInProcess() *inProcess { return &inProcess{regions: make(map[string][]byte)} }
+// NewInProcess returns an empty in-process transport.
+func NewInProcess() *InProcess { return &InProcess{regions: make(map[string][]byte)} }
 
-// rankTransport is one rank's handle on an inProcess transport.
-type rankTransport struct{ shared *inProcess }
+// Rank returns one rank's handle on s.
+func (s *InProcess) Rank() Rank { return Rank{s} }
 
-func (t rankTransport) Region(name string, size int) ([]byte, error) {
+// Rank is one rank's handle on an InProcess transport.
+type Rank struct{ shared *InProcess }
+
+// Region returns the region called name, made (zeroed, aligned) by the first rank that asks.
+func (t Rank) Region(name string, size int) ([]byte, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("engine: region %s: size %d", name, size)
 	}
@@ -91,7 +98,7 @@ func (t rankTransport) Region(name string, size int) ([]byte, error) {
 }
 
 // Close does nothing: the regions are garbage collected once no rank holds them.
-func (rankTransport) Close() error { return nil }
+func (Rank) Close() error { return nil }
 
 // alignedBytes returns size zeroed bytes starting at a RegionAlign boundary. The backing array is
 // allocated as uint64 words so the garbage collector never sees the region as holding pointers.

@@ -7,6 +7,7 @@ import (
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/engine/transport"
+	"github.com/collplan/collplan/engine/transport/collnet"
 	"github.com/collplan/collplan/kernels"
 )
 
@@ -69,7 +70,7 @@ import (
 //     first rank in both); the endpoint groups the connections by Config.CollNet.Job.
 
 // maxCollNetHeads is NCCL_MAX_DIRECT_ARITY+1: CollNetDirect's most local ranks.
-const maxCollNetHeads = 8
+const maxCollNetHeads = collnet.MaxHeads
 
 // collNetWireOp is the operator that travels to the network for user op (already folded:
 // PreMulSum handles are PreMulSum): avg and PreMulSum as sum (getCollNetSupport).
@@ -100,7 +101,7 @@ func collNetCheck(a costmodel.Algo, n, rpn int, coll costmodel.Coll, dt kernels.
 			ErrInvalid, n, rpn)
 	case a == costmodel.CollNetDirect && rpn > maxCollNetHeads:
 		return fmt.Errorf("%w: COLLNET_DIRECT with %d ranks per node (NCCL allows at most %d local ranks)", ErrInvalid, rpn, maxCollNetHeads)
-	case !collNetOpOK(dt, collNetWireOp(op)):
+	case !collnet.OpOK(dt, collNetWireOp(op)):
 		return fmt.Errorf("%w: %v %v with %v %v (the endpoint reduces sum, min and max of 32- and 64-bit integers and of float16, bfloat16, float32 and float64; avg and PreMulSum travel as sum)",
 			ErrInvalid, a, coll, dt, op)
 	}
@@ -155,15 +156,15 @@ func CollNetRegion(node, ch int) string {
 }
 
 // collNetLink returns this rank's endpoint connection for (ch, share), dialling it on first use.
-func (c *Comm) collNetLink(ch, share int) (*cnLink, error) {
+func (c *Comm) collNetLink(ch, share int) (*collnet.Link, error) {
 	k := [2]int{ch, share}
 	if l := c.cnLinks[k]; l != nil {
 		return l, nil
 	}
 	if c.cnLinks == nil {
-		c.cnLinks = make(map[[2]int]*cnLink)
+		c.cnLinks = make(map[[2]int]*collnet.Link)
 	}
-	l, err := c.dialCollNet(ch, share, c.rank/c.topo.rpn, c.topo.nNodes, int(c.cfg.Buffers.Simple/NCCLSteps))
+	l, err := collnet.Dial(&c.ctl, c.cfg.CollNet.Addr, c.cfg.CollNet.Job, ch, share, c.rank/c.topo.rpn, c.topo.nNodes, int(c.cfg.Buffers.Simple/NCCLSteps))
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +175,7 @@ func (c *Comm) collNetLink(ch, share int) (*cnLink, error) {
 // closeCollNet closes the endpoint connections (Close, before the regions go).
 func (c *Comm) closeCollNet() {
 	for k, l := range c.cnLinks {
-		l.close()
+		l.Close()
 		delete(c.cnLinks, k)
 	}
 }
@@ -201,7 +202,7 @@ func (c *Comm) collNetSpinFits(k int) bool {
 // collNetError returns the first endpoint connection's failure, if any.
 func (c *Comm) collNetError() error {
 	for _, l := range c.cnLinks {
-		if err := l.error(); err != nil {
+		if err := l.Err(); err != nil {
 			return err
 		}
 	}
@@ -241,12 +242,12 @@ func (wk *nvlsWorker) netBlocked(kind uint8, s uint64, i int, free uint64) int {
 		if m := g.behind(g.posted, s+1); m >= 0 {
 			return m
 		}
-		if mine && !l.sendReady() {
+		if mine && !l.SendReady() {
 			return wk.comm.n
 		}
 		return -1
 	}
-	if mine && !l.recvReady() {
+	if mine && !l.RecvReady() {
 		return wk.comm.n
 	}
 	return g.behind(g.done, free)
@@ -258,8 +259,8 @@ func (wk *nvlsWorker) netAct(kind uint8, s uint64, nb int) {
 	off := g.me * g.l.StepBytes
 	if kind == phNetUp {
 		if nb > 0 {
-			g.ldReduce(cl.comb, s, l.payload(nb), off)
-			l.send(cl.dt, wk.netOp, nb)
+			g.ldReduce(cl.comb, s, l.Payload(nb), off)
+			l.Send(cl.dt, wk.netOp, nb)
 			wk.stats.LdReduceBytes += uint64(nb)
 			wk.stats.WireBytes += uint64(nb)
 			wk.stats.PayloadBytes += uint64(nb)
@@ -268,16 +269,16 @@ func (wk *nvlsWorker) netAct(kind uint8, s uint64, nb int) {
 		return
 	}
 	if nb > 0 {
-		res := l.result()
+		res := l.Result()
 		if len(res) != nb {
-			l.protocolError(fmt.Errorf("engine: CollNet endpoint %s: result of %d bytes for a step of %d", wk.c().cfg.CollNet.Addr, len(res), nb))
+			l.Fail(fmt.Errorf("engine: CollNet endpoint %s: result of %d bytes for a step of %d", wk.c().cfg.CollNet.Addr, len(res), nb))
 			return // the abort ends the next wait
 		}
 		if wk.postDiv {
 			cl.red.Finish(res)
 		}
 		g.st(s, res, off)
-		l.release()
+		l.Release()
 		wk.stats.RecvBytes += uint64(nb)
 		wk.stats.StBytes += uint64(nb)
 	}
@@ -286,16 +287,13 @@ func (wk *nvlsWorker) netAct(kind uint8, s uint64, nb int) {
 
 func (wk *nvlsWorker) c() *Comm { return wk.comm }
 
-// protocolError records err as the connection's failure and aborts the communicator.
-func (l *cnLink) protocolError(err error) { l.fail(err) }
-
 // cnChainRun is a CollNetChain head's schedule on one channel: elements [lo, hi) in chunks of one
 // FIFO step, up from the chain (or its own input alone) to the endpoint, down from the endpoint to
 // the chain.
 type cnChainRun struct {
 	cl             *call
 	lo, hi         int
-	link           *cnLink
+	link           *collnet.Link
 	fromKid, toKid *wire.Endpoint // nil in a node of one rank
 	netOp          kernels.Op
 }
@@ -341,11 +339,11 @@ func (r *cnChainRun) run(w *worker) error {
 	steps := divUp(r.hi-r.lo, ce)
 	for up, down, i := 0, 0, 0; down < steps; {
 		moved := false
-		if up < steps && l.sendReady() && (r.fromKid == nil || r.fromKid.RecvReady()) {
+		if up < steps && l.SendReady() && (r.fromKid == nil || r.fromKid.RecvReady()) {
 			e0 := r.lo + up*ce
 			nel := min(ce, r.hi-e0)
 			nb := nel * es
-			dst, in := l.payload(nb), span(cl.send, e0, nel, es)
+			dst, in := l.Payload(nb), span(cl.send, e0, nel, es)
 			if r.fromKid != nil {
 				w.Red.Reduce(dst, r.fromKid.SimpleSlotBytes(nb), in)
 				r.fromKid.Release()
@@ -353,27 +351,27 @@ func (r *cnChainRun) run(w *worker) error {
 			} else {
 				w.Red.Load(dst, in)
 			}
-			l.send(cl.dt, r.netOp, nb)
+			l.Send(cl.dt, r.netOp, nb)
 			w.Stats.WireBytes += uint64(nb)
 			w.Stats.PayloadBytes += uint64(nb)
 			w.Stats.Steps++
 			up++
 			moved = true
 		}
-		if down < up && l.recvReady() && (r.toKid == nil || r.toKid.SendReady()) {
+		if down < up && l.RecvReady() && (r.toKid == nil || r.toKid.SendReady()) {
 			e0 := r.lo + down*ce
 			nel := min(ce, r.hi-e0)
 			nb := nel * es
-			res := l.result()
+			res := l.Result()
 			if len(res) != nb {
-				l.protocolError(fmt.Errorf("engine: CollNet endpoint %s: result of %d bytes for a step of %d", w.c.cfg.CollNet.Addr, len(res), nb))
+				l.Fail(fmt.Errorf("engine: CollNet endpoint %s: result of %d bytes for a step of %d", w.c.cfg.CollNet.Addr, len(res), nb))
 			} else {
 				out := span(cl.recv, e0, nel, es)
 				copy(out, res)
 				if w.PostDiv {
 					w.Red.Finish(out)
 				}
-				l.release()
+				l.Release()
 				w.Stats.RecvBytes += uint64(nb)
 				if r.toKid != nil {
 					copy(r.toKid.SimpleSlotBytes(nb), out)
@@ -391,7 +389,7 @@ func (r *cnChainRun) run(w *worker) error {
 			continue
 		}
 		peer := w.c.n // the endpoint (wire's watchdog), unless the child's partial is what is missing
-		if r.fromKid != nil && up < steps && l.sendReady() && !r.fromKid.RecvReady() {
+		if r.fromKid != nil && up < steps && l.SendReady() && !r.fromKid.RecvReady() {
 			peer = r.fromKid.Peer
 		}
 		if err := w.W.Idle(i, peer); err != nil {

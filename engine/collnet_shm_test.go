@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/collplan/collplan/engine/transport"
+	"github.com/collplan/collplan/engine/transport/collnet"
 	"github.com/collplan/collplan/engine/transport/shm"
 )
 
@@ -30,7 +31,7 @@ func TestCollNetEndpointHelper(t *testing.T) {
 	if addr == "" {
 		t.Skip("an aggregation endpoint process of the tests")
 	}
-	ep, err := ListenCollNet(addr)
+	ep, err := collnet.ListenCollNet(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +92,7 @@ func TestShmCollNetEndpointKilled(t *testing.T) {
 	exits := make(chan error, n)
 	for r := range n {
 		cmd := helperCommand("rank", "COLLPLAN_RANK="+strconv.Itoa(r), "COLLPLAN_WORLD_SIZE="+strconv.Itoa(n), "COLLPLAN_ADDR="+rdv,
-			"COLLPLAN_JOB=", envShmCollNet+"=1", envShmLoop+"=1", CollNetEnv+"="+addr)
+			"COLLPLAN_JOB=", envShmCollNet+"=1", envShmLoop+"=1", collnet.CollNetEnv+"="+addr)
 		errbs[r] = &lineBuffer{}
 		cmd.Stdout, cmd.Stderr = out, errbs[r]
 		require.NoError(t, cmd.Start())

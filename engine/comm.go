@@ -16,6 +16,7 @@ import (
 	"github.com/collplan/collplan/engine/internal/prims"
 	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/engine/transport"
+	"github.com/collplan/collplan/engine/transport/collnet"
 	"github.com/collplan/collplan/kernels"
 	"github.com/collplan/collplan/planner"
 )
@@ -42,18 +43,18 @@ type Comm struct {
 	tree   [2][]capabilities.TreeLinks
 
 	eps      map[epKey]*wire.Endpoint
-	ringEps  [][2]*wire.Endpoint // per channel: the ring's receive and send endpoints, once mapped
-	pats     []*patRun           // per channel: PAT's endpoints and state, made by the first PAT call (pat.go)
-	workers  [][2]*worker        // per channel: role 0 (ring, tree root, tree reduce-up), role 1 (tree broadcast-down)
-	nvls     []*nvlsGroup        // per channel: the multicast object of NVLS calls, once mapped (nvls.go)
-	nvlsWks  []*nvlsWorker       // per channel: the NVLS worker
-	nvlsRun  []*nvlsWorker       // the NVLS workers of the current call
-	nvlsTree []*nvlsTreeLinks    // per channel: the NVLS_TREE connections, once mapped (nvlstree.go)
-	cnGroups []*nvlsGroup        // per channel: CollNetDirect's intra-node region, once mapped (collnet.go)
-	cnLinks  map[[2]int]*cnLink  // per (channel, share): the CollNet endpoint connections this rank heads
-	tasks    []*worker           // the workers of the current call
-	cur      call                // the current call (kept here so that a call allocates nothing)
-	wg       sync.WaitGroup      // the current call's extra workers
+	ringEps  [][2]*wire.Endpoint      // per channel: the ring's receive and send endpoints, once mapped
+	pats     []*patRun                // per channel: PAT's endpoints and state, made by the first PAT call (pat.go)
+	workers  [][2]*worker             // per channel: role 0 (ring, tree root, tree reduce-up), role 1 (tree broadcast-down)
+	nvls     []*nvlsGroup             // per channel: the multicast object of NVLS calls, once mapped (nvls.go)
+	nvlsWks  []*nvlsWorker            // per channel: the NVLS worker
+	nvlsRun  []*nvlsWorker            // the NVLS workers of the current call
+	nvlsTree []*nvlsTreeLinks         // per channel: the NVLS_TREE connections, once mapped (nvlstree.go)
+	cnGroups []*nvlsGroup             // per channel: CollNetDirect's intra-node region, once mapped (collnet.go)
+	cnLinks  map[[2]int]*collnet.Link // per (channel, share): the CollNet endpoint connections this rank heads
+	tasks    []*worker                // the workers of the current call
+	cur      call                     // the current call (kept here so that a call allocates nothing)
+	wg       sync.WaitGroup           // the current call's extra workers
 
 	callMu    sync.Mutex // one call at a time; held by Close while it tears down
 	closeErr  error
@@ -592,8 +593,8 @@ func (c *Comm) execute(w *wire.Waiter, cl *call) error {
 	nc := cl.plan.Channels
 	per := roundUp(divUp(total, nc), alignElems(cl.es))
 	tasks := c.tasks[:0]
-	collnet := cl.plan.Algo == costmodel.CollNetChain
-	if collnet {
+	isCollNet := cl.plan.Algo == costmodel.CollNetChain
+	if isCollNet {
 		c.collNetWaits(w) // before the workers copy the call's waiter
 	}
 	for ch := 0; ch < nc; ch++ {
@@ -620,7 +621,7 @@ func (c *Comm) execute(w *wire.Waiter, cl *call) error {
 	}
 	c.tasks = tasks
 	spin := c.spinFits(len(tasks))
-	if collnet {
+	if isCollNet {
 		spin = c.collNetSpinFits(len(tasks))
 	}
 	for _, wk := range tasks {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/collplan/collplan/engine/transport"
+	"github.com/collplan/collplan/engine/transport/collnet"
 	"github.com/collplan/collplan/engine/transport/shm"
 )
 
@@ -205,7 +206,7 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 		}
 		go func() { epExit <- ep.Wait() }()
 		defer stopCollNet(ep, epExit)
-		env = append(env, CollNetEnv+"="+epAddr)
+		env = append(env, collnet.CollNetEnv+"="+epAddr)
 	}
 	cmds, err := l.start(ctx, b, bind, env, addr, job, out, errw)
 	if rerr := b.restore(); err == nil && rerr != nil {
@@ -343,7 +344,7 @@ func (l *Launcher) start(ctx context.Context, b *binder, bind bool, env []string
 }
 
 // startCollNet starts the aggregation endpoint argv with a free loopback address appended and
-// waits (up to cnIOTimeout) until it accepts connections.
+// waits (up to collnet.IOTimeout) until it accepts connections.
 func startCollNet(argv []string, out, errw io.Writer) (*exec.Cmd, string, error) {
 	addr, err := FreeLoopbackAddr()
 	if err != nil {
@@ -355,7 +356,7 @@ func startCollNet(argv []string, out, errw io.Writer) (*exec.Cmd, string, error)
 	if err := cmd.Start(); err != nil {
 		return nil, "", fmt.Errorf("engine: launch: starting the CollNet endpoint %s: %w", argv[0], err)
 	}
-	deadline := time.Now().Add(cnIOTimeout)
+	deadline := time.Now().Add(collnet.IOTimeout)
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
@@ -365,7 +366,7 @@ func startCollNet(argv []string, out, errw io.Writer) (*exec.Cmd, string, error)
 		if time.Now().After(deadline) {
 			cmd.Process.Kill()
 			cmd.Wait()
-			return nil, "", fmt.Errorf("engine: launch: the CollNet endpoint %s did not listen on %s within %v: %w", argv[0], addr, cnIOTimeout, err)
+			return nil, "", fmt.Errorf("engine: launch: the CollNet endpoint %s did not listen on %s within %v: %w", argv[0], addr, collnet.IOTimeout, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

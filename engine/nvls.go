@@ -9,6 +9,7 @@ import (
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/engine/internal/prims"
 	"github.com/collplan/collplan/engine/internal/wire"
+	"github.com/collplan/collplan/engine/transport/collnet"
 	"github.com/collplan/collplan/kernels"
 )
 
@@ -194,7 +195,7 @@ type nvlsWorker struct {
 	ch      int
 	lo, hi  int
 	tree    *nvlsTreeLinks // NVLS_TREE (nvlstree.go): this rank's tree connections on the channel
-	net     *cnLink        // CollNetDirect (collnet.go): this rank's endpoint connection on the channel
+	net     *collnet.Link  // CollNetDirect (collnet.go): this rank's endpoint connection on the channel
 	netOp   kernels.Op     // CollNetDirect: the operator on the wire
 	postDiv bool           // CollNetDirect: the post-op divides (integer avg)
 	stats   ChannelStats
@@ -291,8 +292,8 @@ func (c *Comm) executeNVLS(w *wire.Waiter, cl *call) error {
 	nc := cl.plan.Channels
 	per := roundUp(divUp(total, nc), alignElems(cl.es))
 	tasks := c.nvlsRun[:0]
-	collnet := cl.plan.Algo == costmodel.CollNetDirect
-	if collnet {
+	isCollNet := cl.plan.Algo == costmodel.CollNetDirect
+	if isCollNet {
 		c.collNetWaits(w)
 	}
 	for ch := 0; ch < nc; ch++ {
@@ -301,9 +302,9 @@ func (c *Comm) executeNVLS(w *wire.Waiter, cl *call) error {
 			break
 		}
 		var g *nvlsGroup
-		var link *cnLink
+		var link *collnet.Link
 		var err error
-		if collnet {
+		if isCollNet {
 			if g, err = c.collNetGroupFor(ch); err == nil {
 				link, err = c.collNetLink(ch, g.me)
 			}
@@ -333,7 +334,7 @@ func (c *Comm) executeNVLS(w *wire.Waiter, cl *call) error {
 	}
 	c.nvlsRun = tasks
 	spin := c.spinFits(len(tasks))
-	if collnet {
+	if isCollNet {
 		spin = c.collNetSpinFits(len(tasks))
 	}
 	for _, wk := range tasks {

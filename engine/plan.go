@@ -8,12 +8,13 @@ import (
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/engine/internal/wire"
+	"github.com/collplan/collplan/engine/transport/collnet"
 	"github.com/collplan/collplan/kernels"
 	"github.com/collplan/collplan/planner"
 )
 
 // MaxChannels is the most channels a call runs on (NCCL's MAXCHANNELS).
-const MaxChannels = 64
+const MaxChannels = wire.MaxChannels
 
 // Config is a communicator's configuration. Zero values take the defaults given per field. Every
 // rank of a communicator must use the same configuration (New checks it: every rank claims the
@@ -233,7 +234,7 @@ func (c *Comm) resolve(coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, cou
 	if d.Algo == costmodel.CollNetDirect || d.Algo == costmodel.CollNetChain {
 		if cfg.CollNet.Addr == "" {
 			return plan{}, fmt.Errorf("%w: %v needs a CollNet aggregation endpoint and none is configured (Config.CollNet.Addr; rank processes read %s)",
-				ErrConfig, d.Algo, CollNetEnv)
+				ErrConfig, d.Algo, collnet.CollNetEnv)
 		}
 		// One chunk is one FIFO step (a share per head for CollNetDirect): collnet.go.
 		ce := max(1, int(c.collNetChunk(d.Algo, nBytes, d.ChunkBytes, d.Channels))/es)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/engine/transport"
+	"github.com/collplan/collplan/engine/transport/collnet"
 	"github.com/collplan/collplan/engine/transport/shm"
 	"github.com/collplan/collplan/kernels"
 )
@@ -119,8 +120,8 @@ func helperRank() (err error) {
 		cfg.Override = Pin(costmodel.NVLSTree, costmodel.Simple)
 		cfg.Override.Channels = 2
 	}
-	collnet := os.Getenv(envShmCollNet) == "1"
-	if collnet {
+	isCollNet := os.Getenv(envShmCollNet) == "1"
+	if isCollNet {
 		cfg.RanksPerNode = 2
 		cfg.Override = Pin(costmodel.CollNetDirect, costmodel.Simple)
 		cfg.Override.Channels = 2
@@ -130,7 +131,7 @@ func helperRank() (err error) {
 		return err
 	}
 	job, tr, release, err := helperJoin(env, h)
-	cfg.CollNet = CollNetConfig{Addr: os.Getenv(CollNetEnv), Job: job}
+	cfg.CollNet = CollNetConfig{Addr: os.Getenv(collnet.CollNetEnv), Job: job}
 	defer func() {
 		if rerr := release(); err == nil {
 			err = rerr
@@ -175,7 +176,7 @@ func helperRank() (err error) {
 		fmt.Printf("NVLS rank=%d algo=%v p2p=%d ld=%d st=%d\n", env.Rank, c.LastPlan().Algo,
 			tot.PayloadBytes+tot.RecvBytes+tot.WireBytes, tot.LdReduceBytes, tot.StBytes)
 	}
-	if collnet {
+	if isCollNet {
 		fmt.Printf("COLLNET rank=%d algo=%v\n", env.Rank, c.LastPlan().Algo)
 	}
 	fmt.Printf("READY rank=%d pid=%d job=%s\n", env.Rank, os.Getpid(), job)

@@ -18,6 +18,7 @@ import (
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/engine"
+	"github.com/collplan/collplan/engine/transport/collnet"
 	"github.com/collplan/collplan/engine/transport/shm"
 	"github.com/collplan/collplan/kernels"
 	"github.com/collplan/collplan/planner"
@@ -156,7 +157,7 @@ func TestStagingRank(t *testing.T) {
 		cfg.Override = engine.Pin(costmodel.CollNetDirect, costmodel.Simple)
 		cfg.Override.Channels = 1
 		cfg.RanksPerNode = env.Size / 2
-		cfg.CollNet = engine.CollNetConfig{Addr: os.Getenv(engine.CollNetEnv), Job: env.Job}
+		cfg.CollNet = engine.CollNetConfig{Addr: os.Getenv(collnet.CollNetEnv), Job: env.Job}
 	}
 	h, err := engine.ConfigHash(env.Size, cfg)
 	if err != nil {

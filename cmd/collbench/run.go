@@ -17,6 +17,7 @@ import (
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/engine"
 	"github.com/collplan/collplan/engine/transport"
+	"github.com/collplan/collplan/engine/transport/collnet"
 	"github.com/collplan/collplan/engine/transport/shm"
 	"github.com/collplan/collplan/internal/bytesize"
 	"github.com/collplan/collplan/kernels"
@@ -333,7 +334,7 @@ func (o *options) setCombo(dt, op string) {
 // engineConfig turns the options into the engine's configuration for n ranks.
 func (o *options) engineConfig(n int) (engine.Config, string, error) {
 	cfg := engine.Config{RanksPerNode: o.rpn, Buffers: o.buffers, Timeout: o.timeout}
-	cfg.CollNet.Addr = os.Getenv(engine.CollNetEnv)
+	cfg.CollNet.Addr = os.Getenv(collnet.CollNetEnv)
 	if o.algo != "" {
 		a, err := parseAlgo(o.algo, "algorithm")
 		if err != nil {
@@ -457,7 +458,7 @@ func (o *options) needsCollNet(n int) (bool, error) {
 	if o.pinsCollNet() {
 		return true, nil
 	}
-	if os.Getenv(engine.CollNetEnv) != "" || o.coll != costmodel.AllReduce || !o.usePlan || n < 2 {
+	if os.Getenv(collnet.CollNetEnv) != "" || o.coll != costmodel.AllReduce || !o.usePlan || n < 2 {
 		return false, nil // an endpoint is given; CollNet runs AllReduce only; no tables
 	}
 	legal := false
@@ -510,12 +511,12 @@ func serveCollNet(ctx context.Context, args []string, stderr io.Writer) error {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return usagef("--serve-collnet %q: want host:port (%v)", addr, err)
 	}
-	ep, err := engine.ListenCollNet(addr)
+	ep, err := collnet.ListenCollNet(addr)
 	if err != nil {
 		return err
 	}
 	ep.Errorf = func(format string, a ...any) { fmt.Fprintf(stderr, "collbench: "+format+"\n", a...) }
-	fmt.Fprintf(stderr, "collbench: CollNet aggregation endpoint pid %d listening on %s (%s=%s)\n", os.Getpid(), ep.Addr(), engine.CollNetEnv, ep.Addr())
+	fmt.Fprintf(stderr, "collbench: CollNet aggregation endpoint pid %d listening on %s (%s=%s)\n", os.Getpid(), ep.Addr(), collnet.CollNetEnv, ep.Addr())
 	<-ctx.Done()
 	return ep.Close()
 }
@@ -559,9 +560,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.device == "cuda" {
 		return runCUDA()
 	}
-	if isRank && o.pinsCollNet() && os.Getenv(engine.CollNetEnv) == "" {
+	if isRank && o.pinsCollNet() && os.Getenv(collnet.CollNetEnv) == "" {
 		return usagef("--algo %s needs a CollNet aggregation endpoint: start one (collbench --serve-collnet ADDR) and give the ranks its address in %s, or let collbench launch the job",
-			o.algo, engine.CollNetEnv)
+			o.algo, collnet.CollNetEnv)
 	}
 	if o.transport == "inproc" {
 		return runInProcess(ctx, o, n, stdout, stderr)
@@ -688,7 +689,7 @@ func runInProcess(ctx context.Context, o *options, n int, stdout, stderr io.Writ
 	}
 	logw := &lockedWriter{w: stderr}
 	if cfg.CollNet.Addr == "" && (o.pinsCollNet() || plansCollNet(append(cfg.Tables, ab[0], ab[1]))) {
-		ep, err := engine.ListenCollNet("127.0.0.1:0")
+		ep, err := collnet.ListenCollNet("127.0.0.1:0")
 		if err != nil {
 			return err
 		}

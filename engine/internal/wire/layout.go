@@ -138,3 +138,6 @@ const RegionAlign = 128
 
 // CtrlRegion is the name of the communicator's control region.
 const CtrlRegion = "ctrl"
+
+// MaxChannels is the most channels a call runs on (NCCL's MAXCHANNELS).
+const MaxChannels = 64

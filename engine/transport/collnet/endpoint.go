@@ -1,4 +1,4 @@
-package engine
+package collnet
 
 import (
 	"encoding/binary"
@@ -11,11 +11,25 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/kernels"
 )
 
+// IOTimeout bounds every frame once begun, every write, a dial, and how long a launcher waits for
+// a started endpoint to listen.
+const IOTimeout = 10 * time.Second
+
+// NCCLSteps is NCCL_STEPS, the credits of a connection to the endpoint.
+const NCCLSteps = wire.NCCLSteps
+
+// MaxHeads is NCCL_MAX_DIRECT_ARITY+1: CollNetDirect's most local ranks, the shares of a step.
+const MaxHeads = 8
+
+// closeWait bounds how long a contributor's goodbye may take (the engine's Session has the same).
+const closeWait = 250 * time.Millisecond
+
 // The CollNet aggregation endpoint: a server that stands for a reducing switch (SHARP), the
-// network half of CollNetDirect and CollNetChain (collnet.go). NCCL hands each node's share of a
+// network half of CollNetDirect and CollNetChain (the engine's collnet.go). NCCL hands each node's share of a
 // step to the collnet plugin through the collnet send proxy and gets the reduction across the
 // nodes back through the collnet recv proxy (src/transport/coll_net.cc); here the plugin and the
 // switch are one process that every head reaches over a TCP connection.
@@ -39,7 +53,7 @@ import (
 // connection that ends without the goodbye fails the whole job: the endpoint sends every
 // connection of the job an error frame saying why and closes them, so every head's communicator
 // aborts (the head that reads the error, or the end of the connection, stores the abort word). A
-// frame that has begun must arrive whole within cnIOTimeout; every write to a contributor has the
+// frame that has begun must arrive whole within IOTimeout; every write to a contributor has the
 // same deadline. Nothing read is trusted as a
 // size before it is checked, so a bad peer cannot make the endpoint allocate.
 //
@@ -62,7 +76,6 @@ const (
 	cnKindError  = 2
 	cnKindBye    = 3
 	cnMaxErrMsg  = 4 << 10
-	cnIOTimeout  = 10 * time.Second
 
 	// CollNetMaxStep is the largest step (bytes of one share of one step) the endpoint accepts.
 	CollNetMaxStep = 16 << 20
@@ -73,8 +86,8 @@ const (
 // CollNetEnv is the environment variable that gives rank processes the endpoint's address.
 const CollNetEnv = "COLLPLAN_COLLNET_ADDR"
 
-// collNetJobID is the endpoint's id of job name job.
-func collNetJobID(job string) uint64 {
+// JobID is the endpoint's id of job name job.
+func JobID(job string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte("collnet\x00" + job))
 	return h.Sum64()
@@ -110,9 +123,9 @@ func parseHello(b []byte) (cnHello, error) {
 	h := cnHello{job: le.Uint64(b[8:]), ch: le.Uint32(b[16:]), share: le.Uint32(b[20:]), node: le.Uint32(b[24:]),
 		nNodes: le.Uint32(b[28:]), maxStep: le.Uint32(b[32:])}
 	switch {
-	case h.ch >= MaxChannels:
-		return h, fmt.Errorf("hello: channel %d (at most %d channels)", h.ch, MaxChannels)
-	case h.share >= maxCollNetHeads:
+	case h.ch >= wire.MaxChannels:
+		return h, fmt.Errorf("hello: channel %d (at most %d channels)", h.ch, wire.MaxChannels)
+	case h.share >= MaxHeads:
 		return h, fmt.Errorf("hello: share %d out of range", h.share)
 	case h.nNodes < 2 || h.nNodes > CollNetMaxNodes:
 		return h, fmt.Errorf("hello: %d nodes (want 2..%d)", h.nNodes, CollNetMaxNodes)
@@ -275,7 +288,7 @@ func (e *CollNetEndpoint) serve(c net.Conn) {
 		tc.SetKeepAlivePeriod(time.Second)
 	}
 	var hb [cnHelloBytes]byte
-	c.SetReadDeadline(time.Now().Add(cnIOTimeout))
+	c.SetReadDeadline(time.Now().Add(IOTimeout))
 	if _, err := io.ReadFull(c, hb[:]); err != nil {
 		return // not a contributor (or gone before its hello): nothing to fail
 	}
@@ -299,7 +312,7 @@ func (e *CollNetEndpoint) serve(c net.Conn) {
 			e.fail(g.job, fmt.Sprintf("channel %d share %d: node %d's connection ended without a goodbye (%v)", g.key[0], g.key[1], m.node, err))
 			return
 		}
-		c.SetReadDeadline(time.Now().Add(cnIOTimeout))
+		c.SetReadDeadline(time.Now().Add(IOTimeout))
 		if _, err := io.ReadFull(c, hdr[1:]); err != nil {
 			e.fail(g.job, fmt.Sprintf("channel %d share %d: node %d: frame header: %v", g.key[0], g.key[1], m.node, err))
 			return
@@ -424,9 +437,9 @@ func sendErr(c net.Conn, mu *sync.Mutex, why string) {
 	c.Write(b)
 }
 
-// collNetOpOK reports whether the endpoint reduces op on dt (the operators on the wire: avg and
+// OpOK reports whether the endpoint reduces op on dt (the operators on the wire: avg and
 // PreMulSum travel as sum, see collnet.go).
-func collNetOpOK(dt kernels.Dtype, op kernels.Op) bool {
+func OpOK(dt kernels.Dtype, op kernels.Op) bool {
 	switch dt {
 	case kernels.Int32, kernels.Uint32, kernels.Int64, kernels.Uint64,
 		kernels.Float16, kernels.Float32, kernels.Float64, kernels.Bfloat16:
@@ -442,7 +455,7 @@ func (g *cnGroup) check(m *cnMember, kind uint32, dt kernels.Dtype, op kernels.O
 		return fmt.Sprintf("frame kind %d (want data, %d, or bye, %d)", kind, cnKindData, cnKindBye)
 	case step != m.next:
 		return fmt.Sprintf("step %d, want %d (steps go in order)", step, m.next)
-	case !dt.Valid() || !collNetOpOK(dt, op):
+	case !dt.Valid() || !OpOK(dt, op):
 		return fmt.Sprintf("step %d: dtype %d op %d, which the endpoint does not reduce", step, int(dt), int(op))
 	case nb <= 0 || nb > g.maxStep || nb%dt.Size() != 0:
 		return fmt.Sprintf("step %d: %d bytes (want 1..%d, whole %v elements)", step, nb, g.maxStep, dt)
@@ -493,7 +506,7 @@ func (g *cnGroup) contribute(m *cnMember, dt kernels.Dtype, op kernels.Op, step 
 			return fmt.Sprintf("step %d complete with a node gone", step)
 		}
 		r.wmu.Lock()
-		r.conn.SetWriteDeadline(time.Now().Add(cnIOTimeout))
+		r.conn.SetWriteDeadline(time.Now().Add(IOTimeout))
 		_, err := r.conn.Write(sl.frame[:cnHdrBytes+nb])
 		r.wmu.Unlock()
 		if err != nil {
@@ -503,18 +516,19 @@ func (g *cnGroup) contribute(m *cnMember, dt kernels.Dtype, op kernels.Op, step 
 	return ""
 }
 
-// cnLink is a head's connection to the endpoint for one (channel, share): the client side of the
+// Link is a head's connection to the endpoint for one (channel, share): the client side of the
 // protocol above, used by the one worker that heads the share on the channel, on its goroutine.
-// It sends a step (send) when it has a credit (sendReady: fewer than NCCL_STEPS steps sent and
-// not consumed), and reads results itself while it polls for them (recvReady), with
+// It sends a step (Send) when it has a credit (SendReady: fewer than NCCL_STEPS steps sent and
+// not consumed), and reads results itself while it polls for them (RecvReady), with
 // non-blocking reads straight into NCCL_STEPS fixed result slots: a goroutine blocked in a read
 // would wake only when the runtime polls the network, which a rank's spinning or yielding wait
 // delays by milliseconds (Go's scheduler polls it when a P idles, or every 10 ms). A failed read
 // or write (the endpoint died, or failed the job and said why in an error frame) aborts the
 // communicator, so every wait of every rank ends; between calls nothing reads, so a failure is
 // seen at the next call (a Launcher also aborts the job when the endpoint process exits).
-type cnLink struct {
-	c       *Comm
+type Link struct {
+	ctl     *wire.Ctl // the rank's control words: a failure aborts the communicator
+	addr    string
 	conn    net.Conn
 	rc      syscall.RawConn
 	maxStep int
@@ -540,10 +554,10 @@ type cnLink struct {
 	err error
 }
 
-// dialCollNet connects this rank to the endpoint as the contributor of node on (ch, share).
-func (c *Comm) dialCollNet(ch, share, node, nNodes, maxStep int) (*cnLink, error) {
-	addr := c.cfg.CollNet.Addr
-	conn, err := net.DialTimeout("tcp", addr, cnIOTimeout)
+// Dial connects a rank, whose control words are ctl, to the endpoint at addr as job's
+// contributor of node on (ch, share).
+func Dial(ctl *wire.Ctl, addr, job string, ch, share, node, nNodes, maxStep int) (*Link, error) {
+	conn, err := net.DialTimeout("tcp", addr, IOTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("engine: CollNet endpoint %s: %w", addr, err)
 	}
@@ -558,14 +572,14 @@ func (c *Comm) dialCollNet(ch, share, node, nNodes, maxStep int) (*cnLink, error
 		return nil, fmt.Errorf("engine: CollNet endpoint %s: %w", addr, err)
 	}
 	var hb [cnHelloBytes]byte
-	cnHello{job: collNetJobID(c.cfg.CollNet.Job), ch: uint32(ch), share: uint32(share), node: uint32(node),
+	cnHello{job: JobID(job), ch: uint32(ch), share: uint32(share), node: uint32(node),
 		nNodes: uint32(nNodes), maxStep: uint32(maxStep)}.put(hb[:])
-	conn.SetWriteDeadline(time.Now().Add(cnIOTimeout))
+	conn.SetWriteDeadline(time.Now().Add(IOTimeout))
 	if _, err := conn.Write(hb[:]); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("engine: CollNet endpoint %s: hello: %w", addr, err)
 	}
-	l := &cnLink{c: c, conn: conn, rc: rc, maxStep: maxStep, buf: make([]byte, cnHdrBytes+maxStep)}
+	l := &Link{ctl: ctl, addr: addr, conn: conn, rc: rc, maxStep: maxStep, buf: make([]byte, cnHdrBytes+maxStep)}
 	l.readFn = func(fd uintptr) bool {
 		l.rn, l.rerr = syscall.Read(int(fd), l.rbuf)
 		return true // never wait for the poller
@@ -576,17 +590,17 @@ func (c *Comm) dialCollNet(ch, share, node, nNodes, maxStep int) (*cnLink, error
 	return l, nil
 }
 
-// fail records the connection's failure and aborts the communicator.
-func (l *cnLink) fail(err error) {
+// Fail records the connection's failure and aborts the communicator.
+func (l *Link) Fail(err error) {
 	if l.err == nil {
 		l.err = err
 	}
-	l.c.setAbort(abortCollNet)
+	l.ctl.SetAbort(wire.AbortCollNet)
 }
 
 // readSome reads what the socket holds, without waiting, into b: the bytes read, 0 when none are
 // there yet.
-func (l *cnLink) readSome(b []byte) (int, error) {
+func (l *Link) readSome(b []byte) (int, error) {
 	l.rbuf = b
 	err := l.rc.Read(l.readFn)
 	n, rerr := l.rn, l.rerr
@@ -606,16 +620,16 @@ func (l *cnLink) readSome(b []byte) (int, error) {
 }
 
 // poll reads the frames that have arrived (at most until one more result is in).
-func (l *cnLink) poll() {
+func (l *Link) poll() {
 	if l.err != nil {
 		return
 	}
-	addr := l.c.cfg.CollNet.Addr
+	addr := l.addr
 	for {
 		if !l.inPayload {
 			n, err := l.readSome(l.hdr[l.hdrGot:])
 			if err != nil {
-				l.fail(fmt.Errorf("engine: CollNet endpoint %s: connection lost: %w", addr, err))
+				l.Fail(fmt.Errorf("engine: CollNet endpoint %s: connection lost: %w", addr, err))
 				return
 			}
 			if n == 0 {
@@ -631,16 +645,16 @@ func (l *cnLink) poll() {
 				msg := make([]byte, min(nb, cnMaxErrMsg))
 				l.conn.SetReadDeadline(time.Now().Add(time.Second))
 				io.ReadFull(l.conn, msg)
-				l.fail(fmt.Errorf("engine: CollNet endpoint %s failed the job: %s", addr, msg))
+				l.Fail(fmt.Errorf("engine: CollNet endpoint %s failed the job: %s", addr, msg))
 				return
 			case kind != cnKindData:
-				l.fail(fmt.Errorf("engine: CollNet endpoint %s: frame kind %d", addr, kind))
+				l.Fail(fmt.Errorf("engine: CollNet endpoint %s: frame kind %d", addr, kind))
 				return
 			case step != l.arrived || l.arrived-l.consumed >= NCCLSteps || l.arrived >= l.sent:
-				l.fail(fmt.Errorf("engine: CollNet endpoint %s: a result for step %d, want %d", addr, step, l.arrived))
+				l.Fail(fmt.Errorf("engine: CollNet endpoint %s: a result for step %d, want %d", addr, step, l.arrived))
 				return
 			case nb > l.maxStep:
-				l.fail(fmt.Errorf("engine: CollNet endpoint %s: a result of %d bytes (steps are at most %d)", addr, nb, l.maxStep))
+				l.Fail(fmt.Errorf("engine: CollNet endpoint %s: a result of %d bytes (steps are at most %d)", addr, nb, l.maxStep))
 				return
 			}
 			l.resLen[step%NCCLSteps] = nb
@@ -650,7 +664,7 @@ func (l *cnLink) poll() {
 		if dst := l.res[i][:l.resLen[i]]; l.payGot < len(dst) {
 			n, err := l.readSome(dst[l.payGot:])
 			if err != nil {
-				l.fail(fmt.Errorf("engine: CollNet endpoint %s: connection lost: %w", addr, err))
+				l.Fail(fmt.Errorf("engine: CollNet endpoint %s: connection lost: %w", addr, err))
 				return
 			}
 			if n == 0 {
@@ -666,42 +680,45 @@ func (l *cnLink) poll() {
 	}
 }
 
-// sendReady reports whether the worker may send its next step (fewer than NCCL_STEPS outstanding).
-func (l *cnLink) sendReady() bool { return l.sent-l.consumed < NCCLSteps }
+// SendReady reports whether the worker may send its next step (fewer than NCCL_STEPS outstanding).
+func (l *Link) SendReady() bool { return l.sent-l.consumed < NCCLSteps }
 
-// payload is where the next step's nb bytes go before send.
-func (l *cnLink) payload(nb int) []byte { return l.buf[cnHdrBytes : cnHdrBytes+nb : cnHdrBytes+nb] }
+// Sent is the number of steps sent on the connection.
+func (l *Link) Sent() uint64 { return l.sent }
 
-// send sends the next step: nb bytes of payload, reduced with op on dt. A failed write aborts the
+// Payload is where the next step's nb bytes go before send.
+func (l *Link) Payload(nb int) []byte { return l.buf[cnHdrBytes : cnHdrBytes+nb : cnHdrBytes+nb] }
+
+// Send sends the next step: nb bytes of payload, reduced with op on dt. A failed write aborts the
 // communicator (the next wait returns the abort).
-func (l *cnLink) send(dt kernels.Dtype, op kernels.Op, nb int) {
+func (l *Link) Send(dt kernels.Dtype, op kernels.Op, nb int) {
 	putHdr(l.buf, cnKindData, dt, op, l.sent, nb)
 	l.sent++
-	l.conn.SetWriteDeadline(time.Now().Add(cnIOTimeout))
+	l.conn.SetWriteDeadline(time.Now().Add(IOTimeout))
 	if _, err := l.conn.Write(l.buf[:cnHdrBytes+nb]); err != nil {
-		l.fail(fmt.Errorf("engine: CollNet endpoint %s: %w", l.c.cfg.CollNet.Addr, err))
+		l.Fail(fmt.Errorf("engine: CollNet endpoint %s: %w", l.addr, err))
 	}
 }
 
-// recvReady reports whether the oldest outstanding step's result is in, reading what has arrived.
-func (l *cnLink) recvReady() bool {
+// RecvReady reports whether the oldest outstanding step's result is in, reading what has arrived.
+func (l *Link) RecvReady() bool {
 	if l.arrived == l.consumed && l.consumed < l.sent {
 		l.poll()
 	}
 	return l.arrived > l.consumed
 }
 
-// result is the oldest outstanding step's result (valid until release).
-func (l *cnLink) result() []byte {
+// Result is the oldest outstanding step's result (valid until release).
+func (l *Link) Result() []byte {
 	i := l.consumed % NCCLSteps
 	return l.res[i][:l.resLen[i]]
 }
 
-// release hands the oldest result's slot back.
-func (l *cnLink) release() { l.consumed++ }
+// Release hands the oldest result's slot back.
+func (l *Link) Release() { l.consumed++ }
 
-// close says goodbye and closes the connection.
-func (l *cnLink) close() {
+// Close says goodbye and closes the connection.
+func (l *Link) Close() {
 	var b [cnHdrBytes]byte
 	putHdr(b[:], cnKindBye, 0, 0, 0, 0)
 	l.conn.SetWriteDeadline(time.Now().Add(closeWait))
@@ -709,5 +726,5 @@ func (l *cnLink) close() {
 	l.conn.Close()
 }
 
-// error returns the connection's failure, if any.
-func (l *cnLink) error() error { return l.err }
+// Err returns the connection's failure, if any.
+func (l *Link) Err() error { return l.err }

@@ -185,7 +185,7 @@ func (c *Comm) disagreement(reason int) error {
 	err, moved := judge(all, have)
 	if err == nil {
 		if w := atomic.LoadUint64(c.abort); w != 0 {
-			return abortErr(w)
+			return wire.AbortErr(w)
 		}
 		return fmt.Errorf("%w: communicator aborted while the ranks' descriptors could not be read", ErrMismatch)
 	}
@@ -269,5 +269,5 @@ func (c *Comm) abortError(w uint64) error {
 	case abortPeer:
 		return peerClosedErr(int(w>>8) - 1)
 	}
-	return abortErr(w)
+	return wire.AbortErr(w)
 }

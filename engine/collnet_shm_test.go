@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/collplan/collplan/engine/launch"
 	"github.com/collplan/collplan/engine/transport"
 	"github.com/collplan/collplan/engine/transport/collnet"
 	"github.com/collplan/collplan/engine/transport/shm"
@@ -53,9 +54,9 @@ func TestShmCollNetProcesses(t *testing.T) {
 	const n = 4
 	job := transport.NewJobID(os.Getpid())
 	out, errb := &lineBuffer{}, &lineBuffer{}
-	l := &Launcher{N: n, Argv: []string{os.Args[0], "-test.run=^TestShmHelperProcess$"},
+	l := &launch.Launcher{N: n, Argv: []string{os.Args[0], "-test.run=^TestShmHelperProcess$"},
 		Env: append(os.Environ(), envShmHelper+"=rank", envShmCollNet+"=1"), Stdout: out, Stderr: errb,
-		Job: job, Bind: BindNone, CollNet: []string{os.Args[0], "-test.run=^TestCollNetEndpointHelper$"}}
+		Job: job, Bind: launch.BindNone, CollNet: []string{os.Args[0], "-test.run=^TestCollNetEndpointHelper$"}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	require.NoError(t, l.Run(ctx), "stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
@@ -75,7 +76,7 @@ var (
 // hand) run CollNetDirect AllReduce in a loop: every rank process exits with an error within 10 s,
 // naming the endpoint, and no segment of the job is left.
 func TestShmCollNetEndpointKilled(t *testing.T) {
-	addr, err := FreeLoopbackAddr()
+	addr, err := launch.FreeLoopbackAddr()
 	require.NoError(t, err)
 	epOut := &lineBuffer{}
 	ep := exec.Command(os.Args[0], "-test.run=^TestCollNetEndpointHelper$", addr)
@@ -84,7 +85,7 @@ func TestShmCollNetEndpointKilled(t *testing.T) {
 	t.Cleanup(func() { ep.Process.Kill(); ep.Wait() })
 	waitLines(t, epOut, endpointRE, 1, 30*time.Second)
 
-	rdv, err := FreeLoopbackAddr()
+	rdv, err := launch.FreeLoopbackAddr()
 	require.NoError(t, err)
 	const n = 4
 	out := &lineBuffer{}

@@ -275,7 +275,7 @@ func (c *Comm) setAbort(reason int) { c.ctl.SetAbort(reason) }
 // for), nil when it is not aborted.
 func (c *Comm) Aborted() error {
 	if w := atomic.LoadUint64(c.abort); w != 0 {
-		return abortErr(w)
+		return wire.AbortErr(w)
 	}
 	return nil
 }
@@ -348,7 +348,7 @@ func (c *Comm) collective(ctx context.Context, a args) error {
 		return ErrClosed
 	}
 	if w := atomic.LoadUint64(c.abort); w != 0 {
-		return abortErr(w)
+		return wire.AbortErr(w)
 	}
 	if err := ctx.Err(); err != nil {
 		c.setAbort(abortCancel)

@@ -40,7 +40,7 @@
 // protocol plus a head counter (written by the receiver) and a tail counter (written by the
 // sender). A step fills one slot; the sender waits for head > step-8, so it never runs more than 8
 // slots ahead and the staging memory of a connection is fixed, whatever the message size. The
-// formats (see conn.go and layout.go for the bytes):
+// formats (see engine/internal/wire, conn.go and layout.go, for the bytes):
 //
 //   - Simple: the payload, then a release store of tail = step+1; the receiver acquires the tail.
 //   - LL: 16-byte lines {data 4 B, flag 4 B, data 4 B, flag 4 B}, each 8-byte half one 8-byte
@@ -107,7 +107,7 @@
 //
 // CollNetDirect and CollNetChain, for AllReduce with Simple on 2 or more virtual nodes
 // (collnet.go), as NCCL's COLLNET_DIRECT and COLLNET_CHAIN kernels: the network's reduction across
-// the nodes is the aggregation endpoint's (collnet_endpoint.go), a server standing for a reducing
+// the nodes is the aggregation endpoint's (engine/transport/collnet), a server standing for a reducing
 // switch that every head reaches over TCP (Config.CollNet; COLLPLAN_COLLNET_ADDR for rank
 // processes). CollNetDirect: every rank of a node is a head, of share h of every step, as NCCL's
 // nHeads = localRanks; inside the node it runs on the NVLS worker over a region of NVLS's shape
@@ -170,18 +170,73 @@
 //
 // # Transports
 //
-// Transport is the seam for other memories (see its documentation): regions named "ctrl" and
+// transport.Transport (engine/transport) is the seam for other memories (see its documentation): regions named "ctrl" and
 // "conn/C/FROM-TO" (and "nvls/NODE/CH" for NVLS's multicast objects, "collnet/NODE/CH" for
 // CollNetDirect's intra-node buffers), zeroed, aligned, identical for every rank that asks, holding
 // nothing but bytes and 64-bit words used with sync/atomic, so they can live in a file mapped by
 // several processes. The CollNet network is not a region: each head's connection to the
-// aggregation endpoint is a TCP stream with a small framed protocol (collnet_endpoint.go: a hello
+// aggregation endpoint is a TCP stream with a small framed protocol (engine/transport/collnet: a hello
 // naming job, channel, share, node and node count; data and result frames of one step; error and
 // goodbye frames), NCCL_STEPS credits per connection, and a deadline on every frame once begun.
 //
+// # Rooms
+//
+// The engine is split into packages the way NCCL keeps src/device, the algorithms and
+// src/transport apart; each imports only the rooms below it, and none imports this one:
+//
+//   - engine: the communicator (Comm, Config, the call path, channels, agreement, plans,
+//     errors, sessions and the TUNING log, swap) and, with them, the algorithms (ring.go,
+//     tree.go, pat.go, nvls.go, nvlstree.go, collnet.go, worker.go) and the topology
+//     (topology.go). NCCL: src/init.cc, src/enqueue.cc, src/graph and the kernels of
+//     src/device/{all_reduce,all_gather,reduce_scatter,broadcast,reduce}.h.
+//   - engine/internal/wire: region layouts, connection endpoints and the Simple, LL and LL128
+//     wire protocols on their slots, release stores, and the bounded waits with the watchdog.
+//     NCCL: src/device/prims_{simple,ll,ll128}.h, the FIFO of src/include/device.h.
+//   - engine/internal/prims: the primitives (send, recv, recvReduceSend, recvReduceCopySend,
+//     recvCopySend, ...) over wire endpoints, cut into FIFO steps. NCCL: src/device/prims_*.h'
+//     genericOp and common.h.
+//   - engine/transport: the Transport seam, region names, the in-process transport, job ids.
+//     NCCL: src/transport.cc (its ncclTransport table).
+//   - engine/transport/shm: regions in files mapped by rank processes, the job lock, stale-job
+//     removal, a launcher's abort through the control region. NCCL: src/transport/shm.cc.
+//   - engine/transport/collnet: the CollNet aggregation endpoint (server and framed protocol)
+//     and a head's client connection to it (Link). NCCL: src/transport/coll_net.cc and a
+//     collnet plugin.
+//   - engine/launch: the Launcher, CPU binding, the rank-process environment and the
+//     rendezvous over loopback TCP (Connect; Join in this package keeps its connections as the
+//     Session). NCCL: mpirun's side and src/bootstrap.cc.
+//
+// Where Go's import rules, or the hot path, forced a different map than NCCL's:
+//
+//   - The algorithms stay in this package. Their set-up is written as Comm methods over the
+//     Comm's channel state (rings, trees, mapped endpoints, PAT's and NVLS's per-channel
+//     objects) and their kernels over the call and its plan (call, plan: this package's), and a
+//     worker's job switch names every algorithm's run. A room of their own would need the call
+//     and plan types below this package or an interface between the call path and each
+//     algorithm's per-channel state; neither was done in this split (a pure move), so their map
+//     is the files above. They are written on the prims room with concrete types only: the
+//     worker embeds prims.Prims, so a primitive is a direct call.
+//   - NVLS's multicast object (nvlsGroup, NVLSLayout, nvls.go) stays with the NVLS kernel: its
+//     ldReduce and st are called per step by the NVLS, NVLS_TREE and CollNetDirect kernels, and
+//     it is mapped through the Comm's transport; engine/transport/nvls is not made.
+//   - A wait (wire.Waiter) checks the rank's control words through a wire.Ctl that the Comm
+//     owns, not the Comm itself: the wire room cannot import this package. The Ctl's two
+//     functions (AgreePoll, AbortError) are the only calls through a function value, and they
+//     run only while a call's agreement is unfinished (at most until every peer's descriptor is
+//     read) or once the communicator is aborted: never per FIFO step or primitive.
+//   - The errors the rooms return (ErrInvalid, ErrClosed, ErrConfig, ErrAborted, AbortError) and
+//     the abort word's encoding are defined in the wire room and re-exported here (the same
+//     values and type); so are the wire layout constants (LineBytes, ...) that the CUDA kernels'
+//     generated header reads.
+//
+// A new transport (the planned engine/transport/net, TCP between hosts) is one more package
+// below engine/transport that implements transport.Transport; a rank passes it to New. The
+// engine asks nothing else of it: every region it maps goes through Transport.Region, and only
+// the in-process transport (transport.Rank) is told apart, to know its ranks are goroutines.
+//
 // # Shared memory
 //
-// ShmTransport keeps each region in a file of ShmDir: /dev/shm, or the directory that
+// shm.ShmTransport (engine/transport/shm) keeps each region in a file of ShmDir: /dev/shm, or the directory that
 // COLLPLAN_SHM_DIR names (a larger tmpfs where /dev/shm is small, as in containers). A rank
 // allocates a region's memory when it maps it (fallocate), so a directory without room is an error
 // naming the region, its size and the space free, never SIGBUS at the first touch. A job's files
@@ -197,7 +252,7 @@
 // connection was cut) aborts the attached communicator on every rank, naming the rank at the other
 // end, so a job of ranks started by hand ends when one dies, as one under a Launcher does (which
 // also aborts for a rank it sees exit). A rank that stops without dying (SIGSTOP, a debugger, a
-// hang) is found by the watchdog (Config.Timeout; wait.go): a wait that sees no progress that long
+// hang) is found by the watchdog (Config.Timeout; engine/internal/wire's wait.go): a wait that sees no progress that long
 // aborts the communicator, naming the rank that shows no sign of life, and a Launcher then kills
 // that rank at once. Comm.Aborted says whether and why; a rank of an aborted job that no launcher
 // watches calls ShmTransport.Abandon so that its Close removes the job's files even while a stopped
@@ -211,6 +266,6 @@
 // ordering that runs through other processes is beyond it anyway. The one place where the engine's
 // own goroutines depend on such an ordering is the in-place Tree AllReduce: broadcast-down writes
 // chunk k of the user's buffer where reduce-up read it, after the sum of chunk k has come back from
-// the root. In race builds on such transports the engine states that edge itself (race.go), so
+// the root. In race builds on such transports the engine states that edge itself (wire's race.go), so
 // `go test -race` and collbench built with -race are clean on both transports.
 package engine

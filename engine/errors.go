@@ -25,7 +25,7 @@ var (
 	ErrNotImplemented = errors.New("not implemented in the engine")
 	// ErrAborted: the communicator was aborted (a rank's context was cancelled or a rank was closed
 	// during a collective); every later call fails with it.
-	ErrAborted = errors.New("engine: communicator aborted")
+	ErrAborted = wire.ErrAborted
 	// ErrClosed: the Comm was closed.
 	ErrClosed = wire.ErrClosed
 	// ErrPeerClosed: another rank closed its Comm while this rank waited for it to join a call.
@@ -51,27 +51,9 @@ func (e *MismatchError) Error() string {
 // Is makes errors.Is(err, ErrMismatch) true.
 func (e *MismatchError) Is(target error) bool { return target == ErrMismatch }
 
-// AbortError says which rank the abort names and why: the rank that aborted the communicator,
-// or, when Lost is set, the rank that another rank found gone or stalled (a dead or stopped
-// process cannot abort for itself).
-type AbortError struct {
-	Rank   int
-	Reason string
-	Lost   bool
-}
-
-func (e *AbortError) Error() string {
-	if e.Rank < 0 {
-		return fmt.Sprintf("engine: communicator aborted: %s", e.Reason)
-	}
-	if e.Lost {
-		return fmt.Sprintf("engine: communicator aborted: rank %d: %s", e.Rank, e.Reason)
-	}
-	return fmt.Sprintf("engine: communicator aborted by rank %d (%s)", e.Rank, e.Reason)
-}
-
-// Is makes errors.Is(err, ErrAborted) true.
-func (e *AbortError) Is(target error) bool { return target == ErrAborted }
+// AbortError says which rank the abort names and why (engine/internal/wire, whose launcher and
+// transports decode abort words too, defines it).
+type AbortError = wire.AbortError
 
 // Abort reasons, stored in the abort word (engine/internal/wire's errors.go says what each means).
 const (
@@ -89,33 +71,8 @@ const (
 	abortCollNetStalled = wire.AbortCollNetStalled
 )
 
-var abortReasons = [...]string{"", "context done", "closed during a collective", "internal error", "aborted",
-	"the ranks disagreed on a call", "a peer closed without joining a call",
-	"lost: its rendezvous connection ended without a goodbye (its process died, or the connection was cut)",
-	"it stopped moving data: a rank waited on it past the watchdog's timeout (stopped, hung, or not in the call)",
-	"its process exited before the job ended",
-	"its connection to the CollNet aggregation endpoint failed (the endpoint died, stopped, or failed the job)",
-	"the CollNet aggregation endpoint's process exited before the job ended",
-	"it waited past the watchdog's timeout for the CollNet aggregation endpoint, every rank alive (the endpoint is stopped or hung)"}
-
 // AbortWord returns the value that, stored with an atomic 8-byte store at byte CtrlAbortOffset of
 // the "ctrl" region while the word is still 0, aborts the communicator on behalf of rank: every
 // rank's waits end with an *AbortError naming it. A launcher that sees a rank's process die uses
 // it, since a dead process cannot abort for itself.
 func AbortWord(rank int) uint64 { return wire.AbortWord(rank, abortUser) }
-
-// abortNames reports whether abort word w names a rank at fault (gone or stalled) rather than the
-// rank that aborted.
-func abortNames(w uint64) bool {
-	r := int(w & 0xff)
-	return r == abortGone || r == abortStalled || r == abortExited
-}
-
-func abortErr(w uint64) error {
-	reason := int(w & 0xff)
-	r := "unknown"
-	if reason < len(abortReasons) {
-		r = abortReasons[reason]
-	}
-	return &AbortError{Rank: int(w>>8) - 1, Reason: r, Lost: abortNames(w)}
-}

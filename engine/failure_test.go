@@ -98,7 +98,7 @@ func TestMismatch(t *testing.T) {
 					for r, err := range errs {
 						var ae *AbortError
 						require.ErrorAs(t, err, &ae, "rank %d after the mismatch", r)
-						assert.Equal(t, abortReasons[abortDisagree], ae.Reason)
+						assert.Equal(t, wire.AbortReasons[abortDisagree], ae.Reason)
 					}
 				})
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/launch"
 	"github.com/collplan/collplan/engine/transport"
 	"github.com/collplan/collplan/engine/transport/shm"
 )
@@ -27,9 +28,9 @@ func TestShmNVLSProcesses(t *testing.T) {
 	const n = 3
 	job := transport.NewJobID(os.Getpid())
 	out, errb := &lineBuffer{}, &lineBuffer{}
-	l := &Launcher{N: n, Argv: []string{os.Args[0], "-test.run=^TestShmHelperProcess$"},
+	l := &launch.Launcher{N: n, Argv: []string{os.Args[0], "-test.run=^TestShmHelperProcess$"},
 		Env: append(os.Environ(), envShmHelper+"=rank", envShmNVLS+"=1"), Stdout: out, Stderr: errb,
-		Job: job, Bind: BindNone}
+		Job: job, Bind: launch.BindNone}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	require.NoError(t, l.Run(ctx), "stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
@@ -60,9 +61,9 @@ func TestShmNVLSTreeProcesses(t *testing.T) {
 	const n = 4
 	job := transport.NewJobID(os.Getpid())
 	out, errb := &lineBuffer{}, &lineBuffer{}
-	l := &Launcher{N: n, Argv: []string{os.Args[0], "-test.run=^TestShmHelperProcess$"},
+	l := &launch.Launcher{N: n, Argv: []string{os.Args[0], "-test.run=^TestShmHelperProcess$"},
 		Env: append(os.Environ(), envShmHelper+"=rank", envShmNVLSTree+"=1"), Stdout: out, Stderr: errb,
-		Job: job, Bind: BindNone}
+		Job: job, Bind: launch.BindNone}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	require.NoError(t, l.Run(ctx), "stdout:\n%s\nstderr:\n%s", out.String(), errb.String())

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/collplan/collplan/engine/launch"
 	"github.com/collplan/collplan/engine/transport"
 	"github.com/collplan/collplan/engine/transport/shm"
 )
@@ -82,9 +83,9 @@ func TestShmNoSpaceInner(t *testing.T) {
 	t.Run("job", func(t *testing.T) {
 		// NCCL's default buffers make each connection's region 9.2 MiB; the control region fits.
 		var out, errb lineBuffer
-		l := &Launcher{N: 2, Argv: []string{os.Args[0], "-test.run=^TestShmHelperProcess$"},
+		l := &launch.Launcher{N: 2, Argv: []string{os.Args[0], "-test.run=^TestShmHelperProcess$"},
 			Env: append(os.Environ(), envShmHelper+"=rank", envShmBig+"=1"), Stdout: &out, Stderr: &errb,
-			Grace: 2 * time.Second, Bind: BindNone}
+			Grace: 2 * time.Second, Bind: launch.BindNone}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		start := time.Now()
@@ -135,7 +136,7 @@ func TestShmOtherPIDNamespace(t *testing.T) {
 	_, err := shm.RemoveStaleShm()
 	require.NoError(t, err)
 	assert.ElementsMatch(t, before, shm.ShmFiles(job), "RemoveStaleShm outside kept the live job's files")
-	require.NoError(t, (&Launcher{N: 1, Argv: []string{"true"}}).Run(ctx))
+	require.NoError(t, (&launch.Launcher{N: 1, Argv: []string{"true"}}).Run(ctx))
 	assert.ElementsMatch(t, before, shm.ShmFiles(job), "another job's start kept the live job's files")
 
 	require.NoError(t, os.WriteFile(goFile, nil, 0o600))

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/collplan/collplan/engine/launch"
 	"github.com/collplan/collplan/engine/transport"
 	"github.com/collplan/collplan/engine/transport/shm"
 	"github.com/collplan/collplan/kernels"
@@ -109,7 +110,7 @@ func TestShmDirEnv(t *testing.T) {
 			if tc.err != "" {
 				require.ErrorIs(t, err, ErrInvalid)
 				assert.Contains(t, err.Error(), tc.err)
-				err = (&Launcher{N: 1, Argv: []string{"true"}, Env: tc.env}).Run(context.Background())
+				err = (&launch.Launcher{N: 1, Argv: []string{"true"}, Env: tc.env}).Run(context.Background())
 				assert.ErrorContains(t, err, tc.err, "the launcher refuses to start")
 				return
 			}
@@ -214,9 +215,9 @@ func TestLauncherKillRank(t *testing.T) {
 		t.Run(fmt.Sprintf("np%d", tc.n), func(t *testing.T) {
 			job := transport.NewJobID(os.Getpid())
 			out, errb := &lineBuffer{}, &lineBuffer{}
-			l := &Launcher{N: tc.n, Argv: []string{os.Args[0], "-test.run=^TestShmHelperProcess$"},
+			l := &launch.Launcher{N: tc.n, Argv: []string{os.Args[0], "-test.run=^TestShmHelperProcess$"},
 				Env: append(os.Environ(), envShmHelper+"=rank", envShmLoop+"=1"), Stdout: out, Stderr: errb,
-				Grace: 2 * time.Second, Job: job, Bind: BindNone}
+				Grace: 2 * time.Second, Job: job, Bind: launch.BindNone}
 			done := make(chan error, 1)
 			go func() { done <- l.Run(context.Background()) }()
 			lines := waitLines(t, out, rankRE, tc.n, 30*time.Second)
@@ -228,7 +229,7 @@ func TestLauncherKillRank(t *testing.T) {
 			}
 			select {
 			case err := <-done:
-				rank, ok := IsLaunchError(err)
+				rank, ok := launch.IsLaunchError(err)
 				require.True(t, ok, "%v", err)
 				assert.Equal(t, tc.kill, rank, "%v", err)
 				assert.Contains(t, err.Error(), "signal: killed")
@@ -272,7 +273,7 @@ func TestAbortShm(t *testing.T) {
 // a rank that never shows up ends the wait at the timeout.
 func TestRendezvous(t *testing.T) {
 	rendezvous := func(n int, hashes []uint64, timeout time.Duration) ([]string, []error) {
-		addr, err := FreeLoopbackAddr()
+		addr, err := launch.FreeLoopbackAddr()
 		require.NoError(t, err)
 		jobs, errs := make([]string, n), make([]error, n)
 		var wg sync.WaitGroup
@@ -332,19 +333,19 @@ func TestConfigHash(t *testing.T) {
 
 func TestEnvFrom(t *testing.T) {
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-	e, ok, err := EnvFrom(env(map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4"}))
+	e, ok, err := launch.EnvFrom(env(map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4"}))
 	require.NoError(t, err)
 	require.True(t, ok)
-	assert.Equal(t, Env{Rank: 1, Size: 4, Addr: "127.0.0.1:" + strconv.Itoa(DefaultRendezvousPort), Source: "OMPI"}, e)
-	e, ok, err = EnvFrom(env(map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "localhost", "MASTER_PORT": "1234"}))
+	assert.Equal(t, launch.Env{Rank: 1, Size: 4, Addr: "127.0.0.1:" + strconv.Itoa(launch.DefaultRendezvousPort), Source: "OMPI"}, e)
+	e, ok, err = launch.EnvFrom(env(map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "localhost", "MASTER_PORT": "1234"}))
 	require.NoError(t, err)
 	require.True(t, ok)
 	assert.Equal(t, "127.0.0.1:1234", e.Addr)
-	_, _, err = EnvFrom(env(map[string]string{"PMI_RANK": "0", "PMI_SIZE": "2", "COLLPLAN_ADDR": "10.0.0.1:5"}))
+	_, _, err = launch.EnvFrom(env(map[string]string{"PMI_RANK": "0", "PMI_SIZE": "2", "COLLPLAN_ADDR": "10.0.0.1:5"}))
 	assert.ErrorIs(t, err, ErrInvalid)
-	_, _, err = EnvFrom(env(map[string]string{"COLLPLAN_RANK": "2", "COLLPLAN_WORLD_SIZE": "2"}))
+	_, _, err = launch.EnvFrom(env(map[string]string{"COLLPLAN_RANK": "2", "COLLPLAN_WORLD_SIZE": "2"}))
 	assert.ErrorIs(t, err, ErrInvalid)
-	_, ok, err = EnvFrom(env(nil))
+	_, ok, err = launch.EnvFrom(env(nil))
 	assert.NoError(t, err)
 	assert.False(t, ok)
 }
@@ -354,12 +355,12 @@ func TestEnvFrom(t *testing.T) {
 func TestLauncherRankFailure(t *testing.T) {
 	job := transport.NewJobID(os.Getpid())
 	require.NoError(t, os.WriteFile(filepath.Join(shm.ShmDir(), shm.ShmPrefix(job)+"ctrl"), nil, 0o600))
-	l := &Launcher{N: 3, Argv: []string{"sh", "-c", `if [ "$COLLPLAN_RANK" = 1 ]; then exit 3; fi; exec sleep 30`},
+	l := &launch.Launcher{N: 3, Argv: []string{"sh", "-c", `if [ "$COLLPLAN_RANK" = 1 ]; then exit 3; fi; exec sleep 30`},
 		Grace: 300 * time.Millisecond, Job: job}
 	start := time.Now()
 	err := l.Run(context.Background())
 	assert.Less(t, time.Since(start), 10*time.Second)
-	var le *LaunchError
+	var le *launch.LaunchError
 	require.True(t, errors.As(err, &le), "%v", err)
 	assert.Equal(t, 1, le.Rank)
 	assert.Contains(t, err.Error(), "rank 1: exit status 3")
@@ -373,7 +374,7 @@ func TestLauncherRankFailure(t *testing.T) {
 func TestLauncherStopWhileStarting(t *testing.T) {
 	dir := t.TempDir()
 	started := filepath.Join(dir, "started")
-	l := &Launcher{N: 200, Argv: []string{"sh", "-c", `echo $$ >> "$0"; exec sleep 30`, started}, Grace: 300 * time.Millisecond}
+	l := &launch.Launcher{N: 200, Argv: []string{"sh", "-c", `echo $$ >> "$0"; exec sleep 30`, started}, Grace: 300 * time.Millisecond}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		// Cancel once a few ranks run.

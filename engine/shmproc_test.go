@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/launch"
 	"github.com/collplan/collplan/engine/transport"
 	"github.com/collplan/collplan/engine/transport/collnet"
 	"github.com/collplan/collplan/engine/transport/shm"
@@ -78,7 +79,7 @@ func helperCommand(mode string, env ...string) *exec.Cmd {
 // helperJoin is what a rank process does before New, as collbench's runRankProcess does it: rank
 // 0 of a job started by hand (no COLLPLAN_JOB) clears stale segments, creates the job's id and lock
 // and hands the id out at the rendezvous; every rank then opens its transport.
-func helperJoin(env Env, cfgHash uint64) (string, *shm.ShmTransport, func() error, error) {
+func helperJoin(env launch.Env, cfgHash uint64) (string, *shm.ShmTransport, func() error, error) {
 	job, release := env.Job, func() error { return nil }
 	if env.Rank == 0 && job == "" {
 		if _, err := shm.RemoveStaleShm(); err != nil {
@@ -101,7 +102,7 @@ func helperJoin(env Env, cfgHash uint64) (string, *shm.ShmTransport, func() erro
 // helperRank is one rank of a job: it all-reduces once, says READY, then (envShmGo) waits for the
 // go file and all-reduces three more times, or (envShmLoop) all-reduces until that fails.
 func helperRank() (err error) {
-	env, ok, err := EnvFrom(os.Getenv)
+	env, ok, err := launch.EnvFrom(os.Getenv)
 	if err != nil || !ok {
 		return fmt.Errorf("not a rank (%v)", err)
 	}
@@ -252,7 +253,7 @@ func helperNSDriver() error {
 	if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(os.Getenv(envShmLastPid)), 0); err != nil {
 		return err
 	}
-	addr, err := FreeLoopbackAddr()
+	addr, err := launch.FreeLoopbackAddr()
 	if err != nil {
 		return err
 	}

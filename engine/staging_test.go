@@ -18,6 +18,7 @@ import (
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/engine"
+	"github.com/collplan/collplan/engine/launch"
 	"github.com/collplan/collplan/engine/transport/collnet"
 	"github.com/collplan/collplan/engine/transport/shm"
 	"github.com/collplan/collplan/kernels"
@@ -98,7 +99,7 @@ func mib(b int64) float64 { return float64(b) / (1 << 20) }
 func stagingRun(t *testing.T, n int, size int64, algo string) []int64 {
 	t.Helper()
 	var out, errb bytes.Buffer
-	l := &engine.Launcher{
+	l := &launch.Launcher{
 		N:      n,
 		Argv:   []string{os.Args[0], "-test.run=^TestStagingRank$", "-test.v"},
 		Env:    append(os.Environ(), stagingBytesEnv+"="+strconv.FormatInt(size, 10), stagingAlgoEnv+"="+algo),
@@ -139,7 +140,7 @@ func TestStagingRank(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, ok, err := engine.EnvFrom(os.Getenv)
+	env, ok, err := launch.EnvFrom(os.Getenv)
 	if err != nil || !ok {
 		t.Fatalf("not a rank (%v)", err)
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/collplan/collplan/calibrate"
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
-	"github.com/collplan/collplan/engine"
+	"github.com/collplan/collplan/engine/launch"
 	"github.com/collplan/collplan/engine/transport"
 	"github.com/collplan/collplan/engine/transport/shm"
 	"github.com/collplan/collplan/planner"
@@ -349,7 +349,7 @@ func TestKillCollNetEndpoint(t *testing.T) {
 // TestConfigMismatchRefused: ranks started by hand (no launcher) with different parameters refuse
 // to start, each with an error that says why.
 func TestConfigMismatchRefused(t *testing.T) {
-	addr, err := engine.FreeLoopbackAddr()
+	addr, err := launch.FreeLoopbackAddr()
 	require.NoError(t, err)
 	outs := make([]bytes.Buffer, 2)
 	cmds := make([]*exec.Cmd, 2)

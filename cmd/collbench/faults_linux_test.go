@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/collplan/collplan/engine"
+	"github.com/collplan/collplan/engine/launch"
 	"github.com/collplan/collplan/engine/transport/shm"
 )
 
@@ -112,7 +112,7 @@ func runEngineFault(t *testing.T, mode string, np int, fault string, victim int)
 			pids[r], _ = strconv.Atoi(m[2])
 		}
 	} else {
-		addr, err := engine.FreeLoopbackAddr()
+		addr, err := launch.FreeLoopbackAddr()
 		require.NoError(t, err)
 		for r := range ranks {
 			ranks[r] = startProc(t, append([]string{"COLLPLAN_RANK=" + strconv.Itoa(r), "COLLPLAN_WORLD_SIZE=" + strconv.Itoa(np),
@@ -283,7 +283,7 @@ func requireSockDestroy(t *testing.T) {
 // SIGTERM was ignored, and the second killed the rank and left the segments.)
 func TestStopAbortsBlockedCall(t *testing.T) {
 	shmDir := t.TempDir()
-	addr, err := engine.FreeLoopbackAddr()
+	addr, err := launch.FreeLoopbackAddr()
 	require.NoError(t, err)
 	ranks := make([]*rankProc, 2)
 	for r := range ranks {

@@ -16,6 +16,7 @@ import (
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/engine"
+	"github.com/collplan/collplan/engine/launch"
 	"github.com/collplan/collplan/engine/transport"
 	"github.com/collplan/collplan/engine/transport/collnet"
 	"github.com/collplan/collplan/engine/transport/shm"
@@ -534,7 +535,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.serveCollNet != "" {
 		return usagef("--serve-collnet runs an aggregation endpoint alone: collbench --serve-collnet ADDR, without a collective")
 	}
-	env, isRank, err := engine.EnvFrom(os.Getenv)
+	env, isRank, err := launch.EnvFrom(os.Getenv)
 	if err != nil {
 		return usageError{err}
 	}
@@ -584,7 +585,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fctx, stopForward := context.WithCancel(ctx)
 	defer stopForward()
 	go forwardHups(fctx, reload)
-	l := &engine.Launcher{N: n, Argv: append([]string{exe}, args...), Env: append(os.Environ(), envReload+"="+reload),
+	l := &launch.Launcher{N: n, Argv: append([]string{exe}, args...), Env: append(os.Environ(), envReload+"="+reload),
 		Stdout: stdout, Stderr: stderr, Grace: 5 * time.Second}
 	collNet, err := o.needsCollNet(n)
 	if err != nil {
@@ -594,7 +595,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		l.CollNet = []string{exe, "--serve-collnet"} // the launcher appends the address
 	}
 	if o.bindTo == "none" {
-		l.Bind = engine.BindNone
+		l.Bind = launch.BindNone
 	}
 	if err := l.Run(ctx); err != nil {
 		return fmt.Errorf("%d-rank job: %w", n, err)
@@ -603,7 +604,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // runRankProcess is one rank of a multi-process job over shared memory.
-func runRankProcess(ctx context.Context, o *options, env engine.Env, stdout, stderr io.Writer) error {
+func runRankProcess(ctx context.Context, o *options, env launch.Env, stdout, stderr io.Writer) error {
 	cfg, plans, err := o.engineConfig(env.Size)
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", env.Rank, err)

@@ -1,6 +1,6 @@
 //go:build unix
 
-package engine
+package launch
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/engine/transport"
 	"github.com/collplan/collplan/engine/transport/collnet"
 	"github.com/collplan/collplan/engine/transport/shm"
@@ -128,7 +129,7 @@ func rankEnv(env []string, n, ncpu int) []string {
 // stop cleanly on the request are not a failure.
 func (l *Launcher) Run(ctx context.Context) (err error) {
 	if l.N < 1 || len(l.Argv) == 0 {
-		return fmt.Errorf("%w: launch of %d ranks of %q", ErrInvalid, l.N, l.Argv)
+		return fmt.Errorf("%w: launch of %d ranks of %q", wire.ErrInvalid, l.N, l.Argv)
 	}
 	grace := l.Grace
 	if grace == 0 {
@@ -246,7 +247,7 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 			if e.err != nil && first == nil && epExit != nil {
 				// A rank whose endpoint connection failed may exit before the launcher reaps the
 				// endpoint it saw die: wait for that (bounded) so the endpoint is named, not the rank.
-				if w, _ := shm.AbortWordShm(job); int(w&0xff) == abortCollNet {
+				if w, _ := shm.AbortWordShm(job); int(w&0xff) == wire.AbortCollNet {
 					select {
 					case ee := <-epExit:
 						epExit <- ee // for stopCollNet
@@ -263,15 +264,15 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 				// The communicator may have been aborted already, naming the rank at fault (a
 				// stopped rank named by the watchdog, while the rank that exited first is one it
 				// stalled): then that is the rank to name.
-				if w, _ := shm.AbortWordShm(job); w != 0 && abortNames(w) && int(w>>8)-1 != e.rank {
-					first.Culprit, first.Cause = int(w>>8)-1, abortErr(w)
+				if w, _ := shm.AbortWordShm(job); w != 0 && wire.AbortNames(w) && int(w>>8)-1 != e.rank {
+					first.Culprit, first.Cause = int(w>>8)-1, wire.AbortErr(w)
 					// A rank the watchdog found stalled is not coming back (it may be stopped):
 					// end it now rather than after the grace. (A lost one, whose connection was
 					// cut, sees the abort and exits by itself.)
-					if c := first.Culprit; int(w&0xff) == abortStalled && c >= 0 && c < len(cmds) && alive[c] {
+					if c := first.Culprit; int(w&0xff) == wire.AbortStalled && c >= 0 && c < len(cmds) && alive[c] {
 						cmds[c].Process.Kill()
 					}
-				} else if _, aerr := shm.AbortShmFor(job, e.rank, abortExited); aerr != nil {
+				} else if _, aerr := shm.AbortShmFor(job, e.rank, wire.AbortExited); aerr != nil {
 					fmt.Fprintf(errw, "collplan: aborting job %s for rank %d: %v\n", job, e.rank, aerr)
 				}
 				startGrace()
@@ -297,7 +298,7 @@ func (l *Launcher) Run(ctx context.Context) (err error) {
 			epExit = nil
 			if first == nil {
 				first = &LaunchError{Rank: -1, Err: fmt.Errorf("the CollNet aggregation endpoint exited: %v", e)}
-				if _, aerr := shm.AbortShmFor(job, -1, abortEndpoint); aerr != nil {
+				if _, aerr := shm.AbortShmFor(job, -1, wire.AbortEndpoint); aerr != nil {
 					fmt.Fprintf(errw, "collplan: aborting job %s for its CollNet endpoint: %v\n", job, aerr)
 				}
 				startGrace()

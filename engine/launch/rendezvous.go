@@ -1,16 +1,16 @@
-package engine
+package launch
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"net"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/engine/transport"
 )
 
@@ -43,13 +43,13 @@ func EnvFrom(getenv func(string) string) (e Env, ok bool, err error) {
 		}
 		e.Source = p[2]
 		if e.Rank, err = strconv.Atoi(rs); err != nil {
-			return e, false, fmt.Errorf("%w: %s=%q", ErrInvalid, p[0], rs)
+			return e, false, fmt.Errorf("%w: %s=%q", wire.ErrInvalid, p[0], rs)
 		}
 		if e.Size, err = strconv.Atoi(ss); err != nil {
-			return e, false, fmt.Errorf("%w: %s=%q with %s set", ErrInvalid, p[1], ss, p[0])
+			return e, false, fmt.Errorf("%w: %s=%q with %s set", wire.ErrInvalid, p[1], ss, p[0])
 		}
 		if e.Size < 1 || e.Rank < 0 || e.Rank >= e.Size {
-			return e, false, fmt.Errorf("%w: rank %d of %d from %s/%s", ErrInvalid, e.Rank, e.Size, p[0], p[1])
+			return e, false, fmt.Errorf("%w: rank %d of %d from %s/%s", wire.ErrInvalid, e.Rank, e.Size, p[0], p[1])
 		}
 		ok = true
 		break
@@ -72,43 +72,14 @@ func EnvFrom(getenv func(string) string) (e Env, ok bool, err error) {
 	}
 	host, _, err := net.SplitHostPort(e.Addr)
 	if err != nil {
-		return e, false, fmt.Errorf("%w: rendezvous address %q: %v", ErrInvalid, e.Addr, err)
+		return e, false, fmt.Errorf("%w: rendezvous address %q: %v", wire.ErrInvalid, e.Addr, err)
 	}
 	if host == "localhost" {
 		e.Addr = strings.Replace(e.Addr, "localhost", "127.0.0.1", 1)
 	} else if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		return e, false, fmt.Errorf("%w: rendezvous address %q: only loopback (127.0.0.1) is supported", ErrInvalid, e.Addr)
+		return e, false, fmt.Errorf("%w: rendezvous address %q: only loopback (127.0.0.1) is supported", wire.ErrInvalid, e.Addr)
 	}
 	return e, true, nil
-}
-
-// ConfigHash hashes what every rank of a communicator must agree on before it starts: n, the
-// normalized configuration (ranks per node, buffers, channels, override, the CollNet endpoint's
-// address), its decision tables, and extra values the caller adds (benchmark parameters, ...). A
-// Config.Plan function cannot be hashed; callers that use one should add what determines it to
-// extra.
-func ConfigHash(n int, cfg Config, extra ...string) (uint64, error) {
-	c, err := cfg.normalize(n)
-	if err != nil {
-		return 0, err
-	}
-	h := fnv.New64a()
-	fmt.Fprintf(h, "n=%d rpn=%d buf=%d/%d/%d ch=%d override=%+v plan=%t\n", n, c.RanksPerNode,
-		c.Buffers.LL, c.Buffers.LL128, c.Buffers.Simple, c.Channels, c.Override, c.Plan != nil)
-	if c.CollNet.Addr != "" {
-		fmt.Fprintf(h, "collnet=%q\n", c.CollNet.Addr) // (the job name comes from the rendezvous)
-	}
-	for i, t := range c.Tables {
-		if t == nil {
-			fmt.Fprintf(h, "table %d nil\n", i)
-			continue
-		}
-		fmt.Fprintf(h, "table %d %+v\n", i, t.Entries())
-	}
-	for _, x := range extra {
-		fmt.Fprintf(h, "%q\n", x)
-	}
-	return h.Sum64(), nil
 }
 
 // RendezvousError is a refusal to start: a rank's configuration hash, size or rank differs.
@@ -117,36 +88,22 @@ type RendezvousError struct{ Msg string }
 func (e *RendezvousError) Error() string { return "engine: rendezvous: " + e.Msg }
 
 // Is makes errors.Is(err, ErrConfig) true.
-func (e *RendezvousError) Is(target error) bool { return target == ErrConfig }
+func (e *RendezvousError) Is(target error) bool { return target == wire.ErrConfig }
 
-// Rendezvous brings the ranks of a job together (see Join) and closes the connections at once,
-// returning the job id. Ranks that use it learn of a dead peer only through their waits' other
-// checks (a launcher's abort, the watchdog); Join keeps the connections and aborts on EOF.
-func Rendezvous(ctx context.Context, rank, size int, addr string, cfgHash uint64, job string, timeout time.Duration) (string, error) {
-	s, err := Join(ctx, rank, size, addr, cfgHash, job, timeout)
-	if err != nil {
-		return "", err
-	}
-	s.Close()
-	return s.Job, nil
-}
-
-// Join brings the ranks of a job together over TCP on loopback: rank 0 listens on addr, the
+// Connect brings the ranks of a job together over TCP on loopback: rank 0 listens on addr, the
 // others connect (retrying until the deadline) and send their rank, size and configuration hash;
 // rank 0 checks every rank's against its own and hands out the job id (job, or a fresh one owned
 // by this process when job is ""), or refuses every rank with the same error naming the first
-// difference. Every rank returns its Session, or an error; none waits past timeout.
-//
-// The connections stay open for the communicator's life (Session.Attach): a rank whose process
-// dies closes them (the kernel does), and the rank at the other end aborts the communicator on
-// its behalf, so no rank waits forever for a dead peer, with or without a launcher.
-func Join(ctx context.Context, rank, size int, addr string, cfgHash uint64, job string, timeout time.Duration) (*Session, error) {
+// difference. Every rank returns the job id and its connections, by peer rank (rank 0 one to
+// every other rank, every other rank one to rank 0; nil elsewhere), or an error; none waits past
+// timeout. The engine's Join keeps them as the communicator's Session.
+func Connect(ctx context.Context, rank, size int, addr string, cfgHash uint64, job string, timeout time.Duration) (string, []net.Conn, error) {
 	if size < 1 || rank < 0 || rank >= size {
-		return nil, fmt.Errorf("%w: rank %d of %d", ErrInvalid, rank, size)
+		return "", nil, fmt.Errorf("%w: rank %d of %d", wire.ErrInvalid, rank, size)
 	}
 	if job != "" {
 		if err := transport.ValidJobID(job); err != nil {
-			return nil, err
+			return "", nil, err
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -155,22 +112,18 @@ func Join(ctx context.Context, rank, size int, addr string, cfgHash uint64, job 
 		if job == "" {
 			job = transport.NewJobID(os.Getpid())
 		}
-		return newSession(job, rank, nil), nil
+		return job, nil, nil
 	}
 	if rank == 0 {
-		job, conns, err := rendezvousRoot(ctx, size, addr, cfgHash, job)
-		if err != nil {
-			return nil, err
-		}
-		return newSession(job, 0, conns), nil
+		return rendezvousRoot(ctx, size, addr, cfgHash, job)
 	}
 	job, c, err := rendezvousPeer(ctx, rank, size, addr, cfgHash)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	conns := make([]net.Conn, size)
 	conns[0] = c
-	return newSession(job, rank, conns), nil
+	return job, conns, nil
 }
 
 func rendezvousRoot(ctx context.Context, size int, addr string, cfgHash uint64, job string) (string, []net.Conn, error) {

@@ -5,16 +5,17 @@ import (
 	"runtime"
 
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/algorithm"
 	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/engine/transport"
 	"github.com/collplan/collplan/engine/transport/collnet"
 	"github.com/collplan/collplan/kernels"
 )
 
-// CollNet: AllReduce where the network reduces. NCCL hands each node's partial result to a
-// collnet plugin (SHARP: the switches reduce across the nodes) and gets the reduction over every
-// node back. Here the network is the aggregation endpoint (collnet_endpoint.go), a process of its
-// own reached over TCP; everything inside a virtual node stays on the engine's transports.
+// CollNet: AllReduce where the network reduces. NCCL hands each node's partial result to a collnet
+// plugin (SHARP: the switches reduce across the nodes) and gets the reduction over every node back.
+// Here the network is the aggregation endpoint (engine/transport/collnet), a process of its own
+// reached over TCP; everything inside a virtual node stays on the engine's transports.
 //
 // Facts from NCCL (src/device/all_reduce.h's COLLNET_DIRECT and COLLNET_CHAIN Simple kernels,
 // src/graph/connect.cc connectCollNet, src/enqueue.cc calcCollChunking and getCollNetSupport,
@@ -65,9 +66,9 @@ import (
 //     the head runs one worker that pipelines both ends: it sends a step to the endpoint as soon
 //     as its child's partial is in and it has a credit, and sends a result down as soon as it is
 //     back, keeping up to NCCL_STEPS steps in flight.
-//   - each (channel, share) a rank heads has its own endpoint connection (cnLink), made by the
-//     first CollNet call on that channel and shared by both algorithms (share 0 of a node is its
-//     first rank in both); the endpoint groups the connections by Config.CollNet.Job.
+//   - each (channel, share) a rank heads has its own endpoint connection (collnet.Link), made by
+//     the first CollNet call on that channel and shared by both algorithms (share 0 of a node is
+//     its first rank in both); the endpoint groups the connections by Config.CollNet.Job.
 
 // maxCollNetHeads is NCCL_MAX_DIRECT_ARITY+1: CollNetDirect's most local ranks.
 const maxCollNetHeads = collnet.MaxHeads
@@ -84,7 +85,7 @@ func collNetWireOp(op kernels.Op) kernels.Op {
 // collNetCheck returns the error of a CollNet plan that NCCL would not run (see the facts above):
 // ErrInvalid, the same on every rank.
 func collNetCheck(a costmodel.Algo, n, rpn int, coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, proto costmodel.Proto) error {
-	nNodes := divUp(n, rpn)
+	nNodes := algorithm.DivUp(n, rpn)
 	switch {
 	case a == costmodel.CollNetDirect && (coll == costmodel.AllGather || coll == costmodel.ReduceScatter):
 		return fmt.Errorf("%w: COLLNET_DIRECT for %v (NCCL runs it only with a collnet plugin that has iallgather and ireducescatter; the engine's endpoint reduces, it does not gather or scatter)",
@@ -336,14 +337,14 @@ func (c *Comm) collNetChainTasks(w *wire.Waiter, cl *call, ch, lo, hi int, tasks
 func (r *cnChainRun) run(w *worker) error {
 	cl, l := r.cl, r.link
 	es, ce := cl.es, cl.plan.chunkElems
-	steps := divUp(r.hi-r.lo, ce)
+	steps := algorithm.DivUp(r.hi-r.lo, ce)
 	for up, down, i := 0, 0, 0; down < steps; {
 		moved := false
 		if up < steps && l.SendReady() && (r.fromKid == nil || r.fromKid.RecvReady()) {
 			e0 := r.lo + up*ce
 			nel := min(ce, r.hi-e0)
 			nb := nel * es
-			dst, in := l.Payload(nb), span(cl.send, e0, nel, es)
+			dst, in := l.Payload(nb), algorithm.Span(cl.send, e0, nel, es)
 			if r.fromKid != nil {
 				w.Red.Reduce(dst, r.fromKid.SimpleSlotBytes(nb), in)
 				r.fromKid.Release()
@@ -366,7 +367,7 @@ func (r *cnChainRun) run(w *worker) error {
 			if len(res) != nb {
 				l.Fail(fmt.Errorf("engine: CollNet endpoint %s: result of %d bytes for a step of %d", w.c.cfg.CollNet.Addr, len(res), nb))
 			} else {
-				out := span(cl.recv, e0, nel, es)
+				out := algorithm.Span(cl.recv, e0, nel, es)
 				copy(out, res)
 				if w.PostDiv {
 					w.Red.Finish(out)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/algorithm"
 	"github.com/collplan/collplan/engine/internal/prims"
 	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/engine/transport"
@@ -333,6 +334,7 @@ type call struct {
 	red, comb kernels.Reducer
 	inPlace   bool
 	plan      plan
+	kc        algorithm.Call // what the kernels of engine/internal/algorithm read, filled by execute
 }
 
 func (a *args) reduces() bool {
@@ -589,9 +591,11 @@ func (c *Comm) execute(w *wire.Waiter, cl *call) error {
 	case costmodel.CollNetDirect:
 		return c.withCollNetCause(c.executeNVLS(w, cl))
 	}
+	cl.kc = algorithm.Call{Send: cl.send, Recv: cl.recv, Count: cl.count, ES: cl.es, Root: cl.root,
+		InPlace: cl.inPlace, ChunkElems: cl.plan.chunkElems}
 	total := cl.count
 	nc := cl.plan.Channels
-	per := roundUp(divUp(total, nc), alignElems(cl.es))
+	per := algorithm.RoundUp(algorithm.DivUp(total, nc), algorithm.AlignElems(cl.es))
 	tasks := c.tasks[:0]
 	isCollNet := cl.plan.Algo == costmodel.CollNetChain
 	if isCollNet {
@@ -673,7 +677,3 @@ func isAbort(err error) bool {
 	var ae *AbortError
 	return errors.As(err, &ae)
 }
-
-func divUp(a, b int) int   { return (a + b - 1) / b }
-func roundUp(a, b int) int { return divUp(a, b) * b }
-func mod(a, n int) int     { return ((a % n) + n) % n }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/algorithm"
 	"github.com/collplan/collplan/engine/internal/prims"
 	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/engine/transport/collnet"
@@ -214,7 +215,7 @@ func nvlsCheck(n, rpn int, coll costmodel.Coll, dt kernels.Dtype, op kernels.Op,
 		return fmt.Errorf("%w: NVLS on %d rank (it needs at least 2)", ErrInvalid, n)
 	case rpn != n:
 		return fmt.Errorf("%w: NVLS across %d virtual nodes of %d ranks (NVLS runs in one node; across nodes NCCL needs CollNet or NVLS_TREE)",
-			ErrInvalid, divUp(n, rpn), rpn)
+			ErrInvalid, algorithm.DivUp(n, rpn), rpn)
 	case coll != costmodel.AllReduce && n > 32:
 		return fmt.Errorf("%w: NVLS %v on %d local ranks (NCCL allows at most 32)", ErrInvalid, coll, n)
 	case coll != costmodel.AllGather && !nvlsOpOK(dt, op):
@@ -290,7 +291,7 @@ func (c *Comm) nodeGroup(groups *[]*nvlsGroup, ch int, name func(node, ch int) s
 func (c *Comm) executeNVLS(w *wire.Waiter, cl *call) error {
 	total := cl.count
 	nc := cl.plan.Channels
-	per := roundUp(divUp(total, nc), alignElems(cl.es))
+	per := algorithm.RoundUp(algorithm.DivUp(total, nc), algorithm.AlignElems(cl.es))
 	tasks := c.nvlsRun[:0]
 	isCollNet := cl.plan.Algo == costmodel.CollNetDirect
 	if isCollNet {
@@ -447,7 +448,7 @@ func (wk *nvlsWorker) run() error {
 	if wk.cl.coll == costmodel.AllReduce {
 		per *= g.l.Members
 	}
-	steps := uint64(divUp(wk.hi-wk.lo, per))
+	steps := uint64(algorithm.DivUp(wk.hi-wk.lo, per))
 	base := g.step
 	var next [4]uint64 // per phase: the next step (from base)
 	last := len(ph) - 1
@@ -533,7 +534,7 @@ func (wk *nvlsWorker) arStep(i int) (off, rem, share int) {
 	rem = min(wk.hi-off, n*ce)
 	share = ce
 	if rem < n*ce {
-		share = min(roundUp(divUp(rem, n), alignElems(wk.cl.es)), ce)
+		share = min(algorithm.RoundUp(algorithm.DivUp(rem, n), algorithm.AlignElems(wk.cl.es)), ce)
 	}
 	return off, rem, share
 }
@@ -548,7 +549,7 @@ func (wk *nvlsWorker) act(kind uint8, s uint64, i int) {
 		off, rem, share := wk.arStep(i)
 		switch kind {
 		case phScatter:
-			in := span(cl.send, off, rem, es)
+			in := algorithm.Span(cl.send, off, rem, es)
 			for h := 0; h*share < rem; h++ {
 				e0, e1 := h*share, min((h+1)*share, rem)
 				copy(g.slotAt(s, me, false, h*S, (e1-e0)*es), in[e0*es:e1*es])
@@ -577,14 +578,14 @@ func (wk *nvlsWorker) act(kind uint8, s uint64, i int) {
 			}
 			wk.netAct(kind, s, nb)
 		case phCnScatter:
-			in := span(cl.send, off, rem, es)
+			in := algorithm.Span(cl.send, off, rem, es)
 			for h := 0; h*share < rem; h++ {
 				e0, e1 := h*share, min((h+1)*share, rem)
 				cl.red.Load(g.slotAt(s, me, false, h*S, (e1-e0)*es), in[e0*es:e1*es])
 			}
 			wire.StoreRelease(g.posted[me], me64)
 		default: // phGather
-			out := span(cl.recv, off, rem, es)
+			out := algorithm.Span(cl.recv, off, rem, es)
 			for h := 0; h*share < rem; h++ {
 				e0, e1 := h*share, min((h+1)*share, rem)
 				copy(out[e0*es:e1*es], g.slotAt(s, me, true, h*S, (e1-e0)*es))
@@ -600,24 +601,24 @@ func (wk *nvlsWorker) act(kind uint8, s uint64, i int) {
 	nb := nel * es
 	switch kind {
 	case phSt:
-		g.st(s, span(cl.send, e0, nel, es), me*S)
+		g.st(s, algorithm.Span(cl.send, e0, nel, es), me*S)
 		wk.stats.StBytes += uint64(nb)
 		wire.StoreRelease(g.posted[me], me64)
 		wire.StoreRelease(g.reduced[me], me64)
 	case phGather:
 		for h := 0; h < n; h++ {
 			if h != me || !cl.inPlace {
-				copy(span(cl.recv, h*count+e0, nel, es), g.slotAt(s, me, true, h*S, nb))
+				copy(algorithm.Span(cl.recv, h*count+e0, nel, es), g.slotAt(s, me, true, h*S, nb))
 			}
 		}
 		wire.StoreRelease(g.done[me], me64)
 	case phScatter:
 		for h := 0; h < n; h++ {
-			copy(g.slotAt(s, me, false, h*S, nb), span(cl.send, h*count+e0, nel, es))
+			copy(g.slotAt(s, me, false, h*S, nb), algorithm.Span(cl.send, h*count+e0, nel, es))
 		}
 		wire.StoreRelease(g.posted[me], me64)
 	default: // phLdReduce
-		g.ldReduce(cl.red, s, span(cl.recv, e0, nel, es), me*S)
+		g.ldReduce(cl.red, s, algorithm.Span(cl.recv, e0, nel, es), me*S)
 		wk.stats.LdReduceBytes += uint64(nb)
 		wire.StoreRelease(g.reduced[me], me64)
 		wire.StoreRelease(g.done[me], me64)

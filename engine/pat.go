@@ -5,6 +5,7 @@ import (
 	"math/bits"
 
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/algorithm"
 	"github.com/collplan/collplan/engine/internal/prims"
 	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/kernels"
@@ -116,9 +117,9 @@ func fbs(s int) int { return bits.TrailingZeros(uint(s)) }
 // receives from.
 func patPeers(coll costmodel.Coll, rank, n, d int) (to, from int) {
 	if coll == costmodel.AllGather {
-		return mod(rank-(1<<d), n), mod(rank+(1<<d), n)
+		return algorithm.Mod(rank-(1<<d), n), algorithm.Mod(rank+(1<<d), n)
 	}
-	return mod(rank+(1<<d), n), mod(rank-(1<<d), n)
+	return algorithm.Mod(rank+(1<<d), n), algorithm.Mod(rank-(1<<d), n)
 }
 
 // patOp is one op of a PAT chunk as rank r runs it: dimension dim, the offsets (from r, mod n)
@@ -215,7 +216,7 @@ func (p *patRun) run(w *worker) error {
 	ce := cl.plan.chunkElems
 	ag := cl.coll == costmodel.AllGather
 	if ag && !cl.inPlace {
-		copy(span(cl.recv, me*count+p.lo, p.hi-p.lo, es), span(cl.send, p.lo, p.hi-p.lo, es))
+		copy(algorithm.Span(cl.recv, me*count+p.lo, p.hi-p.lo, es), algorithm.Span(cl.send, p.lo, p.hi-p.lo, es))
 	}
 	for e0 := p.lo; e0 < p.hi; e0 += ce {
 		nel := min(ce, p.hi-e0)
@@ -224,13 +225,13 @@ func (p *patRun) run(w *worker) error {
 			var err error
 			d := op.dim
 			if ag {
-				err = p.step(w, d, prims.Send, span(cl.recv, ((me+op.sendOff)%n)*count+e0, nel, es), nil)
+				err = p.step(w, d, prims.Send, algorithm.Span(cl.recv, ((me+op.sendOff)%n)*count+e0, nel, es), nil)
 				if err == nil {
-					err = p.step(w, d, prims.Recv, nil, span(cl.recv, ((me+op.recvOff)%n)*count+e0, nel, es))
+					err = p.step(w, d, prims.Recv, nil, algorithm.Span(cl.recv, ((me+op.recvOff)%n)*count+e0, nel, es))
 				}
 			} else {
 				s, t := op.sendOff, op.recvOff
-				in := func(off int) []byte { return span(cl.send, ((me+off)%n)*count+e0, nel, es) }
+				in := func(off int) []byte { return algorithm.Span(cl.send, ((me+off)%n)*count+e0, nel, es) }
 				// Send offset s's partial: its input alone at a leaf (no child offset s+1 < n), else
 				// the accumulator of its level, complete since its children came earlier.
 				src := in(s)
@@ -242,7 +243,7 @@ func (p *patRun) run(w *worker) error {
 				}
 				// Receive a partial of offset t: the first (largest) child starts from t's input, the
 				// later ones add to what has been reduced; offset 0 is this rank's output.
-				dst, prim := span(cl.recv, e0, nel, es), recvReduceStore
+				dst, prim := algorithm.Span(cl.recv, e0, nel, es), recvReduceStore
 				if t != 0 {
 					dst = p.acc[fbs(t)][:nb]
 				} else if d == 0 {

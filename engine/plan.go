@@ -61,7 +61,7 @@ type Config struct {
 }
 
 // CollNetConfig says where a communicator's CollNet calls find their aggregation endpoint
-// (collnet_endpoint.go).
+// (engine/transport/collnet).
 type CollNetConfig struct {
 	// Addr is the endpoint's TCP address, host:port: what COLLPLAN_COLLNET_ADDR (CollNetEnv) gives
 	// rank processes. "" means none: a CollNet call is then ErrConfig on every rank.
@@ -355,6 +355,3 @@ func (c *Comm) table(coll costmodel.Coll, op kernels.Op, dt kernels.Dtype) *plan
 	}
 	return first
 }
-
-// alignElems is NCCL's chunk alignment in elements: 16 bytes' worth.
-func alignElems(es int) int { return max(1, 16/es) }

@@ -3,6 +3,7 @@ package engine
 import (
 	"unsafe"
 
+	"github.com/collplan/collplan/engine/internal/algorithm"
 	"github.com/collplan/collplan/engine/internal/prims"
 	"github.com/collplan/collplan/engine/internal/wire"
 )
@@ -33,7 +34,7 @@ func (c *Comm) treeTasks(w *wire.Waiter, cl *call, ch, lo, hi int, tasks []*work
 		}
 		fromKids, toKids = append(fromKids, rx), append(toKids, tx)
 	}
-	t := treeRun{cl: cl, lo: lo, hi: hi}
+	t := algorithm.Tree{Cl: &cl.kc, Lo: lo, Hi: hi}
 	if links.Up < 0 {
 		wk := c.worker(w, cl, ch, 0)
 		wk.SetPeers(fromKids, toKids)
@@ -48,7 +49,7 @@ func (c *Comm) treeTasks(w *wire.Waiter, cl *call, ch, lo, hi int, tasks []*work
 // broadcast-down on two goroutines, or one when the range is one FIFO step (Tree, and the
 // non-head ranks of a CollNetChain, collnet.go).
 func (c *Comm) treeBranchTasks(w *wire.Waiter, cl *call, ch, lo, hi, up int, fromKids, toKids []*wire.Endpoint, tasks []*worker) ([]*worker, error) {
-	t := treeRun{cl: cl, lo: lo, hi: hi}
+	t := algorithm.Tree{Cl: &cl.kc, Lo: lo, Hi: hi}
 	fromUp, err := c.endpoint(ch, up, c.rank)
 	if err != nil {
 		return tasks, err
@@ -61,8 +62,8 @@ func (c *Comm) treeBranchTasks(w *wire.Waiter, cl *call, ch, lo, hi, up int, fro
 		wk := c.worker(w, cl, ch, 0)
 		wk.SetPeers(fromKids, []*wire.Endpoint{toUp})
 		wk.EnsureScratch(wk.PieceBytes, max(len(fromKids), 1))
-		t.fromUp = fromUp
-		t.nKids = copy(t.toKids[:], toKids)
+		t.FromUp = fromUp
+		t.NKids = copy(t.ToKids[:], toKids)
 		wk.tree, wk.job = t, jobTreeUpDown
 		if len(fromKids) == 0 {
 			wk.job = jobTreeLeafUpDown
@@ -87,48 +88,4 @@ func (c *Comm) treeBranchTasks(w *wire.Waiter, cl *call, ch, lo, hi, up int, fro
 		upw.job, down.job = jobTreeLeafUp, jobTreeLeafDown
 	}
 	return append(tasks, upw, down), nil
-}
-
-// treeRun is one channel's tree schedule over its element range [lo, hi), chunk by chunk: the
-// root runs recvReduceCopySend (receive the children's partial sums, add its input, complete the
-// reduction into its output, send the result back down); a non-root rank runs recvReduceSend up
-// and recvCopySend down (send and recv at a leaf).
-type treeRun struct {
-	cl     *call
-	lo, hi int
-
-	// For a one-goroutine non-root rank (jobTreeUpDown): the peers of the broadcast-down half,
-	// which the worker switches to once its reduce-up half is done.
-	fromUp *wire.Endpoint
-	toKids [prims.MaxPeers]*wire.Endpoint
-	nKids  int
-}
-
-// upDown runs reduce-up with the worker's peers (children to parent), then broadcast-down from the
-// parent to the children on the same goroutine.
-func (t *treeRun) upDown(w *worker, up, down prims.Prim) error {
-	if err := t.each(w, up); err != nil {
-		return err
-	}
-	w.SetPeers([]*wire.Endpoint{t.fromUp}, t.toKids[:t.nKids])
-	return t.each(w, down)
-}
-
-func (t *treeRun) each(w *worker, p prims.Prim) error {
-	cl := t.cl
-	ce := cl.plan.chunkElems
-	for e0 := t.lo; e0 < t.hi; e0 += ce {
-		nel := min(ce, t.hi-e0)
-		var in, out []byte
-		if p&prims.PrimIn != 0 {
-			in = span(cl.send, e0, nel, cl.es)
-		}
-		if p&prims.PrimOut != 0 {
-			out = span(cl.recv, e0, nel, cl.es)
-		}
-		if err := w.Run(p, in, out); err != nil {
-			return err
-		}
-	}
-	return nil
 }

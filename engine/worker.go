@@ -3,6 +3,7 @@ package engine
 import (
 	"sync"
 
+	"github.com/collplan/collplan/engine/internal/algorithm"
 	"github.com/collplan/collplan/engine/internal/prims"
 )
 
@@ -17,8 +18,8 @@ type worker struct {
 	prims.Prims
 
 	job  job // what the worker runs in this call
-	ring ringRun
-	tree treeRun
+	ring algorithm.Ring
+	tree algorithm.Tree
 	cn   cnChainRun
 	err  error
 }
@@ -47,29 +48,29 @@ const (
 func (w *worker) runJob(wg *sync.WaitGroup) {
 	switch w.job {
 	case jobRingAllReduce:
-		w.err = w.ring.allReduce(w)
+		w.err = w.ring.AllReduce(&w.Prims)
 	case jobRingAllGather:
-		w.err = w.ring.allGather(w)
+		w.err = w.ring.AllGather(&w.Prims)
 	case jobRingReduceScatter:
-		w.err = w.ring.reduceScatter(w)
+		w.err = w.ring.ReduceScatter(&w.Prims)
 	case jobRingBroadcast:
-		w.err = w.ring.broadcast(w)
+		w.err = w.ring.Broadcast(&w.Prims)
 	case jobRingReduce:
-		w.err = w.ring.reduce(w)
+		w.err = w.ring.Reduce(&w.Prims)
 	case jobTreeRoot:
-		w.err = w.tree.each(w, prims.RecvReduceCopySend)
+		w.err = w.tree.Each(&w.Prims, prims.RecvReduceCopySend)
 	case jobTreeUp:
-		w.err = w.tree.each(w, prims.RecvReduceSend)
+		w.err = w.tree.Each(&w.Prims, prims.RecvReduceSend)
 	case jobTreeDown:
-		w.err = w.tree.each(w, prims.RecvCopySend)
+		w.err = w.tree.Each(&w.Prims, prims.RecvCopySend)
 	case jobTreeLeafUp:
-		w.err = w.tree.each(w, prims.Send)
+		w.err = w.tree.Each(&w.Prims, prims.Send)
 	case jobTreeLeafDown:
-		w.err = w.tree.each(w, prims.Recv)
+		w.err = w.tree.Each(&w.Prims, prims.Recv)
 	case jobTreeUpDown:
-		w.err = w.tree.upDown(w, prims.RecvReduceSend, prims.RecvCopySend)
+		w.err = w.tree.UpDown(&w.Prims, prims.RecvReduceSend, prims.RecvCopySend)
 	case jobTreeLeafUpDown:
-		w.err = w.tree.upDown(w, prims.Send, prims.Recv)
+		w.err = w.tree.UpDown(&w.Prims, prims.Send, prims.Recv)
 	case jobPat:
 		w.err = w.c.pats[w.ch].run(w)
 	case jobCollNetChainHead:

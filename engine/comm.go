@@ -45,7 +45,7 @@ type Comm struct {
 
 	eps      map[epKey]*wire.Endpoint
 	ringEps  [][2]*wire.Endpoint      // per channel: the ring's receive and send endpoints, once mapped
-	pats     []*patRun                // per channel: PAT's endpoints and state, made by the first PAT call (pat.go)
+	pats     []*algorithm.PAT         // per channel: PAT's endpoints and state, made by the first PAT call (pattasks.go)
 	workers  [][2]*worker             // per channel: role 0 (ring, tree root, tree reduce-up), role 1 (tree broadcast-down)
 	nvls     []*nvlsGroup             // per channel: the multicast object of NVLS calls, once mapped (nvls.go)
 	nvlsWks  []*nvlsWorker            // per channel: the NVLS worker
@@ -591,8 +591,8 @@ func (c *Comm) execute(w *wire.Waiter, cl *call) error {
 	case costmodel.CollNetDirect:
 		return c.withCollNetCause(c.executeNVLS(w, cl))
 	}
-	cl.kc = algorithm.Call{Send: cl.send, Recv: cl.recv, Count: cl.count, ES: cl.es, Root: cl.root,
-		InPlace: cl.inPlace, ChunkElems: cl.plan.chunkElems}
+	cl.kc = algorithm.Call{Coll: cl.coll, Rank: c.rank, N: c.n, Send: cl.send, Recv: cl.recv, Count: cl.count,
+		ES: cl.es, Root: cl.root, InPlace: cl.inPlace, ChunkElems: cl.plan.chunkElems}
 	total := cl.count
 	nc := cl.plan.Channels
 	per := algorithm.RoundUp(algorithm.DivUp(total, nc), algorithm.AlignElems(cl.es))

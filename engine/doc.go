@@ -60,19 +60,19 @@
 // Ring, for all five collectives, as NCCL's runRing: AllReduce is reduce-scatter fused with
 // all-gather in one loop (send, recvReduceSend..., recvReduceCopySend, recvCopySend..., recv).
 // Tree, for AllReduce, as runTreeSplit: the root receives, reduces and sends back down in one
-// primitive; every other rank runs reduce-up (recvReduceSend, or send at a leaf) and
-// broadcast-down (recvCopySend, or recv at a leaf) concurrently on two goroutines, chunk by chunk;
-// a channel whose range is one FIFO step runs the two halves in sequence on one goroutine, as
-// runTreeUpDown does (nothing to overlap there, and a second goroutine costs a wake-up).
-// PAT, for AllGather and ReduceScatter at one rank per node with Simple, as NCCL's
-// PatAGAlgorithm and PatRSAlgorithm (pat.go): binomial trees over power-of-two distances, one
-// connection to and one from each distance 2^d < n per channel (made by the first PAT call, so
-// Ring and Tree jobs map none of them); per chunk n-1 ops, each sending and receiving one FIFO step
-// on one distance, AllGather forwarding blocks down the trees, ReduceScatter reducing partials up
-// them (NCCL's aggregation of several ops into one slot is not reproduced; pat.go says what is).
-// Chunk and step sizes come from the plan, capped by the connection buffers as NCCL's
-// calcCollChunking caps them (and, on a cycling ring, at half the FIFO so every rank's first chunk
-// fits before it receives).
+// primitive; every other rank runs reduce-up (recvReduceSend, or send at a leaf) and broadcast-down
+// (recvCopySend, or recv at a leaf) concurrently on two goroutines, chunk by chunk; a channel whose
+// range is one FIFO step runs the two halves in sequence on one goroutine, as runTreeUpDown does
+// (nothing to overlap there, and a second goroutine costs a wake-up). PAT, for AllGather and
+// ReduceScatter at one rank per node with Simple, as NCCL's PatAGAlgorithm and PatRSAlgorithm
+// (engine/internal/algorithm's pat.go): binomial trees over power-of-two distances, one connection
+// to and one from each distance 2^d < n per channel (made by the first PAT call, so Ring and Tree
+// jobs map none of them); per chunk n-1 ops, each sending and receiving one FIFO step on one
+// distance, AllGather forwarding blocks down the trees, ReduceScatter reducing partials up them
+// (NCCL's aggregation of several ops into one slot is not reproduced; pat.go says what is). Chunk
+// and step sizes come from the plan, capped by the connection buffers as NCCL's calcCollChunking
+// caps them (and, on a cycling ring, at half the FIFO so every rank's first chunk fits before it
+// receives).
 //
 // NVLS, for AllReduce, AllGather and ReduceScatter with Simple in one virtual node of every rank
 // (nvls.go), as runNvls: each channel has a multicast object, region "nvls/NODE/CH", in which every
@@ -186,15 +186,17 @@
 // src/transport apart; each imports only the rooms below it, and none imports this one:
 //
 //   - engine: the communicator (Comm, Config, the call path, channels, agreement, plans,
-//     errors, sessions and the TUNING log, swap), each algorithm's channel set-up (ringtasks.go,
-//     tree.go), the algorithms whose kernels live on the Comm's state (pat.go, nvls.go,
-//     nvlstree.go, collnet.go), the worker and its job switch (worker.go) and the topology
-//     (topology.go). NCCL: src/init.cc, src/enqueue.cc, src/graph, and the kernels of
-//     src/device/{all_reduce,all_gather,reduce_scatter}.h for PAT, NVLS, NVLS_TREE and CollNet.
-//   - engine/internal/algorithm: the Ring kernels of all five collectives and Tree's AllReduce
-//     kernel, over a call's buffers and chunk (algorithm.Call) and a channel's peers, written on
-//     the prims room. NCCL: runRing and runTreeSplit/runTreeUpDown of
-//     src/device/{all_reduce,all_gather,reduce_scatter,broadcast,reduce}.h.
+//     errors, sessions and the TUNING log, swap), each algorithm's legality and channel set-up
+//     (ringtasks.go, tree.go, pattasks.go), the algorithms whose kernels live on the Comm's
+//     state (nvls.go, nvlstree.go, collnet.go), the worker and its job switch (worker.go) and
+//     the topology (topology.go). NCCL: src/init.cc, src/enqueue.cc, src/graph, and the kernels
+//     of src/device/{all_reduce,all_gather,reduce_scatter}.h for NVLS, NVLS_TREE and CollNet.
+//   - engine/internal/algorithm: the Ring kernels of all five collectives, Tree's AllReduce
+//     kernel and PAT's kernel and schedule, over a call (algorithm.Call: its buffers, chunk,
+//     rank and size) and a channel's peers, written on the prims room. NCCL: runRing,
+//     runTreeSplit/runTreeUpDown and runPat of
+//     src/device/{all_reduce,all_gather,reduce_scatter,broadcast,reduce}.h, and
+//     PatAGAlgorithm/PatRSAlgorithm of src/include/collectives.h.
 //   - engine/internal/wire: region layouts, connection endpoints and the Simple, LL and LL128
 //     wire protocols on their slots, release stores, and the bounded waits with the watchdog.
 //     NCCL: src/device/prims_{simple,ll,ll128}.h, the FIFO of src/include/device.h.
@@ -214,16 +216,16 @@
 //
 // Where Go's import rules, or the hot path, forced a different map than NCCL's:
 //
-//   - Only Ring's and Tree's kernels have a room of their own: they read nothing of the Comm but
-//     the call's buffers and chunk, which the engine copies into an algorithm.Call once per call,
-//     and the worker's prims.Prims, which the worker embeds (a kernel's primitive is a direct
-//     call). The set-up of every algorithm stays here, as Comm methods over the Comm's channel
-//     state (rings, trees, mapped endpoints), and so do the PAT, NVLS, NVLS_TREE and CollNet
-//     kernels: they run on per-channel objects the Comm owns and maps on first use (patRun,
-//     nvlsGroup and the NVLS worker, the CollNet links), read the Comm's topology and
-//     configuration in the kernel, and the NVLS worker's phases interleave NVLS, tree and
-//     network steps on one goroutine. Moving them needs those objects below this package, a
-//     larger change than this split's pure move.
+//   - Only Ring's, Tree's and PAT's kernels have a room of their own: they read nothing of the
+//     Comm but the call, which the engine copies into an algorithm.Call once per call, their
+//     channel's peers (PAT's state, algorithm.PAT, is the Comm's per channel, as before), and
+//     the worker's prims.Prims, which the worker embeds (a kernel's primitive is a direct call).
+//     The set-up of every algorithm stays here, as Comm methods over the Comm's channel state
+//     (rings, trees, mapped endpoints), and so do the NVLS, NVLS_TREE and CollNet kernels: they
+//     run on per-channel objects the Comm owns and maps on first use (nvlsGroup and the NVLS
+//     worker, the CollNet links), read the Comm's topology and configuration in the kernel, and
+//     the NVLS worker's phases interleave NVLS, tree and network steps on one goroutine. Moving
+//     them needs those objects below this package, a larger change than this split's pure move.
 //   - NVLS's multicast object (nvlsGroup, NVLSLayout, nvls.go) stays with the NVLS kernel: its
 //     ldReduce and st are called per step by the NVLS, NVLS_TREE and CollNetDirect kernels, and
 //     it is mapped through the Comm's transport; engine/transport/nvls is not made.

@@ -211,7 +211,7 @@ func (c *Comm) resolve(coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, cou
 		return plan{}, err
 	}
 	if d.Algo == costmodel.PAT {
-		// One op is one FIFO step: the chunk (NCCL's PAT rule, pat.go) is also the step.
+		// One op is one FIFO step: the chunk (NCCL's PAT rule, pattasks.go) is also the step.
 		d.Channels = min(max(d.Channels, 1), MaxChannels)
 		ce := int(patChunk(coll, nBytes, c.slotPayload(d.Proto), d.ChunkBytes, d.Channels, es)) / es
 		d.ChunkBytes, d.SliceBytes = int64(ce*es), int64(ce*es)
@@ -276,7 +276,7 @@ func (c *Comm) resolve(coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, cou
 
 // algoError is the error of a call of coll planned with algorithm a and protocol p, dtype dt and
 // op on n ranks in virtual nodes of rpn (normalized as Config.normalize does): nil where the engine
-// runs it; ErrInvalid where NCCL would not run it (pat.go, nvls.go, nvlstree.go say why);
+// runs it; ErrInvalid where NCCL would not run it (pattasks.go, nvls.go, nvlstree.go say why);
 // ErrNotImplemented for a path the engine lacks. Every rank of a call computes the same error.
 func algoError(coll costmodel.Coll, a costmodel.Algo, p costmodel.Proto, n, rpn int, dt kernels.Dtype, op kernels.Op) error {
 	switch {

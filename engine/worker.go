@@ -40,7 +40,7 @@ const (
 	jobTreeLeafDown
 	jobTreeUpDown
 	jobTreeLeafUpDown
-	jobPat              // pat.go: the channel's patRun
+	jobPat              // pattasks.go: the channel's algorithm.PAT
 	jobCollNetChainHead // collnet.go: a CollNetChain head's cnChainRun
 )
 
@@ -72,7 +72,7 @@ func (w *worker) runJob(wg *sync.WaitGroup) {
 	case jobTreeLeafUpDown:
 		w.err = w.tree.UpDown(&w.Prims, prims.Send, prims.Recv)
 	case jobPat:
-		w.err = w.c.pats[w.ch].run(w)
+		w.err = w.c.pats[w.ch].Run(&w.Prims)
 	case jobCollNetChainHead:
 		w.err = w.cn.run(w)
 	}

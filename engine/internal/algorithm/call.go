@@ -1,10 +1,14 @@
 package algorithm
 
+import "github.com/collplan/collplan/costmodel"
+
 // Call is what a kernel reads of a call (the engine's call fills it once the call is planned):
-// its buffers (cut to size; Send nil where the rank sends nothing, Recv nil where it receives
-// nothing), its element count and size, its root, whether it runs in place, and its plan's chunk
-// in elements.
+// its collective, this rank and the rank count, its buffers (cut to size; Send nil where the rank
+// sends nothing, Recv nil where it receives nothing), its element count and size, its root,
+// whether it runs in place, and its plan's chunk in elements.
 type Call struct {
+	Coll       costmodel.Coll
+	Rank, N    int
 	Send, Recv []byte
 	Count, ES  int
 	Root       int

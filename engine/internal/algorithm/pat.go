@@ -1,14 +1,11 @@
-package engine
+package algorithm
 
 import (
-	"fmt"
 	"math/bits"
 
 	"github.com/collplan/collplan/costmodel"
-	"github.com/collplan/collplan/engine/internal/algorithm"
 	"github.com/collplan/collplan/engine/internal/prims"
 	"github.com/collplan/collplan/engine/internal/wire"
-	"github.com/collplan/collplan/kernels"
 )
 
 // PAT (Parallel Aggregated Trees), NCCL's algorithm for AllGather and ReduceScatter at one rank per
@@ -72,64 +69,29 @@ import (
 // receive) are NCCL's, in another order (TestPATTransfersMatchNCCL holds NCCL's op sequences for
 // n = 8 and 5), and NCCL moves them in fewer, fuller slots when a chunk is under half a slot.
 
-// patLegal returns the ErrInvalid error for a PAT plan NCCL would not run, nil when it runs.
-func patLegal(rpn int, coll costmodel.Coll, op kernels.Op, proto costmodel.Proto) error {
-	switch {
-	case coll != costmodel.AllGather && coll != costmodel.ReduceScatter:
-		return fmt.Errorf("%w: PAT for %v (NCCL runs PAT for AllGather and ReduceScatter only)", ErrInvalid, coll)
-	case rpn != 1:
-		return fmt.Errorf("%w: PAT with %d ranks per node (NCCL runs PAT at one rank per node)", ErrInvalid, rpn)
-	case proto != costmodel.Simple:
-		return fmt.Errorf("%w: PAT with %v (NCCL runs PAT with Simple only)", ErrInvalid, proto)
-	case coll == costmodel.ReduceScatter && (op == kernels.Avg || op == kernels.PreMulSum):
-		return fmt.Errorf("%w: PAT ReduceScatter with %v (NCCL's PAT does not run PreMulSum or SumPostDiv)", ErrInvalid, op)
-	}
-	return nil
-}
-
-// patChunk is NCCL's PAT chunk for a call of nBytes (model bytes) on nCh channels: the Simple
-// slot's payload, halved while chunk*nCh*k > nBytes (k = 32 for AllGather, 16 for ReduceScatter)
-// and the chunk is above 64 KiB (calcCollChunking). planned, when positive, is the planner's
-// chunk, used instead, capped at the slot. The result is a whole number of elements.
-func patChunk(coll costmodel.Coll, nBytes, payload, planned int64, nCh, es int) int64 {
-	chunk := payload
-	if planned > 0 {
-		chunk = min(planned, payload)
-	} else {
-		k := int64(32)
-		if coll == costmodel.ReduceScatter {
-			k = 16
-		}
-		for chunk*int64(nCh)*k > nBytes && chunk > 64<<10 {
-			chunk /= 2
-		}
-	}
-	return max(int64(es), chunk/int64(es)*int64(es))
-}
-
-// patDims is the number of PAT dimensions of n ranks: log2Up(n).
-func patDims(n int) int { return bits.Len(uint(n - 1)) }
+// PATDims is the number of PAT dimensions of n ranks: log2Up(n).
+func PATDims(n int) int { return bits.Len(uint(n - 1)) }
 
 // fbs is the first bit set of s > 0.
 func fbs(s int) int { return bits.TrailingZeros(uint(s)) }
 
-// patPeers returns the peers of dimension d of rank for coll: the rank it sends to and the rank it
+// PATPeers returns the peers of dimension d of rank for coll: the rank it sends to and the rank it
 // receives from.
-func patPeers(coll costmodel.Coll, rank, n, d int) (to, from int) {
+func PATPeers(coll costmodel.Coll, rank, n, d int) (to, from int) {
 	if coll == costmodel.AllGather {
-		return algorithm.Mod(rank-(1<<d), n), algorithm.Mod(rank+(1<<d), n)
+		return Mod(rank-(1<<d), n), Mod(rank+(1<<d), n)
 	}
-	return algorithm.Mod(rank+(1<<d), n), algorithm.Mod(rank-(1<<d), n)
+	return Mod(rank+(1<<d), n), Mod(rank-(1<<d), n)
 }
 
-// patOp is one op of a PAT chunk as rank r runs it: dimension dim, the offsets (from r, mod n)
+// PATOp is one op of a PAT chunk as rank r runs it: dimension dim, the offsets (from r, mod n)
 // of the block it sends and the block it receives. Offset 0 is the rank's own block.
-type patOp struct{ dim, sendOff, recvOff int }
+type PATOp struct{ Dim, SendOff, RecvOff int }
 
-// patSchedule returns the ops of one chunk of coll on n ranks, in the order every rank runs them
+// PATSchedule returns the ops of one chunk of coll on n ranks, in the order every rank runs them
 // (the same for every rank: offsets are relative).
-func patSchedule(coll costmodel.Coll, n int) []patOp {
-	ops := make([]patOp, 0, max(0, n-1))
+func PATSchedule(coll costmodel.Coll, n int) []PATOp {
+	ops := make([]PATOp, 0, max(0, n-1))
 	for i := 1; i < n; i++ {
 		s := i
 		if coll == costmodel.ReduceScatter {
@@ -137,115 +99,68 @@ func patSchedule(coll costmodel.Coll, n int) []patOp {
 		}
 		d := fbs(s)
 		if coll == costmodel.AllGather {
-			ops = append(ops, patOp{dim: d, sendOff: s - 1<<d, recvOff: s})
+			ops = append(ops, PATOp{Dim: d, SendOff: s - 1<<d, RecvOff: s})
 		} else {
-			ops = append(ops, patOp{dim: d, sendOff: s, recvOff: s - 1<<d})
+			ops = append(ops, PATOp{Dim: d, SendOff: s, RecvOff: s - 1<<d})
 		}
 	}
 	return ops
 }
 
-// patRun is one channel's PAT state: its endpoints per dimension, the element range [lo, hi), and
+// PAT is one channel's PAT state: its endpoints per dimension, the element range [lo, hi), and
 // ReduceScatter's accumulators (one chunk per tree level: at most one offset per level is open).
-type patRun struct {
-	cl           *call
-	lo, hi       int
-	sends, recvs []*wire.Endpoint
-	acc          [][]byte
-	ops          []patOp    // the schedule of cl's collective
-	sched        [2][]patOp // AllGather's and ReduceScatter's, made on first use
-}
-
-// patTasks sets up channel ch's PAT connections for cl (made on first use, only the ones the
-// schedule uses) and appends its worker.
-func (c *Comm) patTasks(w *wire.Waiter, cl *call, ch, lo, hi int, tasks []*worker) ([]*worker, error) {
-	for len(c.pats) <= ch {
-		c.pats = append(c.pats, &patRun{})
-	}
-	p := c.pats[ch]
-	nd := patDims(c.n)
-	p.sends, p.recvs = p.sends[:0], p.recvs[:0]
-	for d := 0; d < nd; d++ {
-		to, from := patPeers(cl.coll, c.rank, c.n, d)
-		tx, err := c.endpoint(ch, c.rank, to)
-		if err != nil {
-			return tasks, err
-		}
-		rx, err := c.endpoint(ch, from, c.rank)
-		if err != nil {
-			return tasks, err
-		}
-		p.sends, p.recvs = append(p.sends, tx), append(p.recvs, rx)
-	}
-	p.cl, p.lo, p.hi = cl, lo, hi
-	k := 0
-	if cl.coll == costmodel.ReduceScatter {
-		k = 1
-	}
-	if p.sched[k] == nil {
-		p.sched[k] = patSchedule(cl.coll, c.n)
-	}
-	p.ops = p.sched[k]
-	wk := c.worker(w, cl, ch, 0)
-	wk.EnsureScratch(wk.PieceBytes, 1)
-	if cl.coll == costmodel.ReduceScatter {
-		for len(p.acc) <= nd {
-			p.acc = append(p.acc, nil)
-		}
-		for i := range p.acc {
-			if len(p.acc[i]) < wk.PieceBytes {
-				p.acc[i] = make([]byte, wk.PieceBytes)
-			}
-		}
-	}
-	wk.job = jobPat
-	return append(tasks, wk), nil
+type PAT struct {
+	Cl           *Call
+	Lo, Hi       int
+	Sends, Recvs []*wire.Endpoint
+	Acc          [][]byte
+	Ops          []PATOp    // the schedule of Cl's collective
+	Sched        [2][]PATOp // AllGather's and ReduceScatter's, made on first use
 }
 
 // recvReduceStore receives a partial, reduces it with the local input and stores the result, with
 // no postOp: a ReduceScatter partial on its way up a PAT tree.
 const recvReduceStore = prims.PrimRecv | prims.PrimIn | prims.PrimOut
 
-// run runs the channel's share of the call: per chunk, the ops of patSchedule, each one FIFO step
+// Run runs the channel's share of the call: per chunk, the ops of patSchedule, each one FIFO step
 // (the chunk is at most a slot's payload and is also the step size).
-func (p *patRun) run(w *worker) error {
-	cl := p.cl
-	c := w.c
-	n, me := c.n, c.rank
-	es, count := cl.es, cl.count
-	ce := cl.plan.chunkElems
-	ag := cl.coll == costmodel.AllGather
-	if ag && !cl.inPlace {
-		copy(algorithm.Span(cl.recv, me*count+p.lo, p.hi-p.lo, es), algorithm.Span(cl.send, p.lo, p.hi-p.lo, es))
+func (p *PAT) Run(w *prims.Prims) error {
+	cl := p.Cl
+	n, me := cl.N, cl.Rank
+	es, count := cl.ES, cl.Count
+	ce := cl.ChunkElems
+	ag := cl.Coll == costmodel.AllGather
+	if ag && !cl.InPlace {
+		copy(Span(cl.Recv, me*count+p.Lo, p.Hi-p.Lo, es), Span(cl.Send, p.Lo, p.Hi-p.Lo, es))
 	}
-	for e0 := p.lo; e0 < p.hi; e0 += ce {
-		nel := min(ce, p.hi-e0)
+	for e0 := p.Lo; e0 < p.Hi; e0 += ce {
+		nel := min(ce, p.Hi-e0)
 		nb := nel * es
-		for _, op := range p.ops {
+		for _, op := range p.Ops {
 			var err error
-			d := op.dim
+			d := op.Dim
 			if ag {
-				err = p.step(w, d, prims.Send, algorithm.Span(cl.recv, ((me+op.sendOff)%n)*count+e0, nel, es), nil)
+				err = p.step(w, d, prims.Send, Span(cl.Recv, ((me+op.SendOff)%n)*count+e0, nel, es), nil)
 				if err == nil {
-					err = p.step(w, d, prims.Recv, nil, algorithm.Span(cl.recv, ((me+op.recvOff)%n)*count+e0, nel, es))
+					err = p.step(w, d, prims.Recv, nil, Span(cl.Recv, ((me+op.RecvOff)%n)*count+e0, nel, es))
 				}
 			} else {
-				s, t := op.sendOff, op.recvOff
-				in := func(off int) []byte { return algorithm.Span(cl.send, ((me+off)%n)*count+e0, nel, es) }
+				s, t := op.SendOff, op.RecvOff
+				in := func(off int) []byte { return Span(cl.Send, ((me+off)%n)*count+e0, nel, es) }
 				// Send offset s's partial: its input alone at a leaf (no child offset s+1 < n), else
 				// the accumulator of its level, complete since its children came earlier.
 				src := in(s)
 				if s&1 == 0 && s+1 < n {
-					src = p.acc[fbs(s)][:nb]
+					src = p.Acc[fbs(s)][:nb]
 				}
 				if err = p.step(w, d, prims.Send, src, nil); err != nil {
 					return err
 				}
 				// Receive a partial of offset t: the first (largest) child starts from t's input, the
 				// later ones add to what has been reduced; offset 0 is this rank's output.
-				dst, prim := algorithm.Span(cl.recv, e0, nel, es), recvReduceStore
+				dst, prim := Span(cl.Recv, e0, nel, es), recvReduceStore
 				if t != 0 {
-					dst = p.acc[fbs(t)][:nb]
+					dst = p.Acc[fbs(t)][:nb]
 				} else if d == 0 {
 					prim = prims.RecvReduceCopy // the last contribution: the postOp
 				}
@@ -265,11 +180,11 @@ func (p *patRun) run(w *worker) error {
 
 // step runs primitive pr on dimension d's peers (its send peer when pr sends, its receive peer when
 // it receives).
-func (p *patRun) step(w *worker, d int, pr prims.Prim, in, out []byte) error {
+func (p *PAT) step(w *prims.Prims, d int, pr prims.Prim, in, out []byte) error {
 	if pr&prims.PrimSend != 0 {
-		w.SetPeers(nil, p.sends[d:d+1])
+		w.SetPeers(nil, p.Sends[d:d+1])
 	} else {
-		w.SetPeers(p.recvs[d:d+1], nil)
+		w.SetPeers(p.Recvs[d:d+1], nil)
 	}
 	return w.Run(pr, in, out)
 }

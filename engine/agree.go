@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/kernels"
 )
 
 // Agreement. Every rank posts a descriptor of its call (collective, count, dtype, op, root, plan,
 // and whether it found its arguments valid) in the control region, then starts moving data at
 // once; the ranks check each other's descriptors while the data moves. The calling goroutine's
-// worker reads the peers' descriptors while it waits for data (waiter.idle), where the cache-line
+// worker reads the peers' descriptors while it waits for data (wire.Waiter.Idle), where the cache-line
 // transfers cost nothing, and the call does not return before every rank's descriptor has been
 // read and found equal to this rank's. So a call that disagrees anywhere ends with an error on
 // every rank:
@@ -61,10 +62,10 @@ const (
 )
 
 // agreement is the state of the current call's agreement on this rank.
+// The ranks below c.ctl.AgreeNext have been checked (the waits read it: wire's wait.go).
 type agreement struct {
 	seq  uint64
 	mine desc
-	next int // the ranks below next have been checked
 }
 
 // describe returns this rank's descriptor of cl. A rank that found its arguments invalid
@@ -89,11 +90,12 @@ func describe(cl *call, localErr error) desc {
 func (c *Comm) post(seq uint64, d desc) {
 	d[dSeq] = seq
 	c.agree = agreement{seq: seq, mine: d}
+	c.ctl.AgreeNext = 0
 	m := c.desc[c.rank][seq%2]
 	for i := dSeq + 1; i < descWords; i++ {
 		m[i] = d[i] // published by the release store of seq
 	}
-	storeRelease(&m[dSeq], seq)
+	wire.StoreRelease(&m[dSeq], seq)
 }
 
 // posted returns rank p's descriptor of call seq, or ok false while p has not posted it.
@@ -113,8 +115,8 @@ func (c *Comm) posted(p int, seq uint64) (d desc, ok bool) {
 // goroutine running the call calls it.
 func (c *Comm) agreePoll() (done bool, err error) {
 	a := &c.agree
-	for ; a.next < c.n; a.next++ {
-		p := a.next
+	for ; c.ctl.AgreeNext < c.n; c.ctl.AgreeNext++ {
+		p := c.ctl.AgreeNext
 		if p == c.rank {
 			continue
 		}
@@ -125,7 +127,7 @@ func (c *Comm) agreePoll() (done bool, err error) {
 					return true, c.abortError(w) // Abort closes after aborting
 				}
 				// Stop this rank's other workers, and the peers waiting for this one.
-				atomic.CompareAndSwapUint64(c.abort, 0, abortWord(p, abortPeer))
+				atomic.CompareAndSwapUint64(c.abort, 0, wire.AbortWord(p, abortPeer))
 				return true, peerClosedErr(p)
 			}
 			return false, nil
@@ -139,13 +141,13 @@ func (c *Comm) agreePoll() (done bool, err error) {
 
 // agreeWait finishes the current call's agreement: it waits until every rank has posted and
 // checks each descriptor.
-func (c *Comm) agreeWait(w *waiter) error {
+func (c *Comm) agreeWait(w *wire.Waiter) error {
 	for i := 0; ; i++ {
 		done, err := c.agreePoll()
 		if done {
 			return err
 		}
-		if err := w.idle(i, c.agree.next); err != nil {
+		if err := w.Idle(i, c.ctl.AgreeNext); err != nil {
 			return err
 		}
 	}
@@ -170,7 +172,7 @@ func (c *Comm) disagreement(reason int) error {
 			if all[p], have[p] = c.posted(p, a.seq); have[p] {
 				break
 			}
-			if atomic.LoadUint64(c.state[p])&stateClosed != 0 || c.closed.Load() || time.Now().After(deadline) {
+			if atomic.LoadUint64(c.state[p])&stateClosed != 0 || c.ctl.Closed.Load() || time.Now().After(deadline) {
 				break
 			}
 			if i < 64 {
@@ -183,7 +185,7 @@ func (c *Comm) disagreement(reason int) error {
 	err, moved := judge(all, have)
 	if err == nil {
 		if w := atomic.LoadUint64(c.abort); w != 0 {
-			return abortErr(w)
+			return wire.AbortErr(w)
 		}
 		return fmt.Errorf("%w: communicator aborted while the ranks' descriptors could not be read", ErrMismatch)
 	}
@@ -267,5 +269,5 @@ func (c *Comm) abortError(w uint64) error {
 	case abortPeer:
 		return peerClosedErr(int(w>>8) - 1)
 	}
-	return abortErr(w)
+	return wire.AbortErr(w)
 }

@@ -5,13 +5,17 @@ import (
 	"runtime"
 
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/algorithm"
+	"github.com/collplan/collplan/engine/internal/wire"
+	"github.com/collplan/collplan/engine/transport"
+	"github.com/collplan/collplan/engine/transport/collnet"
 	"github.com/collplan/collplan/kernels"
 )
 
-// CollNet: AllReduce where the network reduces. NCCL hands each node's partial result to a
-// collnet plugin (SHARP: the switches reduce across the nodes) and gets the reduction over every
-// node back. Here the network is the aggregation endpoint (collnet_endpoint.go), a process of its
-// own reached over TCP; everything inside a virtual node stays on the engine's transports.
+// CollNet: AllReduce where the network reduces. NCCL hands each node's partial result to a collnet
+// plugin (SHARP: the switches reduce across the nodes) and gets the reduction over every node back.
+// Here the network is the aggregation endpoint (engine/transport/collnet), a process of its own
+// reached over TCP; everything inside a virtual node stays on the engine's transports.
 //
 // Facts from NCCL (src/device/all_reduce.h's COLLNET_DIRECT and COLLNET_CHAIN Simple kernels,
 // src/graph/connect.cc connectCollNet, src/enqueue.cc calcCollChunking and getCollNetSupport,
@@ -62,12 +66,12 @@ import (
 //     the head runs one worker that pipelines both ends: it sends a step to the endpoint as soon
 //     as its child's partial is in and it has a credit, and sends a result down as soon as it is
 //     back, keeping up to NCCL_STEPS steps in flight.
-//   - each (channel, share) a rank heads has its own endpoint connection (cnLink), made by the
-//     first CollNet call on that channel and shared by both algorithms (share 0 of a node is its
-//     first rank in both); the endpoint groups the connections by Config.CollNet.Job.
+//   - each (channel, share) a rank heads has its own endpoint connection (collnet.Link), made by
+//     the first CollNet call on that channel and shared by both algorithms (share 0 of a node is
+//     its first rank in both); the endpoint groups the connections by Config.CollNet.Job.
 
 // maxCollNetHeads is NCCL_MAX_DIRECT_ARITY+1: CollNetDirect's most local ranks.
-const maxCollNetHeads = 8
+const maxCollNetHeads = collnet.MaxHeads
 
 // collNetWireOp is the operator that travels to the network for user op (already folded:
 // PreMulSum handles are PreMulSum): avg and PreMulSum as sum (getCollNetSupport).
@@ -81,7 +85,7 @@ func collNetWireOp(op kernels.Op) kernels.Op {
 // collNetCheck returns the error of a CollNet plan that NCCL would not run (see the facts above):
 // ErrInvalid, the same on every rank.
 func collNetCheck(a costmodel.Algo, n, rpn int, coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, proto costmodel.Proto) error {
-	nNodes := divUp(n, rpn)
+	nNodes := algorithm.DivUp(n, rpn)
 	switch {
 	case a == costmodel.CollNetDirect && (coll == costmodel.AllGather || coll == costmodel.ReduceScatter):
 		return fmt.Errorf("%w: COLLNET_DIRECT for %v (NCCL runs it only with a collnet plugin that has iallgather and ireducescatter; the engine's endpoint reduces, it does not gather or scatter)",
@@ -98,7 +102,7 @@ func collNetCheck(a costmodel.Algo, n, rpn int, coll costmodel.Coll, dt kernels.
 			ErrInvalid, n, rpn)
 	case a == costmodel.CollNetDirect && rpn > maxCollNetHeads:
 		return fmt.Errorf("%w: COLLNET_DIRECT with %d ranks per node (NCCL allows at most %d local ranks)", ErrInvalid, rpn, maxCollNetHeads)
-	case !collNetOpOK(dt, collNetWireOp(op)):
+	case !collnet.OpOK(dt, collNetWireOp(op)):
 		return fmt.Errorf("%w: %v %v with %v %v (the endpoint reduces sum, min and max of 32- and 64-bit integers and of float16, bfloat16, float32 and float64; avg and PreMulSum travel as sum)",
 			ErrInvalid, a, coll, dt, op)
 	}
@@ -153,15 +157,15 @@ func CollNetRegion(node, ch int) string {
 }
 
 // collNetLink returns this rank's endpoint connection for (ch, share), dialling it on first use.
-func (c *Comm) collNetLink(ch, share int) (*cnLink, error) {
+func (c *Comm) collNetLink(ch, share int) (*collnet.Link, error) {
 	k := [2]int{ch, share}
 	if l := c.cnLinks[k]; l != nil {
 		return l, nil
 	}
 	if c.cnLinks == nil {
-		c.cnLinks = make(map[[2]int]*cnLink)
+		c.cnLinks = make(map[[2]int]*collnet.Link)
 	}
-	l, err := c.dialCollNet(ch, share, c.rank/c.topo.rpn, c.topo.nNodes, int(c.cfg.Buffers.Simple/NCCLSteps))
+	l, err := collnet.Dial(&c.ctl, c.cfg.CollNet.Addr, c.cfg.CollNet.Job, ch, share, c.rank/c.topo.rpn, c.topo.nNodes, int(c.cfg.Buffers.Simple/NCCLSteps))
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +176,7 @@ func (c *Comm) collNetLink(ch, share int) (*cnLink, error) {
 // closeCollNet closes the endpoint connections (Close, before the regions go).
 func (c *Comm) closeCollNet() {
 	for k, l := range c.cnLinks {
-		l.close()
+		l.Close()
 		delete(c.cnLinks, k)
 	}
 }
@@ -180,17 +184,17 @@ func (c *Comm) closeCollNet() {
 // collNetWaits adjusts a CollNet call's waiter for the endpoint, one more process (or, when the
 // ranks are goroutines of one process, goroutine) that needs a core while the ranks wait for it:
 // rank processes yield the OS thread when they and the endpoint outnumber the cores, so the
-// endpoint gets one (wait.go: osYieldNeeded counts the ranks alone).
-func (c *Comm) collNetWaits(w *waiter) {
-	if _, inproc := c.tr.(rankTransport); !inproc && c.n+1 > runtime.NumCPU() {
-		w.osYield = true
+// endpoint gets one (waiter.go: osYieldNeeded counts the ranks alone).
+func (c *Comm) collNetWaits(w *wire.Waiter) {
+	if _, inproc := c.tr.(transport.Rank); !inproc && c.n+1 > runtime.NumCPU() {
+		w.OSYield = true
 	}
 }
 
 // collNetSpinFits is spinFits for a CollNet call whose ranks each run k polling goroutines: every
 // poller and the endpoint have a core (and, in process, a P).
 func (c *Comm) collNetSpinFits(k int) bool {
-	if _, inproc := c.tr.(rankTransport); inproc {
+	if _, inproc := c.tr.(transport.Rank); inproc {
 		return c.n*k+1 <= c.procs
 	}
 	return c.n*k+1 <= c.cores && k <= c.procs
@@ -199,7 +203,7 @@ func (c *Comm) collNetSpinFits(k int) bool {
 // collNetError returns the first endpoint connection's failure, if any.
 func (c *Comm) collNetError() error {
 	for _, l := range c.cnLinks {
-		if err := l.error(); err != nil {
+		if err := l.Err(); err != nil {
 			return err
 		}
 	}
@@ -230,7 +234,7 @@ func (c *Comm) withCollNetCause(err error) error {
 //	gather      as NVLS's
 
 // netBlocked is blocked for net-up and net-down of step s, the i-th of the call on this channel. A
-// wait for the endpoint names rank n, which the watchdog takes for the endpoint (wait.go).
+// wait for the endpoint names rank n, which the watchdog takes for the endpoint (wire's wait.go).
 func (wk *nvlsWorker) netBlocked(kind uint8, s uint64, i int, free uint64) int {
 	g, l := wk.g, wk.net
 	_, rem, share := wk.arStep(i)
@@ -239,13 +243,13 @@ func (wk *nvlsWorker) netBlocked(kind uint8, s uint64, i int, free uint64) int {
 		if m := g.behind(g.posted, s+1); m >= 0 {
 			return m
 		}
-		if mine && !l.sendReady() {
-			return wk.w.c.n
+		if mine && !l.SendReady() {
+			return wk.comm.n
 		}
 		return -1
 	}
-	if mine && !l.recvReady() {
-		return wk.w.c.n
+	if mine && !l.RecvReady() {
+		return wk.comm.n
 	}
 	return g.behind(g.done, free)
 }
@@ -256,8 +260,8 @@ func (wk *nvlsWorker) netAct(kind uint8, s uint64, nb int) {
 	off := g.me * g.l.StepBytes
 	if kind == phNetUp {
 		if nb > 0 {
-			g.ldReduce(cl.comb, s, l.payload(nb), off)
-			l.send(cl.dt, wk.netOp, nb)
+			g.ldReduce(cl.comb, s, l.Payload(nb), off)
+			l.Send(cl.dt, wk.netOp, nb)
 			wk.stats.LdReduceBytes += uint64(nb)
 			wk.stats.WireBytes += uint64(nb)
 			wk.stats.PayloadBytes += uint64(nb)
@@ -266,26 +270,23 @@ func (wk *nvlsWorker) netAct(kind uint8, s uint64, nb int) {
 		return
 	}
 	if nb > 0 {
-		res := l.result()
+		res := l.Result()
 		if len(res) != nb {
-			l.protocolError(fmt.Errorf("engine: CollNet endpoint %s: result of %d bytes for a step of %d", wk.c().cfg.CollNet.Addr, len(res), nb))
+			l.Fail(fmt.Errorf("engine: CollNet endpoint %s: result of %d bytes for a step of %d", wk.c().cfg.CollNet.Addr, len(res), nb))
 			return // the abort ends the next wait
 		}
 		if wk.postDiv {
 			cl.red.Finish(res)
 		}
 		g.st(s, res, off)
-		l.release()
+		l.Release()
 		wk.stats.RecvBytes += uint64(nb)
 		wk.stats.StBytes += uint64(nb)
 	}
-	storeRelease(g.reduced[g.me], s+1)
+	wire.StoreRelease(g.reduced[g.me], s+1)
 }
 
-func (wk *nvlsWorker) c() *Comm { return wk.w.c }
-
-// protocolError records err as the connection's failure and aborts the communicator.
-func (l *cnLink) protocolError(err error) { l.fail(err) }
+func (wk *nvlsWorker) c() *Comm { return wk.comm }
 
 // cnChainRun is a CollNetChain head's schedule on one channel: elements [lo, hi) in chunks of one
 // FIFO step, up from the chain (or its own input alone) to the endpoint, down from the endpoint to
@@ -293,18 +294,18 @@ func (l *cnLink) protocolError(err error) { l.fail(err) }
 type cnChainRun struct {
 	cl             *call
 	lo, hi         int
-	link           *cnLink
-	fromKid, toKid *endpoint // nil in a node of one rank
+	link           *collnet.Link
+	fromKid, toKid *wire.Endpoint // nil in a node of one rank
 	netOp          kernels.Op
 }
 
 // collNetChainTasks sets up channel ch's CollNetChain for cl and appends its workers: the head
 // (the node's first rank) runs cnChainRun; every other rank runs Tree's reduce-up and
 // broadcast-down with its chain neighbours (the previous rank up, the next one down).
-func (c *Comm) collNetChainTasks(w *waiter, cl *call, ch, lo, hi int, tasks []*worker) ([]*worker, error) {
+func (c *Comm) collNetChainTasks(w *wire.Waiter, cl *call, ch, lo, hi int, tasks []*worker) ([]*worker, error) {
 	nlo, nhi := c.topo.nodeRanks(c.rank / c.topo.rpn)
-	var fromKids, toKids []*endpoint
-	var fromKid, toKid *endpoint
+	var fromKids, toKids []*wire.Endpoint
+	var fromKid, toKid *wire.Endpoint
 	if c.rank+1 < nhi {
 		var err error
 		if fromKid, err = c.endpoint(ch, c.rank+1, c.rank); err != nil {
@@ -313,7 +314,7 @@ func (c *Comm) collNetChainTasks(w *waiter, cl *call, ch, lo, hi int, tasks []*w
 		if toKid, err = c.endpoint(ch, c.rank, c.rank+1); err != nil {
 			return tasks, err
 		}
-		fromKids, toKids = []*endpoint{fromKid}, []*endpoint{toKid}
+		fromKids, toKids = []*wire.Endpoint{fromKid}, []*wire.Endpoint{toKid}
 	}
 	if c.rank == nlo {
 		link, err := c.collNetLink(ch, 0)
@@ -321,7 +322,7 @@ func (c *Comm) collNetChainTasks(w *waiter, cl *call, ch, lo, hi int, tasks []*w
 			return tasks, err
 		}
 		wk := c.worker(w, cl, ch, 0)
-		wk.setPeers(nil, nil)
+		wk.SetPeers(nil, nil)
 		wk.cn = cnChainRun{cl: cl, lo: lo, hi: hi, link: link, fromKid: fromKid, toKid: toKid, netOp: collNetWireOp(cl.opKind)}
 		wk.job = jobCollNetChainHead
 		return append(tasks, wk), nil
@@ -336,49 +337,49 @@ func (c *Comm) collNetChainTasks(w *waiter, cl *call, ch, lo, hi int, tasks []*w
 func (r *cnChainRun) run(w *worker) error {
 	cl, l := r.cl, r.link
 	es, ce := cl.es, cl.plan.chunkElems
-	steps := divUp(r.hi-r.lo, ce)
+	steps := algorithm.DivUp(r.hi-r.lo, ce)
 	for up, down, i := 0, 0, 0; down < steps; {
 		moved := false
-		if up < steps && l.sendReady() && (r.fromKid == nil || r.fromKid.recvReady()) {
+		if up < steps && l.SendReady() && (r.fromKid == nil || r.fromKid.RecvReady()) {
 			e0 := r.lo + up*ce
 			nel := min(ce, r.hi-e0)
 			nb := nel * es
-			dst, in := l.payload(nb), span(cl.send, e0, nel, es)
+			dst, in := l.Payload(nb), algorithm.Span(cl.send, e0, nel, es)
 			if r.fromKid != nil {
-				w.red.Reduce(dst, r.fromKid.simpleSlotBytes(nb), in)
-				r.fromKid.release()
-				w.stats.RecvBytes += uint64(nb)
+				w.Red.Reduce(dst, r.fromKid.SimpleSlotBytes(nb), in)
+				r.fromKid.Release()
+				w.Stats.RecvBytes += uint64(nb)
 			} else {
-				w.red.Load(dst, in)
+				w.Red.Load(dst, in)
 			}
-			l.send(cl.dt, r.netOp, nb)
-			w.stats.WireBytes += uint64(nb)
-			w.stats.PayloadBytes += uint64(nb)
-			w.stats.Steps++
+			l.Send(cl.dt, r.netOp, nb)
+			w.Stats.WireBytes += uint64(nb)
+			w.Stats.PayloadBytes += uint64(nb)
+			w.Stats.Steps++
 			up++
 			moved = true
 		}
-		if down < up && l.recvReady() && (r.toKid == nil || r.toKid.sendReady()) {
+		if down < up && l.RecvReady() && (r.toKid == nil || r.toKid.SendReady()) {
 			e0 := r.lo + down*ce
 			nel := min(ce, r.hi-e0)
 			nb := nel * es
-			res := l.result()
+			res := l.Result()
 			if len(res) != nb {
-				l.protocolError(fmt.Errorf("engine: CollNet endpoint %s: result of %d bytes for a step of %d", w.c.cfg.CollNet.Addr, len(res), nb))
+				l.Fail(fmt.Errorf("engine: CollNet endpoint %s: result of %d bytes for a step of %d", w.c.cfg.CollNet.Addr, len(res), nb))
 			} else {
-				out := span(cl.recv, e0, nel, es)
+				out := algorithm.Span(cl.recv, e0, nel, es)
 				copy(out, res)
-				if w.postDiv {
-					w.red.Finish(out)
+				if w.PostDiv {
+					w.Red.Finish(out)
 				}
-				l.release()
-				w.stats.RecvBytes += uint64(nb)
+				l.Release()
+				w.Stats.RecvBytes += uint64(nb)
 				if r.toKid != nil {
-					copy(r.toKid.simpleSlotBytes(nb), out)
-					r.toKid.publishSimple()
-					w.stats.WireBytes += uint64(nb)
-					w.stats.PayloadBytes += uint64(nb)
-					w.stats.Steps++
+					copy(r.toKid.SimpleSlotBytes(nb), out)
+					r.toKid.PublishSimple()
+					w.Stats.WireBytes += uint64(nb)
+					w.Stats.PayloadBytes += uint64(nb)
+					w.Stats.Steps++
 				}
 				down++
 				moved = true
@@ -388,11 +389,11 @@ func (r *cnChainRun) run(w *worker) error {
 			i = 0
 			continue
 		}
-		peer := w.c.n // the endpoint (wait.go's watchdog), unless the child's partial is what is missing
-		if r.fromKid != nil && up < steps && l.sendReady() && !r.fromKid.recvReady() {
-			peer = r.fromKid.peer
+		peer := w.c.n // the endpoint (wire's watchdog), unless the child's partial is what is missing
+		if r.fromKid != nil && up < steps && l.SendReady() && !r.fromKid.RecvReady() {
+			peer = r.fromKid.Peer
 		}
-		if err := w.w.idle(i, peer); err != nil {
+		if err := w.W.Idle(i, peer); err != nil {
 			return err
 		}
 		i++

@@ -17,6 +17,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/collplan/collplan/engine/launch"
+	"github.com/collplan/collplan/engine/transport"
+	"github.com/collplan/collplan/engine/transport/collnet"
+	"github.com/collplan/collplan/engine/transport/shm"
 )
 
 // TestCollNetEndpointHelper is an aggregation endpoint process of the tests (it skips unless run
@@ -27,7 +32,7 @@ func TestCollNetEndpointHelper(t *testing.T) {
 	if addr == "" {
 		t.Skip("an aggregation endpoint process of the tests")
 	}
-	ep, err := ListenCollNet(addr)
+	ep, err := collnet.ListenCollNet(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,18 +52,18 @@ func TestCollNetEndpointHelper(t *testing.T) {
 // element i is r+i, so the sum is 4i+6); the job's files are removed.
 func TestShmCollNetProcesses(t *testing.T) {
 	const n = 4
-	job := NewJobID(os.Getpid())
+	job := transport.NewJobID(os.Getpid())
 	out, errb := &lineBuffer{}, &lineBuffer{}
-	l := &Launcher{N: n, Argv: []string{os.Args[0], "-test.run=^TestShmHelperProcess$"},
+	l := &launch.Launcher{N: n, Argv: []string{os.Args[0], "-test.run=^TestShmHelperProcess$"},
 		Env: append(os.Environ(), envShmHelper+"=rank", envShmCollNet+"=1"), Stdout: out, Stderr: errb,
-		Job: job, Bind: BindNone, CollNet: []string{os.Args[0], "-test.run=^TestCollNetEndpointHelper$"}}
+		Job: job, Bind: launch.BindNone, CollNet: []string{os.Args[0], "-test.run=^TestCollNetEndpointHelper$"}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	require.NoError(t, l.Run(ctx), "stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
 	assert.Regexp(t, regexp.MustCompile(`ENDPOINT pid=\d+`), out.String())
 	assert.Len(t, regexp.MustCompile(`COLLNET rank=\d algo=COLLNET_DIRECT`).FindAllString(out.String(), -1), n, "%s", out.String())
 	assert.Regexp(t, regexp.MustCompile(`(?s)(DONE rank=\d.*){4}`), out.String())
-	assert.Empty(t, ShmFiles(job), "the job's files are removed")
+	assert.Empty(t, shm.ShmFiles(job), "the job's files are removed")
 }
 
 var (
@@ -71,7 +76,7 @@ var (
 // hand) run CollNetDirect AllReduce in a loop: every rank process exits with an error within 10 s,
 // naming the endpoint, and no segment of the job is left.
 func TestShmCollNetEndpointKilled(t *testing.T) {
-	addr, err := FreeLoopbackAddr()
+	addr, err := launch.FreeLoopbackAddr()
 	require.NoError(t, err)
 	epOut := &lineBuffer{}
 	ep := exec.Command(os.Args[0], "-test.run=^TestCollNetEndpointHelper$", addr)
@@ -80,7 +85,7 @@ func TestShmCollNetEndpointKilled(t *testing.T) {
 	t.Cleanup(func() { ep.Process.Kill(); ep.Wait() })
 	waitLines(t, epOut, endpointRE, 1, 30*time.Second)
 
-	rdv, err := FreeLoopbackAddr()
+	rdv, err := launch.FreeLoopbackAddr()
 	require.NoError(t, err)
 	const n = 4
 	out := &lineBuffer{}
@@ -88,7 +93,7 @@ func TestShmCollNetEndpointKilled(t *testing.T) {
 	exits := make(chan error, n)
 	for r := range n {
 		cmd := helperCommand("rank", "COLLPLAN_RANK="+strconv.Itoa(r), "COLLPLAN_WORLD_SIZE="+strconv.Itoa(n), "COLLPLAN_ADDR="+rdv,
-			"COLLPLAN_JOB=", envShmCollNet+"=1", envShmLoop+"=1", CollNetEnv+"="+addr)
+			"COLLPLAN_JOB=", envShmCollNet+"=1", envShmLoop+"=1", collnet.CollNetEnv+"="+addr)
 		errbs[r] = &lineBuffer{}
 		cmd.Stdout, cmd.Stderr = out, errbs[r]
 		require.NoError(t, cmd.Start())
@@ -112,5 +117,5 @@ func TestShmCollNetEndpointKilled(t *testing.T) {
 	for r, b := range errbs {
 		assert.Regexp(t, "CollNet (endpoint|aggregation endpoint)", b.String(), "rank %d's error", r)
 	}
-	assert.Empty(t, ShmFiles(job), "the job's files are removed")
+	assert.Empty(t, shm.ShmFiles(job), "the job's files are removed")
 }

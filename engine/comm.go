@@ -13,6 +13,11 @@ import (
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/algorithm"
+	"github.com/collplan/collplan/engine/internal/prims"
+	"github.com/collplan/collplan/engine/internal/wire"
+	"github.com/collplan/collplan/engine/transport"
+	"github.com/collplan/collplan/engine/transport/collnet"
 	"github.com/collplan/collplan/kernels"
 	"github.com/collplan/collplan/planner"
 )
@@ -24,38 +29,35 @@ type Comm struct {
 	rank, n int
 	cfg     Config
 	topo    vtopo
-	tr      Transport
-	layout  connLayout
+	tr      transport.Transport
+	layout  wire.ConnLayout
 
 	ctrl  []byte
-	abort *uint64
-	state []*uint64 // per rank: bit 0 closed
-	// per rank, for the watchdog (wait.go): the last beat (monoNow) of a sleeping wait, and the
-	// rank+1 that wait waits for (0 none)
-	beat, waitsFor []*uint64
-	desc           [][2][]uint64 // per rank, per sequence parity: descWords words (agree.go)
-	agree          agreement     // the current call's agreement
+	ctl   wire.Ctl      // what every wait checks: the abort word, closed, the watchdog's words (wire's wait.go)
+	abort *uint64       // ctl.Abort
+	state []*uint64     // per rank: bit 0 closed
+	desc  [][2][]uint64 // per rank, per sequence parity: descWords words (agree.go)
+	agree agreement     // the current call's agreement
 
 	rings  [][]int // per channel, built on first use
 	ringIx []int
 	tree   [2][]capabilities.TreeLinks
 
-	eps      map[epKey]*endpoint
-	ringEps  [][2]*endpoint     // per channel: the ring's receive and send endpoints, once mapped
-	pats     []*patRun          // per channel: PAT's endpoints and state, made by the first PAT call (pat.go)
-	workers  [][2]*worker       // per channel: role 0 (ring, tree root, tree reduce-up), role 1 (tree broadcast-down)
-	nvls     []*nvlsGroup       // per channel: the multicast object of NVLS calls, once mapped (nvls.go)
-	nvlsWks  []*nvlsWorker      // per channel: the NVLS worker
-	nvlsRun  []*nvlsWorker      // the NVLS workers of the current call
-	nvlsTree []*nvlsTreeLinks   // per channel: the NVLS_TREE connections, once mapped (nvlstree.go)
-	cnGroups []*nvlsGroup       // per channel: CollNetDirect's intra-node region, once mapped (collnet.go)
-	cnLinks  map[[2]int]*cnLink // per (channel, share): the CollNet endpoint connections this rank heads
-	tasks    []*worker          // the workers of the current call
-	cur      call               // the current call (kept here so that a call allocates nothing)
-	wg       sync.WaitGroup     // the current call's extra workers
+	eps      map[epKey]*wire.Endpoint
+	ringEps  [][2]*wire.Endpoint      // per channel: the ring's receive and send endpoints, once mapped
+	pats     []*algorithm.PAT         // per channel: PAT's endpoints and state, made by the first PAT call (pattasks.go)
+	workers  [][2]*worker             // per channel: role 0 (ring, tree root, tree reduce-up), role 1 (tree broadcast-down)
+	nvls     []*nvlsGroup             // per channel: the multicast object of NVLS calls, once mapped (nvls.go)
+	nvlsWks  []*nvlsWorker            // per channel: the NVLS worker
+	nvlsRun  []*nvlsWorker            // the NVLS workers of the current call
+	nvlsTree []*nvlsTreeLinks         // per channel: the NVLS_TREE connections, once mapped (nvlstree.go)
+	cnGroups []*nvlsGroup             // per channel: CollNetDirect's intra-node region, once mapped (collnet.go)
+	cnLinks  map[[2]int]*collnet.Link // per (channel, share): the CollNet endpoint connections this rank heads
+	tasks    []*worker                // the workers of the current call
+	cur      call                     // the current call (kept here so that a call allocates nothing)
+	wg       sync.WaitGroup           // the current call's extra workers
 
 	callMu    sync.Mutex // one call at a time; held by Close while it tears down
-	closed    atomic.Bool
 	closeErr  error
 	closeOnce sync.Once
 
@@ -66,7 +68,7 @@ type Comm struct {
 	tuneLog  io.Writer // rank 0's TUNING log, nil when off (tuninglog.go)
 
 	// raceHidden: a race build on a transport other than the in-process one, whose regions the
-	// race detector cannot see synchronise through (race.go); the engine annotates the orderings
+	// race detector cannot see synchronise through (wire's race.go); the engine annotates the orderings
 	// between its own goroutines that it relies on.
 	raceHidden bool
 
@@ -86,28 +88,9 @@ type premulOp struct {
 	live   bool
 }
 
-// ChannelStats is the traffic one rank sent and received on one channel.
-type ChannelStats struct {
-	Steps        uint64 // FIFO steps sent
-	PayloadBytes uint64 // payload bytes sent
-	WireBytes    uint64 // bytes written into peers' FIFO slots: payload plus LL/LL128 flags and padding
-	RecvBytes    uint64 // payload bytes received
-
-	// NVLS (nvls.go): bytes this rank reduced with the multicast object's ldReduce, and bytes it
-	// stored with its st (counted once, whatever the number of members). Neither goes through a
-	// connection.
-	LdReduceBytes uint64
-	StBytes       uint64
-}
-
-func (s *ChannelStats) add(o ChannelStats) {
-	s.Steps += o.Steps
-	s.PayloadBytes += o.PayloadBytes
-	s.WireBytes += o.WireBytes
-	s.RecvBytes += o.RecvBytes
-	s.LdReduceBytes += o.LdReduceBytes
-	s.StBytes += o.StBytes
-}
+// ChannelStats is the traffic one rank sent and received on one channel (its fields:
+// engine/internal/prims).
+type ChannelStats = prims.ChannelStats
 
 const stateClosed = 1
 
@@ -118,13 +101,13 @@ func NewInProcess(n int, cfg Config) ([]*Comm, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("%w: %d ranks", ErrInvalid, n)
 	}
-	tr := newInProcess()
+	tr := transport.NewInProcess()
 	if cfg.CollNet.Addr != "" && cfg.CollNet.Job == "" {
-		cfg.CollNet.Job = NewJobID(os.Getpid())
+		cfg.CollNet.Job = transport.NewJobID(os.Getpid())
 	}
 	comms := make([]*Comm, n)
 	for r := range comms {
-		c, err := New(r, n, rankTransport{tr}, cfg)
+		c, err := New(r, n, tr.Rank(), cfg)
 		if err != nil {
 			for _, d := range comms[:r] {
 				d.Close()
@@ -139,7 +122,7 @@ func NewInProcess(n int, cfg Config) ([]*Comm, error) {
 // New returns rank rank of an n-rank communicator whose ranks share memory through tr (each rank
 // has its own Transport value, over the same regions). It touches only the control region; the
 // connections are set up by the first call that uses them.
-func New(rank, n int, tr Transport, cfg Config) (*Comm, error) {
+func New(rank, n int, tr transport.Transport, cfg Config) (*Comm, error) {
 	if n < 1 || rank < 0 || rank >= n {
 		return nil, fmt.Errorf("%w: rank %d of %d", ErrInvalid, rank, n)
 	}
@@ -157,39 +140,42 @@ func New(rank, n int, tr Transport, cfg Config) (*Comm, error) {
 	c := &Comm{
 		rank: rank, n: n, cfg: cfg, tr: tr,
 		topo:     newVtopo(n, cfg.RanksPerNode),
-		layout:   connLayout{llBytes: int(b.LL), ll128Bytes: int(b.LL128), simpleBytes: int(b.Simple)},
-		eps:      make(map[epKey]*endpoint),
+		layout:   wire.ConnLayout{LLBytes: int(b.LL), LL128Bytes: int(b.LL128), SimpleBytes: int(b.Simple)},
+		eps:      make(map[epKey]*wire.Endpoint),
 		override: cfg.Override,
 	}
-	_, inproc := tr.(rankTransport)
-	c.raceHidden = raceEnabled && !inproc
+	_, inproc := tr.(transport.Rank)
+	c.raceHidden = wire.RaceEnabled && !inproc
 	c.cores, c.procs = runtime.NumCPU(), runtime.GOMAXPROCS(0)
 	c.tuneLog = tuningWriter(rank, &cfg, os.Getenv)
-	cfgWord := layoutWord("config", uint64(n), uint64(cfg.RanksPerNode), uint64(b.LL), uint64(b.LL128), uint64(b.Simple), uint64(b.NVLSChunk))
+	cfgWord := wire.LayoutWord("config", uint64(n), uint64(cfg.RanksPerNode), uint64(b.LL), uint64(b.LL128), uint64(b.Simple), uint64(b.NVLSChunk))
 	c.tree[0], c.tree[1] = c.topo.trees()
-	size := ctrlSize(n)
-	ctrl, err := tr.Region(CtrlRegion, size)
+	size := wire.CtrlSize(n)
+	ctrl, err := tr.Region(transport.CtrlRegion, size)
 	if err == nil {
-		err = checkRegion(ctrl, CtrlRegion, size)
+		err = wire.CheckRegion(ctrl, transport.CtrlRegion, size)
 	}
 	if err == nil {
-		err = claimLayout(ctrl, CtrlRegion, layoutWord("ctrl", uint64(n), cfgWord))
+		err = wire.ClaimLayout(ctrl, transport.CtrlRegion, wire.LayoutWord("ctrl", uint64(n), cfgWord))
 	}
 	if err != nil {
 		tr.Close()
 		return nil, err
 	}
 	c.ctrl = ctrl
-	c.abort = wordAt(ctrl, ctrlAbortOff)
+	c.abort = wire.WordAt(ctrl, wire.CtrlAbortOffset)
+	c.ctl.Rank, c.ctl.N, c.ctl.Abort, c.ctl.Timeout = rank, n, c.abort, cfg.Timeout
+	c.ctl.AgreePoll = func() error { _, err := c.agreePoll(); return err }
+	c.ctl.AbortError = c.abortError
 	c.state = make([]*uint64, n)
-	c.beat, c.waitsFor = make([]*uint64, n), make([]*uint64, n)
+	c.ctl.Beat, c.ctl.WaitsFor = make([]*uint64, n), make([]*uint64, n)
 	c.desc = make([][2][]uint64, n)
 	for r := 0; r < n; r++ {
-		base := ctrlRankOff + r*ctrlRankSize
-		c.state[r] = wordAt(ctrl, base)
-		c.beat[r], c.waitsFor[r] = wordAt(ctrl, base+8), wordAt(ctrl, base+16)
-		c.desc[r][0] = wordsOf(ctrl[base+lineBytes : base+lineBytes+descWords*8])
-		c.desc[r][1] = wordsOf(ctrl[base+2*lineBytes : base+2*lineBytes+descWords*8])
+		base := wire.CtrlRankOffset + r*wire.CtrlRankSize
+		c.state[r] = wire.WordAt(ctrl, base)
+		c.ctl.Beat[r], c.ctl.WaitsFor[r] = wire.WordAt(ctrl, base+8), wire.WordAt(ctrl, base+16)
+		c.desc[r][0] = wire.WordsOf(ctrl[base+wire.LineBytes : base+wire.LineBytes+descWords*8])
+		c.desc[r][1] = wire.WordsOf(ctrl[base+2*wire.LineBytes : base+2*wire.LineBytes+descWords*8])
 	}
 	return c, nil
 }
@@ -263,7 +249,7 @@ func (c *Comm) RedOpDestroy(op kernels.Op) error {
 // get ErrPeerClosed. Close waits for the rank's goroutines to stop and is idempotent.
 func (c *Comm) Close() error {
 	c.closeOnce.Do(func() {
-		c.closed.Store(true)
+		c.ctl.Closed.Store(true)
 		if s := c.session.Load(); s != nil {
 			s.detach() // no abort from a lost peer once the regions are unmapped
 		}
@@ -284,24 +270,20 @@ func (c *Comm) Abort() error {
 }
 
 // setAbort aborts the communicator on behalf of this rank, unless it is already aborted.
-func (c *Comm) setAbort(reason int) {
-	atomic.CompareAndSwapUint64(c.abort, 0, abortWord(c.rank, reason))
-}
+func (c *Comm) setAbort(reason int) { c.ctl.SetAbort(reason) }
 
 // Aborted returns the communicator's abort as an *AbortError (or the error its reason stands
 // for), nil when it is not aborted.
 func (c *Comm) Aborted() error {
 	if w := atomic.LoadUint64(c.abort); w != 0 {
-		return abortErr(w)
+		return wire.AbortErr(w)
 	}
 	return nil
 }
 
 // abortFor aborts the communicator naming another rank (gone or stalled), unless it is already
 // aborted.
-func (c *Comm) abortFor(rank, reason int) {
-	atomic.CompareAndSwapUint64(c.abort, 0, abortWord(rank, reason))
-}
+func (c *Comm) abortFor(rank, reason int) { c.ctl.AbortFor(rank, reason) }
 
 // AllReduce reduces count elements of send across the ranks with op and leaves the result in recv
 // on every rank. send and recv may be the same buffer (in place), and must otherwise not overlap.
@@ -352,6 +334,7 @@ type call struct {
 	red, comb kernels.Reducer
 	inPlace   bool
 	plan      plan
+	kc        algorithm.Call // what the kernels of engine/internal/algorithm read, filled by execute
 }
 
 func (a *args) reduces() bool {
@@ -363,11 +346,11 @@ func (a *args) reduces() bool {
 func (c *Comm) collective(ctx context.Context, a args) error {
 	c.callMu.Lock()
 	defer c.callMu.Unlock()
-	if c.closed.Load() {
+	if c.ctl.Closed.Load() {
 		return ErrClosed
 	}
 	if w := atomic.LoadUint64(c.abort); w != 0 {
-		return abortErr(w)
+		return wire.AbortErr(w)
 	}
 	if err := ctx.Err(); err != nil {
 		c.setAbort(abortCancel)
@@ -502,7 +485,7 @@ func (c *Comm) sliceBuffers(cl *call) error {
 	case costmodel.ReduceScatter:
 		s = s[off : off+one]
 	}
-	if sameBytes(s, r) {
+	if prims.SameBytes(s, r) {
 		cl.inPlace = true
 		return nil
 	}
@@ -533,26 +516,26 @@ func (c *Comm) local(cl *call) {
 
 // endpoint returns this rank's side of the connection from rank from to rank to on channel ch,
 // mapping its region on first use.
-func (c *Comm) endpoint(ch, from, to int) (*endpoint, error) {
+func (c *Comm) endpoint(ch, from, to int) (*wire.Endpoint, error) {
 	k := epKey{ch, from, to}
 	if e := c.eps[k]; e != nil {
 		return e, nil
 	}
-	name := ConnRegion(ch, from, to)
-	size := c.layout.size()
+	name := transport.ConnRegion(ch, from, to)
+	size := c.layout.Size()
 	r, err := c.tr.Region(name, size)
 	if err == nil {
-		err = checkRegion(r, name, size)
+		err = wire.CheckRegion(r, name, size)
 	}
 	if err == nil {
-		err = claimLayout(r, name, c.layout.word())
+		err = wire.ClaimLayout(r, name, c.layout.Word())
 	}
 	if err != nil {
 		return nil, err
 	}
-	e := newEndpoint(r, c.layout)
-	if e.peer = from; from == c.rank {
-		e.peer = to
+	e := wire.NewEndpoint(r, c.layout)
+	if e.Peer = from; from == c.rank {
+		e.Peer = to
 	}
 	c.eps[k] = e
 	return e, nil
@@ -575,7 +558,7 @@ func (c *Comm) ring(ch int) ([]int, int) {
 }
 
 // worker returns channel ch's worker of the given role, set up for cl.
-func (c *Comm) worker(w *waiter, cl *call, ch, role int) *worker {
+func (c *Comm) worker(w *wire.Waiter, cl *call, ch, role int) *worker {
 	for len(c.workers) <= ch {
 		c.workers = append(c.workers, [2]*worker{})
 	}
@@ -584,36 +567,38 @@ func (c *Comm) worker(w *waiter, cl *call, ch, role int) *worker {
 		wk = &worker{c: c, ch: ch}
 		c.workers[ch][role] = wk
 	}
-	wk.w = *w
-	wk.w.bulk = cl.count*cl.es >= bulkBytes
-	wk.proto = cl.plan.Proto
-	wk.red, wk.comb = cl.red, cl.comb
-	wk.reducing = cl.reduces()
-	wk.preMul = wk.reducing && cl.red.DevOp() == kernels.DevPreMulSum
-	wk.postDiv = wk.reducing && cl.red.DevOp() == kernels.DevSumPostDiv
-	wk.pieceBytes = cl.plan.pieceElems * cl.es
-	wk.stats = ChannelStats{}
+	wk.W = *w
+	wk.W.Bulk = cl.count*cl.es >= wire.BulkBytes
+	wk.Proto = cl.plan.Proto
+	wk.Red, wk.Comb = cl.red, cl.comb
+	wk.Reducing = cl.reduces()
+	wk.PreMul = wk.Reducing && cl.red.DevOp() == kernels.DevPreMulSum
+	wk.PostDiv = wk.Reducing && cl.red.DevOp() == kernels.DevSumPostDiv
+	wk.PieceBytes = cl.plan.pieceElems * cl.es
+	wk.Stats = ChannelStats{}
 	wk.err = nil
-	wk.raceRel, wk.raceAcq = nil, nil
+	wk.RaceRel, wk.RaceAcq = nil, nil
 	return wk
 }
 
 // execute splits the call across its channels (contiguous element ranges, as ncclCollCbdPart
 // does), sets up each channel's connections and workers, and runs every worker on its own
 // goroutine (the first on the calling one).
-func (c *Comm) execute(w *waiter, cl *call) error {
+func (c *Comm) execute(w *wire.Waiter, cl *call) error {
 	switch cl.plan.Algo {
 	case costmodel.NVLS, costmodel.NVLSTree:
 		return c.executeNVLS(w, cl)
 	case costmodel.CollNetDirect:
 		return c.withCollNetCause(c.executeNVLS(w, cl))
 	}
+	cl.kc = algorithm.Call{Coll: cl.coll, Rank: c.rank, N: c.n, Send: cl.send, Recv: cl.recv, Count: cl.count,
+		ES: cl.es, Root: cl.root, InPlace: cl.inPlace, ChunkElems: cl.plan.chunkElems}
 	total := cl.count
 	nc := cl.plan.Channels
-	per := roundUp(divUp(total, nc), alignElems(cl.es))
+	per := algorithm.RoundUp(algorithm.DivUp(total, nc), algorithm.AlignElems(cl.es))
 	tasks := c.tasks[:0]
-	collnet := cl.plan.Algo == costmodel.CollNetChain
-	if collnet {
+	isCollNet := cl.plan.Algo == costmodel.CollNetChain
+	if isCollNet {
 		c.collNetWaits(w) // before the workers copy the call's waiter
 	}
 	for ch := 0; ch < nc; ch++ {
@@ -640,13 +625,13 @@ func (c *Comm) execute(w *waiter, cl *call) error {
 	}
 	c.tasks = tasks
 	spin := c.spinFits(len(tasks))
-	if collnet {
+	if isCollNet {
 		spin = c.collNetSpinFits(len(tasks))
 	}
 	for _, wk := range tasks {
-		wk.w.spin, wk.w.shared = spin, len(tasks) > 1
+		wk.W.Spin, wk.W.Shared = spin, len(tasks) > 1
 	}
-	tasks[0].w.agree = true // the calling goroutine checks the peers' descriptors while it waits
+	tasks[0].W.Agree = true // the calling goroutine checks the peers' descriptors while it waits
 	wg := &c.wg
 	wg.Add(len(tasks) - 1)
 	for _, wk := range tasks[1:] {
@@ -655,7 +640,7 @@ func (c *Comm) execute(w *waiter, cl *call) error {
 	tasks[0].runJob(nil)
 	var agreeErr error
 	if tasks[0].err == nil {
-		agreeErr = c.agreeWait(&tasks[0].w)
+		agreeErr = c.agreeWait(&tasks[0].W)
 	}
 	wg.Wait()
 
@@ -664,7 +649,7 @@ func (c *Comm) execute(w *waiter, cl *call) error {
 		for len(c.stats) <= wk.ch {
 			c.stats = append(c.stats, ChannelStats{})
 		}
-		c.stats[wk.ch].add(wk.stats)
+		c.stats[wk.ch].Add(wk.Stats)
 	}
 	c.statsMu.Unlock()
 
@@ -692,7 +677,3 @@ func isAbort(err error) bool {
 	var ae *AbortError
 	return errors.As(err, &ae)
 }
-
-func divUp(a, b int) int   { return (a + b - 1) / b }
-func roundUp(a, b int) int { return divUp(a, b) * b }
-func mod(a, n int) int     { return ((a % n) + n) % n }

@@ -36,11 +36,11 @@
 //
 // # Connections and protocols
 //
-// A connection (one channel, one sender, one receiver) is a region of NCCL_STEPS slots per
-// protocol plus a head counter (written by the receiver) and a tail counter (written by the
-// sender). A step fills one slot; the sender waits for head > step-8, so it never runs more than 8
-// slots ahead and the staging memory of a connection is fixed, whatever the message size. The
-// formats (see conn.go and layout.go for the bytes):
+// A connection (one channel, one sender, one receiver) is a region of NCCL_STEPS slots per protocol
+// plus a head counter (written by the receiver) and a tail counter (written by the sender). A step
+// fills one slot; the sender waits for head > step-8, so it never runs more than 8 slots ahead and
+// the staging memory of a connection is fixed, whatever the message size. The formats (see
+// engine/internal/wire, conn.go and layout.go, for the bytes):
 //
 //   - Simple: the payload, then a release store of tail = step+1; the receiver acquires the tail.
 //   - LL: 16-byte lines {data 4 B, flag 4 B, data 4 B, flag 4 B}, each 8-byte half one 8-byte
@@ -60,19 +60,19 @@
 // Ring, for all five collectives, as NCCL's runRing: AllReduce is reduce-scatter fused with
 // all-gather in one loop (send, recvReduceSend..., recvReduceCopySend, recvCopySend..., recv).
 // Tree, for AllReduce, as runTreeSplit: the root receives, reduces and sends back down in one
-// primitive; every other rank runs reduce-up (recvReduceSend, or send at a leaf) and
-// broadcast-down (recvCopySend, or recv at a leaf) concurrently on two goroutines, chunk by chunk;
-// a channel whose range is one FIFO step runs the two halves in sequence on one goroutine, as
-// runTreeUpDown does (nothing to overlap there, and a second goroutine costs a wake-up).
-// PAT, for AllGather and ReduceScatter at one rank per node with Simple, as NCCL's
-// PatAGAlgorithm and PatRSAlgorithm (pat.go): binomial trees over power-of-two distances, one
-// connection to and one from each distance 2^d < n per channel (made by the first PAT call, so
-// Ring and Tree jobs map none of them); per chunk n-1 ops, each sending and receiving one FIFO step
-// on one distance, AllGather forwarding blocks down the trees, ReduceScatter reducing partials up
-// them (NCCL's aggregation of several ops into one slot is not reproduced; pat.go says what is).
-// Chunk and step sizes come from the plan, capped by the connection buffers as NCCL's
-// calcCollChunking caps them (and, on a cycling ring, at half the FIFO so every rank's first chunk
-// fits before it receives).
+// primitive; every other rank runs reduce-up (recvReduceSend, or send at a leaf) and broadcast-down
+// (recvCopySend, or recv at a leaf) concurrently on two goroutines, chunk by chunk; a channel whose
+// range is one FIFO step runs the two halves in sequence on one goroutine, as runTreeUpDown does
+// (nothing to overlap there, and a second goroutine costs a wake-up). PAT, for AllGather and
+// ReduceScatter at one rank per node with Simple, as NCCL's PatAGAlgorithm and PatRSAlgorithm
+// (engine/internal/algorithm's pat.go): binomial trees over power-of-two distances, one connection
+// to and one from each distance 2^d < n per channel (made by the first PAT call, so Ring and Tree
+// jobs map none of them); per chunk n-1 ops, each sending and receiving one FIFO step on one
+// distance, AllGather forwarding blocks down the trees, ReduceScatter reducing partials up them
+// (NCCL's aggregation of several ops into one slot is not reproduced; pat.go says what is). Chunk
+// and step sizes come from the plan, capped by the connection buffers as NCCL's calcCollChunking
+// caps them (and, on a cycling ring, at half the FIFO so every rank's first chunk fits before it
+// receives).
 //
 // NVLS, for AllReduce, AllGather and ReduceScatter with Simple in one virtual node of every rank
 // (nvls.go), as runNvls: each channel has a multicast object, region "nvls/NODE/CH", in which every
@@ -107,8 +107,8 @@
 //
 // CollNetDirect and CollNetChain, for AllReduce with Simple on 2 or more virtual nodes
 // (collnet.go), as NCCL's COLLNET_DIRECT and COLLNET_CHAIN kernels: the network's reduction across
-// the nodes is the aggregation endpoint's (collnet_endpoint.go), a server standing for a reducing
-// switch that every head reaches over TCP (Config.CollNet; COLLPLAN_COLLNET_ADDR for rank
+// the nodes is the aggregation endpoint's (engine/transport/collnet), a server standing for a
+// reducing switch that every head reaches over TCP (Config.CollNet; COLLPLAN_COLLNET_ADDR for rank
 // processes). CollNetDirect: every rank of a node is a head, of share h of every step, as NCCL's
 // nHeads = localRanks; inside the node it runs on the NVLS worker over a region of NVLS's shape
 // ("collnet/NODE/CH"), which stands for NCCL's direct pointers: every rank scatters each step's
@@ -116,10 +116,10 @@
 // members' up buffers into a frame and sends it to the endpoint, receives the sum over the nodes,
 // applies the post-op and writes it into every member's down buffer, and every rank gathers the
 // step; no point-to-point connection carries a byte, and up to NCCL_STEPS steps are in flight to
-// the endpoint. CollNetChain: the node's ranks form a chain (Simple connections, one chunk per
-// FIFO step) to its first rank, the head: Tree's reduce-up and broadcast-down along it, and a head
-// worker that sends each step's node sum to the endpoint as soon as its child's partial is in and
-// a credit is free, and sends each result (post-op applied) down as soon as it is back.
+// the endpoint. CollNetChain: the node's ranks form a chain (Simple connections, one chunk per FIFO
+// step) to its first rank, the head: Tree's reduce-up and broadcast-down along it, and a head
+// worker that sends each step's node sum to the endpoint as soon as its child's partial is in and a
+// credit is free, and sends each result (post-op applied) down as soon as it is back.
 //
 // # Plans
 //
@@ -170,24 +170,89 @@
 //
 // # Transports
 //
-// Transport is the seam for other memories (see its documentation): regions named "ctrl" and
-// "conn/C/FROM-TO" (and "nvls/NODE/CH" for NVLS's multicast objects, "collnet/NODE/CH" for
-// CollNetDirect's intra-node buffers), zeroed, aligned, identical for every rank that asks, holding
-// nothing but bytes and 64-bit words used with sync/atomic, so they can live in a file mapped by
-// several processes. The CollNet network is not a region: each head's connection to the
-// aggregation endpoint is a TCP stream with a small framed protocol (collnet_endpoint.go: a hello
-// naming job, channel, share, node and node count; data and result frames of one step; error and
-// goodbye frames), NCCL_STEPS credits per connection, and a deadline on every frame once begun.
+// transport.Transport (engine/transport) is the seam for other memories (see its documentation):
+// regions named "ctrl" and "conn/C/FROM-TO" (and "nvls/NODE/CH" for NVLS's multicast objects,
+// "collnet/NODE/CH" for CollNetDirect's intra-node buffers), zeroed, aligned, identical for every
+// rank that asks, holding nothing but bytes and 64-bit words used with sync/atomic, so they can
+// live in a file mapped by several processes. The CollNet network is not a region: each head's
+// connection to the aggregation endpoint is a TCP stream with a small framed protocol
+// (engine/transport/collnet: a hello naming job, channel, share, node and node count; data and
+// result frames of one step; error and goodbye frames), NCCL_STEPS credits per connection, and a
+// deadline on every frame once begun.
+//
+// # Rooms
+//
+// The engine is split into packages the way NCCL keeps src/device, the algorithms and
+// src/transport apart; each imports only the rooms below it, and none imports this one:
+//
+//   - engine: the communicator (Comm, Config, the call path, channels, agreement, plans,
+//     errors, sessions and the TUNING log, swap), each algorithm's legality and channel set-up
+//     (ringtasks.go, tree.go, pattasks.go), the algorithms whose kernels live on the Comm's
+//     state (nvls.go, nvlstree.go, collnet.go), the worker and its job switch (worker.go) and
+//     the topology (topology.go). NCCL: src/init.cc, src/enqueue.cc, src/graph, and the kernels
+//     of src/device/{all_reduce,all_gather,reduce_scatter}.h for NVLS, NVLS_TREE and CollNet.
+//   - engine/internal/algorithm: the Ring kernels of all five collectives, Tree's AllReduce
+//     kernel and PAT's kernel and schedule, over a call (algorithm.Call: its buffers, chunk,
+//     rank and size) and a channel's peers, written on the prims room. NCCL: runRing,
+//     runTreeSplit/runTreeUpDown and runPat of
+//     src/device/{all_reduce,all_gather,reduce_scatter,broadcast,reduce}.h, and
+//     PatAGAlgorithm/PatRSAlgorithm of src/include/collectives.h.
+//   - engine/internal/wire: region layouts, connection endpoints and the Simple, LL and LL128
+//     wire protocols on their slots, release stores, and the bounded waits with the watchdog.
+//     NCCL: src/device/prims_{simple,ll,ll128}.h, the FIFO of src/include/device.h.
+//   - engine/internal/prims: the primitives (send, recv, recvReduceSend, recvReduceCopySend,
+//     recvCopySend, ...) over wire endpoints, cut into FIFO steps. NCCL: src/device/prims_*.h'
+//     genericOp and common.h.
+//   - engine/transport: the Transport seam, region names, the in-process transport, job ids.
+//     NCCL: src/transport.cc (its ncclTransport table).
+//   - engine/transport/shm: regions in files mapped by rank processes, the job lock, stale-job
+//     removal, a launcher's abort through the control region. NCCL: src/transport/shm.cc.
+//   - engine/transport/collnet: the CollNet aggregation endpoint (server and framed protocol)
+//     and a head's client connection to it (Link). NCCL: src/transport/coll_net.cc and a
+//     collnet plugin.
+//   - engine/launch: the Launcher, CPU binding, the rank-process environment and the
+//     rendezvous over loopback TCP (Connect; Join in this package keeps its connections as the
+//     Session). NCCL: mpirun's side and src/bootstrap.cc.
+//
+// Where Go's import rules, or the hot path, forced a different map than NCCL's:
+//
+//   - Only Ring's, Tree's and PAT's kernels have a room of their own: they read nothing of the
+//     Comm but the call, which the engine copies into an algorithm.Call once per call, their
+//     channel's peers (PAT's state, algorithm.PAT, is the Comm's per channel, as before), and
+//     the worker's prims.Prims, which the worker embeds (a kernel's primitive is a direct call).
+//     The set-up of every algorithm stays here, as Comm methods over the Comm's channel state
+//     (rings, trees, mapped endpoints), and so do the NVLS, NVLS_TREE and CollNet kernels: they
+//     run on per-channel objects the Comm owns and maps on first use (nvlsGroup and the NVLS
+//     worker, the CollNet links), read the Comm's topology and configuration in the kernel, and
+//     the NVLS worker's phases interleave NVLS, tree and network steps on one goroutine. Moving
+//     them needs those objects below this package, a larger change than this split's pure move.
+//   - NVLS's multicast object (nvlsGroup, NVLSLayout, nvls.go) stays with the NVLS kernel: its
+//     ldReduce and st are called per step by the NVLS, NVLS_TREE and CollNetDirect kernels, and
+//     it is mapped through the Comm's transport; engine/transport/nvls is not made.
+//   - A wait (wire.Waiter) checks the rank's control words through a wire.Ctl that the Comm
+//     owns, not the Comm itself: the wire room cannot import this package. The Ctl's two
+//     functions (AgreePoll, AbortError) are the only calls through a function value, and they
+//     run only while a call's agreement is unfinished (at most until every peer's descriptor is
+//     read) or once the communicator is aborted: never per FIFO step or primitive.
+//   - The errors the rooms return (ErrInvalid, ErrClosed, ErrConfig, ErrAborted, AbortError) and
+//     the abort word's encoding are defined in the wire room and re-exported here (the same
+//     values and type); so are the wire layout constants (LineBytes, ...) that the CUDA kernels'
+//     generated header reads.
+//
+// A new transport (the planned engine/transport/net, TCP between hosts) is one more package
+// below engine/transport that implements transport.Transport; a rank passes it to New. The
+// engine asks nothing else of it: every region it maps goes through Transport.Region, and only
+// the in-process transport (transport.Rank) is told apart, to know its ranks are goroutines.
 //
 // # Shared memory
 //
-// ShmTransport keeps each region in a file of ShmDir: /dev/shm, or the directory that
-// COLLPLAN_SHM_DIR names (a larger tmpfs where /dev/shm is small, as in containers). A rank
-// allocates a region's memory when it maps it (fallocate), so a directory without room is an error
-// naming the region, its size and the space free, never SIGBUS at the first touch. A job's files
-// live as long as some process of the job holds its lock file (JobLock): the last one to let go
-// removes them, and RemoveStaleShm (which a Launcher and rank 0 of a job started by hand run first)
-// removes those of jobs whose processes all died, in whatever PID namespace they ran.
+// shm.ShmTransport (engine/transport/shm) keeps each region in a file of ShmDir: /dev/shm, or the
+// directory that COLLPLAN_SHM_DIR names (a larger tmpfs where /dev/shm is small, as in containers).
+// A rank allocates a region's memory when it maps it (fallocate), so a directory without room is an
+// error naming the region, its size and the space free, never SIGBUS at the first touch. A job's
+// files live as long as some process of the job holds its lock file (JobLock): the last one to let
+// go removes them, and RemoveStaleShm (which a Launcher and rank 0 of a job started by hand run
+// first) removes those of jobs whose processes all died, in whatever PID namespace they ran.
 //
 // # Lost and stopped ranks
 //
@@ -197,11 +262,11 @@
 // connection was cut) aborts the attached communicator on every rank, naming the rank at the other
 // end, so a job of ranks started by hand ends when one dies, as one under a Launcher does (which
 // also aborts for a rank it sees exit). A rank that stops without dying (SIGSTOP, a debugger, a
-// hang) is found by the watchdog (Config.Timeout; wait.go): a wait that sees no progress that long
-// aborts the communicator, naming the rank that shows no sign of life, and a Launcher then kills
-// that rank at once. Comm.Aborted says whether and why; a rank of an aborted job that no launcher
-// watches calls ShmTransport.Abandon so that its Close removes the job's files even while a stopped
-// peer still holds them.
+// hang) is found by the watchdog (Config.Timeout; engine/internal/wire's wait.go): a wait that sees
+// no progress that long aborts the communicator, naming the rank that shows no sign of life, and a
+// Launcher then kills that rank at once. Comm.Aborted says whether and why; a rank of an aborted
+// job that no launcher watches calls shm.ShmTransport.Abandon so that its Close removes the job's
+// files even while a stopped peer still holds them.
 //
 // # The race detector
 //
@@ -211,6 +276,6 @@
 // ordering that runs through other processes is beyond it anyway. The one place where the engine's
 // own goroutines depend on such an ordering is the in-place Tree AllReduce: broadcast-down writes
 // chunk k of the user's buffer where reduce-up read it, after the sum of chunk k has come back from
-// the root. In race builds on such transports the engine states that edge itself (race.go), so
-// `go test -race` and collbench built with -race are clean on both transports.
+// the root. In race builds on such transports the engine states that edge itself (wire's race.go),
+// so `go test -race` and collbench built with -race are clean on both transports.
 package engine

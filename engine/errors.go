@@ -3,6 +3,8 @@ package engine
 import (
 	"errors"
 	"fmt"
+
+	"github.com/collplan/collplan/engine/internal/wire"
 )
 
 // Errors returned by the engine. Match them with errors.Is.
@@ -10,7 +12,7 @@ var (
 	// ErrInvalid: a call's arguments are invalid on this rank (count, buffer sizes, dtype, op,
 	// root). Every other rank of the call gets ErrRejected, and the communicator is aborted unless
 	// every rank found the call invalid.
-	ErrInvalid = errors.New("engine: invalid argument")
+	ErrInvalid = wire.ErrInvalid
 	// ErrRejected: another rank found the call's arguments invalid (see ErrInvalid) or could not
 	// plan it.
 	ErrRejected = errors.New("engine: call rejected by another rank")
@@ -23,14 +25,14 @@ var (
 	ErrNotImplemented = errors.New("not implemented in the engine")
 	// ErrAborted: the communicator was aborted (a rank's context was cancelled or a rank was closed
 	// during a collective); every later call fails with it.
-	ErrAborted = errors.New("engine: communicator aborted")
+	ErrAborted = wire.ErrAborted
 	// ErrClosed: the Comm was closed.
-	ErrClosed = errors.New("engine: communicator closed")
+	ErrClosed = wire.ErrClosed
 	// ErrPeerClosed: another rank closed its Comm while this rank waited for it to join a call.
 	ErrPeerClosed = errors.New("engine: a peer rank closed the communicator")
 	// ErrConfig: the ranks were built with different configurations, or the transport's regions
 	// do not fit them.
-	ErrConfig = errors.New("engine: configuration mismatch")
+	ErrConfig = wire.ErrConfig
 )
 
 // MismatchError describes the first field in which some rank's call differs from rank 0's. Every
@@ -49,73 +51,28 @@ func (e *MismatchError) Error() string {
 // Is makes errors.Is(err, ErrMismatch) true.
 func (e *MismatchError) Is(target error) bool { return target == ErrMismatch }
 
-// AbortError says which rank the abort names and why: the rank that aborted the communicator,
-// or, when Lost is set, the rank that another rank found gone or stalled (a dead or stopped
-// process cannot abort for itself).
-type AbortError struct {
-	Rank   int
-	Reason string
-	Lost   bool
-}
+// AbortError says which rank the abort names and why (engine/internal/wire, whose launcher and
+// transports decode abort words too, defines it).
+type AbortError = wire.AbortError
 
-func (e *AbortError) Error() string {
-	if e.Rank < 0 {
-		return fmt.Sprintf("engine: communicator aborted: %s", e.Reason)
-	}
-	if e.Lost {
-		return fmt.Sprintf("engine: communicator aborted: rank %d: %s", e.Rank, e.Reason)
-	}
-	return fmt.Sprintf("engine: communicator aborted by rank %d (%s)", e.Rank, e.Reason)
-}
-
-// Is makes errors.Is(err, ErrAborted) true.
-func (e *AbortError) Is(target error) bool { return target == ErrAborted }
-
-// Abort reasons, stored in the abort word.
+// Abort reasons, stored in the abort word (engine/internal/wire's errors.go says what each means).
 const (
-	abortCancel         = 1  // the rank's context was done
-	abortClosed         = 2  // the rank's Comm was closed during a call
-	abortInternal       = 3  // the rank failed (transport error, ...)
-	abortUser           = 4  // Comm.Abort, or AbortWord stored by a launcher
-	abortDisagree       = 5  // the ranks disagreed on a call (agree.go)
-	abortPeer           = 6  // a peer closed without joining a call; the word names the peer
-	abortGone           = 7  // the named rank is lost: its rendezvous connection ended without a goodbye
-	abortStalled        = 8  // the named rank stopped moving data: the watchdog (Config.Timeout) fired
-	abortExited         = 9  // the named rank's process exited (its launcher saw it)
-	abortCollNet        = 10 // the rank's connection to the CollNet aggregation endpoint failed
-	abortEndpoint       = 11 // the launcher saw the CollNet aggregation endpoint's process exit; no rank named
-	abortCollNetStalled = 12 // the rank waited past the watchdog's timeout for the CollNet endpoint, every rank alive
+	abortCancel         = wire.AbortCancel
+	abortClosed         = wire.AbortClosed
+	abortInternal       = wire.AbortInternal
+	abortUser           = wire.AbortUser
+	abortDisagree       = wire.AbortDisagree
+	abortPeer           = wire.AbortPeer
+	abortGone           = wire.AbortGone
+	abortStalled        = wire.AbortStalled
+	abortExited         = wire.AbortExited
+	abortCollNet        = wire.AbortCollNet
+	abortEndpoint       = wire.AbortEndpoint
+	abortCollNetStalled = wire.AbortCollNetStalled
 )
-
-var abortReasons = [...]string{"", "context done", "closed during a collective", "internal error", "aborted",
-	"the ranks disagreed on a call", "a peer closed without joining a call",
-	"lost: its rendezvous connection ended without a goodbye (its process died, or the connection was cut)",
-	"it stopped moving data: a rank waited on it past the watchdog's timeout (stopped, hung, or not in the call)",
-	"its process exited before the job ended",
-	"its connection to the CollNet aggregation endpoint failed (the endpoint died, stopped, or failed the job)",
-	"the CollNet aggregation endpoint's process exited before the job ended",
-	"it waited past the watchdog's timeout for the CollNet aggregation endpoint, every rank alive (the endpoint is stopped or hung)"}
 
 // AbortWord returns the value that, stored with an atomic 8-byte store at byte CtrlAbortOffset of
 // the "ctrl" region while the word is still 0, aborts the communicator on behalf of rank: every
 // rank's waits end with an *AbortError naming it. A launcher that sees a rank's process die uses
 // it, since a dead process cannot abort for itself.
-func AbortWord(rank int) uint64 { return abortWord(rank, abortUser) }
-
-func abortWord(rank, reason int) uint64 { return uint64(rank+1)<<8 | uint64(reason) }
-
-// abortNames reports whether abort word w names a rank at fault (gone or stalled) rather than the
-// rank that aborted.
-func abortNames(w uint64) bool {
-	r := int(w & 0xff)
-	return r == abortGone || r == abortStalled || r == abortExited
-}
-
-func abortErr(w uint64) error {
-	reason := int(w & 0xff)
-	r := "unknown"
-	if reason < len(abortReasons) {
-		r = abortReasons[reason]
-	}
-	return &AbortError{Rank: int(w>>8) - 1, Reason: r, Lost: abortNames(w)}
-}
+func AbortWord(rank int) uint64 { return wire.AbortWord(rank, abortUser) }

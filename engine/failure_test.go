@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/wire"
+	"github.com/collplan/collplan/engine/transport"
 	"github.com/collplan/collplan/kernels"
 )
 
@@ -96,7 +98,7 @@ func TestMismatch(t *testing.T) {
 					for r, err := range errs {
 						var ae *AbortError
 						require.ErrorAs(t, err, &ae, "rank %d after the mismatch", r)
-						assert.Equal(t, abortReasons[abortDisagree], ae.Reason)
+						assert.Equal(t, wire.AbortReasons[abortDisagree], ae.Reason)
 					}
 				})
 			}
@@ -304,9 +306,9 @@ func TestAbort(t *testing.T) {
 	// A launcher's abort: the word stored in the control region.
 	comms2, err := NewInProcess(2, Config{Buffers: tinyBuffers()})
 	require.NoError(t, err)
-	ctrl, err := comms2[0].tr.Region(CtrlRegion, ctrlSize(2))
+	ctrl, err := comms2[0].tr.Region(transport.CtrlRegion, wire.CtrlSize(2))
 	require.NoError(t, err)
-	time.AfterFunc(30*time.Millisecond, func() { atomic.CompareAndSwapUint64(wordAt(ctrl, CtrlAbortOffset), 0, AbortWord(1)) })
+	time.AfterFunc(30*time.Millisecond, func() { atomic.CompareAndSwapUint64(wire.WordAt(ctrl, CtrlAbortOffset), 0, AbortWord(1)) })
 	err = comms2[0].AllReduce(bg, make([]byte, 8), make([]byte, 8), 2, kernels.Float32, kernels.Sum)
 	var ae *AbortError
 	require.ErrorAs(t, err, &ae)

@@ -166,7 +166,7 @@ func runFullCase(t *testing.T, comms []*Comm, m matrixCase, inputs fullInputs, e
 	for r, c := range comms {
 		stepsBefore[r] = make(map[epKey]uint64, len(c.eps))
 		for k, e := range c.eps {
-			stepsBefore[r][k] = e.step
+			stepsBefore[r][k] = e.Step
 		}
 	}
 
@@ -221,7 +221,7 @@ func runFullCase(t *testing.T, comms []*Comm, m matrixCase, inputs fullInputs, e
 				if k.from != c.rank {
 					continue
 				}
-				d := e.step - stepsBefore[r][k]
+				d := e.Step - stepsBefore[r][k]
 				if d == 0 {
 					continue
 				}

@@ -466,11 +466,11 @@ func runMatrixCase(t *testing.T, m matrixCase) {
 		used := 0
 		for _, c := range comms {
 			for k, e := range c.eps {
-				if k.from != c.rank || e.step == 0 {
+				if k.from != c.rank || e.Step == 0 {
 					continue
 				}
 				used++
-				assert.GreaterOrEqual(t, e.step, uint64(3*NCCLSteps), "connection %v carried %d steps", k, e.step)
+				assert.GreaterOrEqual(t, e.Step, uint64(3*NCCLSteps), "connection %v carried %d steps", k, e.Step)
 			}
 		}
 		assert.Positive(t, used)

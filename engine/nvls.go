@@ -7,6 +7,10 @@ import (
 	"sync/atomic"
 
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/algorithm"
+	"github.com/collplan/collplan/engine/internal/prims"
+	"github.com/collplan/collplan/engine/internal/wire"
+	"github.com/collplan/collplan/engine/transport/collnet"
 	"github.com/collplan/collplan/kernels"
 )
 
@@ -87,7 +91,7 @@ const (
 	NVLSDone           // steps the member has finished: their slots are free
 )
 
-const nvlsCtrOff = lineBytes
+const nvlsCtrOff = wire.LineBytes
 
 // SlotBytes = Members x StepBytes: one step's slot of a member's up or down buffer, a step per
 // head (nHeads = localRanks in one node, ncclNvlsBufferSetup).
@@ -109,11 +113,11 @@ func (l NVLSLayout) DownOffset(m int) int { return l.UpOffset(m) + l.BufferBytes
 
 // CounterOffset = 128 x (1 + 3m + k): the byte offset of member m's counter k (NVLSPosted,
 // NVLSReduced, NVLSDone), a 64-bit word alone in its 128-byte line.
-func (l NVLSLayout) CounterOffset(m, k int) int { return nvlsCtrOff + (3*m+k)*lineBytes }
+func (l NVLSLayout) CounterOffset(m, k int) int { return nvlsCtrOff + (3*m+k)*wire.LineBytes }
 
-func (l NVLSLayout) dataOff() int { return nvlsCtrOff + 3*l.Members*lineBytes }
+func (l NVLSLayout) dataOff() int { return nvlsCtrOff + 3*l.Members*wire.LineBytes }
 func (l NVLSLayout) word() uint64 {
-	return layoutWord("nvls", uint64(l.Members), uint64(l.StepBytes))
+	return wire.LayoutWord("nvls", uint64(l.Members), uint64(l.StepBytes))
 }
 
 // nvlsStepBytes is the NVLS step (one head's bytes per step) of buffers b: NCCL's nvlsChunkSize,
@@ -140,9 +144,9 @@ func newNVLSGroup(r []byte, l NVLSLayout, me, rank0 int) *nvlsGroup {
 	for m := 0; m < l.Members; m++ {
 		g.up = append(g.up, r[l.UpOffset(m):l.UpOffset(m)+l.BufferBytes()])
 		g.dn = append(g.dn, r[l.DownOffset(m):l.DownOffset(m)+l.BufferBytes()])
-		g.posted = append(g.posted, wordAt(r, l.CounterOffset(m, NVLSPosted)))
-		g.reduced = append(g.reduced, wordAt(r, l.CounterOffset(m, NVLSReduced)))
-		g.done = append(g.done, wordAt(r, l.CounterOffset(m, NVLSDone)))
+		g.posted = append(g.posted, wire.WordAt(r, l.CounterOffset(m, NVLSPosted)))
+		g.reduced = append(g.reduced, wire.WordAt(r, l.CounterOffset(m, NVLSReduced)))
+		g.done = append(g.done, wire.WordAt(r, l.CounterOffset(m, NVLSDone)))
 	}
 	return g
 }
@@ -177,7 +181,7 @@ func (g *nvlsGroup) ldReduce(red kernels.Reducer, s uint64, dst []byte, off int)
 // multimem.st. (A member whose slot is data already is skipped.)
 func (g *nvlsGroup) st(s uint64, data []byte, off int) {
 	for m := 0; m < g.l.Members; m++ {
-		if d := g.slotAt(s, m, true, off, len(data)); !sameBytes(d, data) {
+		if d := g.slotAt(s, m, true, off, len(data)); !prims.SameBytes(d, data) {
 			copy(d, data)
 		}
 	}
@@ -185,13 +189,14 @@ func (g *nvlsGroup) st(s uint64, data []byte, off int) {
 
 // nvlsWorker runs one channel's NVLS share of a call on one goroutine.
 type nvlsWorker struct {
-	w       waiter
+	comm    *Comm
+	w       wire.Waiter
 	g       *nvlsGroup
 	cl      *call
 	ch      int
 	lo, hi  int
 	tree    *nvlsTreeLinks // NVLS_TREE (nvlstree.go): this rank's tree connections on the channel
-	net     *cnLink        // CollNetDirect (collnet.go): this rank's endpoint connection on the channel
+	net     *collnet.Link  // CollNetDirect (collnet.go): this rank's endpoint connection on the channel
 	netOp   kernels.Op     // CollNetDirect: the operator on the wire
 	postDiv bool           // CollNetDirect: the post-op divides (integer avg)
 	stats   ChannelStats
@@ -210,7 +215,7 @@ func nvlsCheck(n, rpn int, coll costmodel.Coll, dt kernels.Dtype, op kernels.Op,
 		return fmt.Errorf("%w: NVLS on %d rank (it needs at least 2)", ErrInvalid, n)
 	case rpn != n:
 		return fmt.Errorf("%w: NVLS across %d virtual nodes of %d ranks (NVLS runs in one node; across nodes NCCL needs CollNet or NVLS_TREE)",
-			ErrInvalid, divUp(n, rpn), rpn)
+			ErrInvalid, algorithm.DivUp(n, rpn), rpn)
 	case coll != costmodel.AllReduce && n > 32:
 		return fmt.Errorf("%w: NVLS %v on %d local ranks (NCCL allows at most 32)", ErrInvalid, coll, n)
 	case coll != costmodel.AllGather && !nvlsOpOK(dt, op):
@@ -268,10 +273,10 @@ func (c *Comm) nodeGroup(groups *[]*nvlsGroup, ch int, name func(node, ch int) s
 	size := l.Size()
 	r, err := c.tr.Region(rn, size)
 	if err == nil {
-		err = checkRegion(r, rn, size)
+		err = wire.CheckRegion(r, rn, size)
 	}
 	if err == nil {
-		err = claimLayout(r, rn, l.word())
+		err = wire.ClaimLayout(r, rn, l.word())
 	}
 	if err != nil {
 		return nil, err
@@ -283,13 +288,13 @@ func (c *Comm) nodeGroup(groups *[]*nvlsGroup, ch int, name func(node, ch int) s
 
 // executeNVLS is execute for an NVLS or NVLS_TREE call: one worker per channel (contiguous
 // element ranges, as for the other algorithms), the first on the calling goroutine.
-func (c *Comm) executeNVLS(w *waiter, cl *call) error {
+func (c *Comm) executeNVLS(w *wire.Waiter, cl *call) error {
 	total := cl.count
 	nc := cl.plan.Channels
-	per := roundUp(divUp(total, nc), alignElems(cl.es))
+	per := algorithm.RoundUp(algorithm.DivUp(total, nc), algorithm.AlignElems(cl.es))
 	tasks := c.nvlsRun[:0]
-	collnet := cl.plan.Algo == costmodel.CollNetDirect
-	if collnet {
+	isCollNet := cl.plan.Algo == costmodel.CollNetDirect
+	if isCollNet {
 		c.collNetWaits(w)
 	}
 	for ch := 0; ch < nc; ch++ {
@@ -298,9 +303,9 @@ func (c *Comm) executeNVLS(w *waiter, cl *call) error {
 			break
 		}
 		var g *nvlsGroup
-		var link *cnLink
+		var link *collnet.Link
 		var err error
-		if collnet {
+		if isCollNet {
 			if g, err = c.collNetGroupFor(ch); err == nil {
 				link, err = c.collNetLink(ch, g.me)
 			}
@@ -315,7 +320,7 @@ func (c *Comm) executeNVLS(w *waiter, cl *call) error {
 			c.nvlsWks = append(c.nvlsWks, &nvlsWorker{})
 		}
 		wk := c.nvlsWks[ch]
-		*wk = nvlsWorker{w: *w, g: g, cl: cl, ch: ch, lo: lo, hi: min(total, lo+per), net: link}
+		*wk = nvlsWorker{comm: c, w: *w, g: g, cl: cl, ch: ch, lo: lo, hi: min(total, lo+per), net: link}
 		if link != nil {
 			wk.netOp, wk.postDiv = collNetWireOp(cl.opKind), cl.red.DevOp() == kernels.DevSumPostDiv
 		}
@@ -325,18 +330,18 @@ func (c *Comm) executeNVLS(w *waiter, cl *call) error {
 				return err
 			}
 		}
-		wk.w.bulk = cl.count*cl.es >= bulkBytes
+		wk.w.Bulk = cl.count*cl.es >= wire.BulkBytes
 		tasks = append(tasks, wk)
 	}
 	c.nvlsRun = tasks
 	spin := c.spinFits(len(tasks))
-	if collnet {
+	if isCollNet {
 		spin = c.collNetSpinFits(len(tasks))
 	}
 	for _, wk := range tasks {
-		wk.w.spin, wk.w.shared = spin, len(tasks) > 1
+		wk.w.Spin, wk.w.Shared = spin, len(tasks) > 1
 	}
-	tasks[0].w.agree = true
+	tasks[0].w.Agree = true
 	wg := &c.wg
 	wg.Add(len(tasks) - 1)
 	for _, wk := range tasks[1:] {
@@ -354,7 +359,7 @@ func (c *Comm) executeNVLS(w *waiter, cl *call) error {
 		for len(c.stats) <= wk.ch {
 			c.stats = append(c.stats, ChannelStats{})
 		}
-		c.stats[wk.ch].add(wk.stats)
+		c.stats[wk.ch].Add(wk.stats)
 	}
 	c.statsMu.Unlock()
 
@@ -419,7 +424,7 @@ var nvlsPhases = [...][]uint8{{phScatter, phReduce, phGather}, {phSt, phGather},
 // run pipelines the call's steps through its phases on one goroutine, as NCCL's runNvls runs them
 // in separate warps: each round it runs, upstream first, every phase whose step is ready (a phase
 // never passes the one before it), so a rank scatters up to NCCL_STEPS steps ahead while it waits
-// for the others' shares. When no phase can move it idles as every wait does (wait.go: backoff,
+// for the others' shares. When no phase can move it idles as every wait does (wire's wait.go: backoff,
 // abort, Close, context and watchdog), naming the member it last found behind.
 func (wk *nvlsWorker) run() error {
 	ph := nvlsPhases[0]
@@ -443,7 +448,7 @@ func (wk *nvlsWorker) run() error {
 	if wk.cl.coll == costmodel.AllReduce {
 		per *= g.l.Members
 	}
-	steps := uint64(divUp(wk.hi-wk.lo, per))
+	steps := uint64(algorithm.DivUp(wk.hi-wk.lo, per))
 	base := g.step
 	var next [4]uint64 // per phase: the next step (from base)
 	last := len(ph) - 1
@@ -471,7 +476,7 @@ func (wk *nvlsWorker) run() error {
 			i = 0
 			continue
 		}
-		if err := wk.w.idle(i, peer); err != nil {
+		if err := wk.w.Idle(i, peer); err != nil {
 			return err
 		}
 		i++
@@ -529,7 +534,7 @@ func (wk *nvlsWorker) arStep(i int) (off, rem, share int) {
 	rem = min(wk.hi-off, n*ce)
 	share = ce
 	if rem < n*ce {
-		share = min(roundUp(divUp(rem, n), alignElems(wk.cl.es)), ce)
+		share = min(algorithm.RoundUp(algorithm.DivUp(rem, n), algorithm.AlignElems(wk.cl.es)), ce)
 	}
 	return off, rem, share
 }
@@ -544,12 +549,12 @@ func (wk *nvlsWorker) act(kind uint8, s uint64, i int) {
 		off, rem, share := wk.arStep(i)
 		switch kind {
 		case phScatter:
-			in := span(cl.send, off, rem, es)
+			in := algorithm.Span(cl.send, off, rem, es)
 			for h := 0; h*share < rem; h++ {
 				e0, e1 := h*share, min((h+1)*share, rem)
 				copy(g.slotAt(s, me, false, h*S, (e1-e0)*es), in[e0*es:e1*es])
 			}
-			storeRelease(g.posted[me], me64)
+			wire.StoreRelease(g.posted[me], me64)
 		case phReduce:
 			if e0 := me * share; e0 < rem {
 				e1 := min(e0+share, rem)
@@ -559,7 +564,7 @@ func (wk *nvlsWorker) act(kind uint8, s uint64, i int) {
 				wk.stats.LdReduceBytes += uint64(len(mine))
 				wk.stats.StBytes += uint64(len(mine))
 			}
-			storeRelease(g.reduced[me], me64)
+			wire.StoreRelease(g.reduced[me], me64)
 		case phTreeUp, phTreeDown:
 			nb := 0
 			if e0 := me * share; e0 < rem {
@@ -573,19 +578,19 @@ func (wk *nvlsWorker) act(kind uint8, s uint64, i int) {
 			}
 			wk.netAct(kind, s, nb)
 		case phCnScatter:
-			in := span(cl.send, off, rem, es)
+			in := algorithm.Span(cl.send, off, rem, es)
 			for h := 0; h*share < rem; h++ {
 				e0, e1 := h*share, min((h+1)*share, rem)
 				cl.red.Load(g.slotAt(s, me, false, h*S, (e1-e0)*es), in[e0*es:e1*es])
 			}
-			storeRelease(g.posted[me], me64)
+			wire.StoreRelease(g.posted[me], me64)
 		default: // phGather
-			out := span(cl.recv, off, rem, es)
+			out := algorithm.Span(cl.recv, off, rem, es)
 			for h := 0; h*share < rem; h++ {
 				e0, e1 := h*share, min((h+1)*share, rem)
 				copy(out[e0*es:e1*es], g.slotAt(s, me, true, h*S, (e1-e0)*es))
 			}
-			storeRelease(g.done[me], me64)
+			wire.StoreRelease(g.done[me], me64)
 		}
 		return
 	}
@@ -596,26 +601,26 @@ func (wk *nvlsWorker) act(kind uint8, s uint64, i int) {
 	nb := nel * es
 	switch kind {
 	case phSt:
-		g.st(s, span(cl.send, e0, nel, es), me*S)
+		g.st(s, algorithm.Span(cl.send, e0, nel, es), me*S)
 		wk.stats.StBytes += uint64(nb)
-		storeRelease(g.posted[me], me64)
-		storeRelease(g.reduced[me], me64)
+		wire.StoreRelease(g.posted[me], me64)
+		wire.StoreRelease(g.reduced[me], me64)
 	case phGather:
 		for h := 0; h < n; h++ {
 			if h != me || !cl.inPlace {
-				copy(span(cl.recv, h*count+e0, nel, es), g.slotAt(s, me, true, h*S, nb))
+				copy(algorithm.Span(cl.recv, h*count+e0, nel, es), g.slotAt(s, me, true, h*S, nb))
 			}
 		}
-		storeRelease(g.done[me], me64)
+		wire.StoreRelease(g.done[me], me64)
 	case phScatter:
 		for h := 0; h < n; h++ {
-			copy(g.slotAt(s, me, false, h*S, nb), span(cl.send, h*count+e0, nel, es))
+			copy(g.slotAt(s, me, false, h*S, nb), algorithm.Span(cl.send, h*count+e0, nel, es))
 		}
-		storeRelease(g.posted[me], me64)
+		wire.StoreRelease(g.posted[me], me64)
 	default: // phLdReduce
-		g.ldReduce(cl.red, s, span(cl.recv, e0, nel, es), me*S)
+		g.ldReduce(cl.red, s, algorithm.Span(cl.recv, e0, nel, es), me*S)
 		wk.stats.LdReduceBytes += uint64(nb)
-		storeRelease(g.reduced[me], me64)
-		storeRelease(g.done[me], me64)
+		wire.StoreRelease(g.reduced[me], me64)
+		wire.StoreRelease(g.done[me], me64)
 	}
 }

@@ -14,6 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/launch"
+	"github.com/collplan/collplan/engine/transport"
+	"github.com/collplan/collplan/engine/transport/shm"
 )
 
 // TestShmNVLSProcesses runs NVLS AllReduce with the ranks as processes over shared memory (the
@@ -23,11 +26,11 @@ import (
 // and ldReduce and st bytes that add up to the buffer (4000 bytes) over the ranks.
 func TestShmNVLSProcesses(t *testing.T) {
 	const n = 3
-	job := NewJobID(os.Getpid())
+	job := transport.NewJobID(os.Getpid())
 	out, errb := &lineBuffer{}, &lineBuffer{}
-	l := &Launcher{N: n, Argv: []string{os.Args[0], "-test.run=^TestShmHelperProcess$"},
+	l := &launch.Launcher{N: n, Argv: []string{os.Args[0], "-test.run=^TestShmHelperProcess$"},
 		Env: append(os.Environ(), envShmHelper+"=rank", envShmNVLS+"=1"), Stdout: out, Stderr: errb,
-		Job: job, Bind: BindNone}
+		Job: job, Bind: launch.BindNone}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	require.NoError(t, l.Run(ctx), "stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
@@ -45,7 +48,7 @@ func TestShmNVLSProcesses(t *testing.T) {
 	assert.Equal(t, 4000, ld, "ldReduce bytes over the ranks")
 	assert.Equal(t, 4000, st, "st bytes over the ranks")
 	assert.Regexp(t, regexp.MustCompile(`(?s)(DONE rank=\d.*){3}`), out.String())
-	assert.Empty(t, ShmFiles(job), "the job's files are removed")
+	assert.Empty(t, shm.ShmFiles(job), "the job's files are removed")
 }
 
 // TestShmNVLSTreeProcesses runs NVLS_TREE AllReduce with the ranks as processes over shared
@@ -56,11 +59,11 @@ func TestShmNVLSProcesses(t *testing.T) {
 // send 8000 payload bytes (Simple: as many wire bytes) and receive 8000: 24000 point to point.
 func TestShmNVLSTreeProcesses(t *testing.T) {
 	const n = 4
-	job := NewJobID(os.Getpid())
+	job := transport.NewJobID(os.Getpid())
 	out, errb := &lineBuffer{}, &lineBuffer{}
-	l := &Launcher{N: n, Argv: []string{os.Args[0], "-test.run=^TestShmHelperProcess$"},
+	l := &launch.Launcher{N: n, Argv: []string{os.Args[0], "-test.run=^TestShmHelperProcess$"},
 		Env: append(os.Environ(), envShmHelper+"=rank", envShmNVLSTree+"=1"), Stdout: out, Stderr: errb,
-		Job: job, Bind: BindNone}
+		Job: job, Bind: launch.BindNone}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	require.NoError(t, l.Run(ctx), "stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
@@ -79,5 +82,5 @@ func TestShmNVLSTreeProcesses(t *testing.T) {
 	assert.Equal(t, 8000, ld, "ldReduce bytes over the ranks")
 	assert.Equal(t, 8000, st, "st bytes over the ranks")
 	assert.Regexp(t, regexp.MustCompile(`(?s)(DONE rank=\d.*){4}`), out.String())
-	assert.Empty(t, ShmFiles(job), "the job's files are removed")
+	assert.Empty(t, shm.ShmFiles(job), "the job's files are removed")
 }

@@ -226,7 +226,7 @@ func TestNVLSBytes(t *testing.T) {
 				require.NoError(t, errs[r], "rank %d", r)
 				var tot ChannelStats
 				for _, s := range c.Stats() {
-					tot.add(s)
+					tot.Add(s)
 				}
 				assert.Zero(t, tot.Steps, "rank %d: point-to-point steps", r)
 				assert.Zero(t, tot.PayloadBytes, "rank %d: point-to-point payload", r)

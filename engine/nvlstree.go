@@ -2,10 +2,10 @@ package engine
 
 import (
 	"fmt"
-	"sync/atomic"
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/kernels"
 )
 
@@ -51,8 +51,8 @@ import (
 
 // nvlsTreeLinks are a rank's tree connections on one channel.
 type nvlsTreeLinks struct {
-	toUp, fromUp     *endpoint // nil at the root
-	toKids, fromKids [2]*endpoint
+	toUp, fromUp     *wire.Endpoint // nil at the root
+	toKids, fromKids [2]*wire.Endpoint
 	nKids            int
 }
 
@@ -112,7 +112,7 @@ func (c *Comm) nvlsTreeLinksFor(ch int) (*nvlsTreeLinks, error) {
 		tn = t1
 	}
 	t := &nvlsTreeLinks{}
-	pair := func(peer int) (to, from *endpoint, err error) {
+	pair := func(peer int) (to, from *wire.Endpoint, err error) {
 		if to, err = c.endpoint(ch, c.rank, peer); err != nil {
 			return nil, nil, err
 		}
@@ -138,19 +138,6 @@ func (c *Comm) nvlsTreeLinksFor(ch int) (*nvlsTreeLinks, error) {
 	return t, nil
 }
 
-// recvReady reports whether the current step's payload is in (tail > step): waitSimple would not
-// wait.
-func (e *endpoint) recvReady() bool { return atomic.LoadUint64(e.tail) > e.step }
-
-// sendReady reports whether the sender may write its next step's slot: reserve would not wait.
-func (e *endpoint) sendReady() bool {
-	if e.step < NCCLSteps || e.headSeen >= e.step-NCCLSteps+1 {
-		return true
-	}
-	e.headSeen = atomic.LoadUint64(e.head)
-	return e.headSeen >= e.step-NCCLSteps+1
-}
-
 // treeBlocked is blocked for tree-up and tree-down of step s, the i-th step of the call on this
 // channel (free: the counters' value that frees slot s).
 func (wk *nvlsWorker) treeBlocked(kind uint8, s uint64, i int, free uint64) int {
@@ -163,19 +150,19 @@ func (wk *nvlsWorker) treeBlocked(kind uint8, s uint64, i int, free uint64) int 
 		}
 		if mine {
 			for _, e := range t.fromKids[:t.nKids] {
-				if !e.recvReady() {
-					return e.peer
+				if !e.RecvReady() {
+					return e.Peer
 				}
 			}
-			if t.toUp != nil && !t.toUp.sendReady() {
-				return t.toUp.peer
+			if t.toUp != nil && !t.toUp.SendReady() {
+				return t.toUp.Peer
 			}
 		}
 		if t.toUp != nil {
 			return -1
 		}
-	} else if mine && !t.fromUp.recvReady() {
-		return t.fromUp.peer
+	} else if mine && !t.fromUp.RecvReady() {
+		return t.fromUp.Peer
 	}
 	// The root's tree-up, and tree-down: st into the down slots, send to the children.
 	if m := g.behind(g.done, free); m >= 0 {
@@ -183,8 +170,8 @@ func (wk *nvlsWorker) treeBlocked(kind uint8, s uint64, i int, free uint64) int 
 	}
 	if mine {
 		for _, e := range t.toKids[:t.nKids] {
-			if !e.sendReady() {
-				return e.peer
+			if !e.SendReady() {
+				return e.Peer
 			}
 		}
 	}
@@ -200,20 +187,20 @@ func (wk *nvlsWorker) treeAct(kind uint8, s uint64, nb int) {
 	if nb > 0 {
 		switch {
 		case kind == phTreeDown:
-			res = t.fromUp.simpleSlotBytes(nb)
+			res = t.fromUp.SimpleSlotBytes(nb)
 			wk.stats.RecvBytes += uint64(nb)
 		default:
 			// Tree-up: the node's sum of the share straight into the parent's slot (at the root,
 			// into this rank's own down slot, which st then skips), plus the children's partials.
 			dst := g.slotAt(s, g.me, true, off, nb)
 			if t.toUp != nil {
-				dst = t.toUp.simpleSlotBytes(nb)
+				dst = t.toUp.SimpleSlotBytes(nb)
 			}
 			g.ldReduce(cl.red, s, dst, off)
 			wk.stats.LdReduceBytes += uint64(nb)
 			for _, e := range t.fromKids[:t.nKids] {
-				cl.comb.Reduce(dst, dst, e.simpleSlotBytes(nb))
-				e.release()
+				cl.comb.Reduce(dst, dst, e.SimpleSlotBytes(nb))
+				e.Release()
 				wk.stats.RecvBytes += uint64(nb)
 			}
 			if t.toUp != nil {
@@ -225,21 +212,21 @@ func (wk *nvlsWorker) treeAct(kind uint8, s uint64, nb int) {
 		g.st(s, res, off)
 		wk.stats.StBytes += uint64(nb)
 		for _, e := range t.toKids[:t.nKids] {
-			copy(e.simpleSlotBytes(nb), res)
+			copy(e.SimpleSlotBytes(nb), res)
 			wk.sent(e, nb)
 		}
 		if kind == phTreeDown {
-			t.fromUp.release()
+			t.fromUp.Release()
 		}
 	} else if kind == phTreeUp && t.toUp != nil {
 		return
 	}
-	storeRelease(g.reduced[g.me], s+1)
+	wire.StoreRelease(g.reduced[g.me], s+1)
 }
 
 // sent publishes a Simple step of nb bytes on e and counts it.
-func (wk *nvlsWorker) sent(e *endpoint, nb int) {
-	e.publishSimple()
+func (wk *nvlsWorker) sent(e *wire.Endpoint, nb int) {
+	e.PublishSimple()
 	wk.stats.WireBytes += uint64(nb)
 	wk.stats.PayloadBytes += uint64(nb)
 	wk.stats.Steps++

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/kernels"
 	"github.com/collplan/collplan/planner"
 )
@@ -270,7 +271,7 @@ func closeAll(comms []*Comm) {
 // tinyBuffers make every FIFO slot small: LL 2 lines (16 payload bytes), LL128 one line (120),
 // Simple 64 bytes.
 func tinyBuffers() planner.Buffers {
-	return planner.Buffers{LL: NCCLSteps * 2 * llLineBytes, LL128: NCCLSteps * ll128LineBytes, Simple: NCCLSteps * 64}
+	return planner.Buffers{LL: NCCLSteps * 2 * wire.LLLineBytes, LL128: NCCLSteps * wire.LL128LineBytes, Simple: NCCLSteps * 64}
 }
 
 var bg = context.Background()

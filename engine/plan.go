@@ -7,12 +7,14 @@ import (
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/wire"
+	"github.com/collplan/collplan/engine/transport/collnet"
 	"github.com/collplan/collplan/kernels"
 	"github.com/collplan/collplan/planner"
 )
 
 // MaxChannels is the most channels a call runs on (NCCL's MAXCHANNELS).
-const MaxChannels = 64
+const MaxChannels = wire.MaxChannels
 
 // Config is a communicator's configuration. Zero values take the defaults given per field. Every
 // rank of a communicator must use the same configuration (New checks it: every rank claims the
@@ -53,13 +55,13 @@ type Config struct {
 	CollNet CollNetConfig
 
 	// Timeout is the watchdog's: a wait inside a call that sees no progress for this long aborts
-	// the communicator on every rank, naming the rank that stopped moving data (see wait.go).
+	// the communicator on every rank, naming the rank that stopped moving data (see wire's wait.go).
 	// 0 turns it off. (collbench defaults to 10 minutes, as PyTorch's process groups do.)
 	Timeout time.Duration
 }
 
 // CollNetConfig says where a communicator's CollNet calls find their aggregation endpoint
-// (collnet_endpoint.go).
+// (engine/transport/collnet).
 type CollNetConfig struct {
 	// Addr is the endpoint's TCP address, host:port: what COLLPLAN_COLLNET_ADDR (CollNetEnv) gives
 	// rank processes. "" means none: a CollNet call is then ErrConfig on every rank.
@@ -108,8 +110,8 @@ func (cfg Config) normalize(n int) (Config, error) {
 		v     int64
 		quant int64
 	}{
-		{"LL", b.LL, NCCLSteps * llLineBytes},
-		{"LL128", b.LL128, NCCLSteps * ll128LineBytes},
+		{"LL", b.LL, NCCLSteps * wire.LLLineBytes},
+		{"LL128", b.LL128, NCCLSteps * wire.LL128LineBytes},
 		{"Simple", b.Simple, NCCLSteps * 8},
 		{"NVLSChunk", b.NVLSChunk, 8},
 	} {
@@ -209,7 +211,7 @@ func (c *Comm) resolve(coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, cou
 		return plan{}, err
 	}
 	if d.Algo == costmodel.PAT {
-		// One op is one FIFO step: the chunk (NCCL's PAT rule, pat.go) is also the step.
+		// One op is one FIFO step: the chunk (NCCL's PAT rule, pattasks.go) is also the step.
 		d.Channels = min(max(d.Channels, 1), MaxChannels)
 		ce := int(patChunk(coll, nBytes, c.slotPayload(d.Proto), d.ChunkBytes, d.Channels, es)) / es
 		d.ChunkBytes, d.SliceBytes = int64(ce*es), int64(ce*es)
@@ -232,7 +234,7 @@ func (c *Comm) resolve(coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, cou
 	if d.Algo == costmodel.CollNetDirect || d.Algo == costmodel.CollNetChain {
 		if cfg.CollNet.Addr == "" {
 			return plan{}, fmt.Errorf("%w: %v needs a CollNet aggregation endpoint and none is configured (Config.CollNet.Addr; rank processes read %s)",
-				ErrConfig, d.Algo, CollNetEnv)
+				ErrConfig, d.Algo, collnet.CollNetEnv)
 		}
 		// One chunk is one FIFO step (a share per head for CollNetDirect): collnet.go.
 		ce := max(1, int(c.collNetChunk(d.Algo, nBytes, d.ChunkBytes, d.Channels))/es)
@@ -274,7 +276,7 @@ func (c *Comm) resolve(coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, cou
 
 // algoError is the error of a call of coll planned with algorithm a and protocol p, dtype dt and
 // op on n ranks in virtual nodes of rpn (normalized as Config.normalize does): nil where the engine
-// runs it; ErrInvalid where NCCL would not run it (pat.go, nvls.go, nvlstree.go say why);
+// runs it; ErrInvalid where NCCL would not run it (pattasks.go, nvls.go, nvlstree.go say why);
 // ErrNotImplemented for a path the engine lacks. Every rank of a call computes the same error.
 func algoError(coll costmodel.Coll, a costmodel.Algo, p costmodel.Proto, n, rpn int, dt kernels.Dtype, op kernels.Op) error {
 	switch {
@@ -331,9 +333,9 @@ func (c *Comm) slotPayload(p costmodel.Proto) int64 {
 	b := c.cfg.Buffers
 	switch p {
 	case costmodel.LL:
-		return b.LL / NCCLSteps / llLineBytes * llLinePayload
+		return b.LL / NCCLSteps / wire.LLLineBytes * wire.LLLinePayload
 	case costmodel.LL128:
-		return b.LL128 / NCCLSteps / ll128LineBytes * ll128LinePayload
+		return b.LL128 / NCCLSteps / wire.LL128LineBytes * wire.LL128LinePayload
 	}
 	return b.Simple / NCCLSteps
 }
@@ -353,6 +355,3 @@ func (c *Comm) table(coll costmodel.Coll, op kernels.Op, dt kernels.Dtype) *plan
 	}
 	return first
 }
-
-// alignElems is NCCL's chunk alignment in elements: 16 bytes' worth.
-func alignElems(es int) int { return max(1, 16/es) }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/transport/collnet"
 	"github.com/collplan/collplan/kernels"
 	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/tables"
@@ -58,7 +59,7 @@ func plannerInTheLoop(t *testing.T, emulated bool) {
 	const n = 8
 	cfg := Config{RanksPerNode: 2, Tables: []*planner.DecisionTable{table}}
 	if emulated { // the table picks CollNet too: the job needs its aggregation endpoint
-		ep, err := ListenCollNet("127.0.0.1:0")
+		ep, err := collnet.ListenCollNet("127.0.0.1:0")
 		require.NoError(t, err)
 		defer ep.Close()
 		cfg.CollNet.Addr = ep.Addr()

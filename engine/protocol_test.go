@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"unsafe"
-
 	"encoding/binary"
 	"fmt"
 	"testing"
@@ -12,13 +10,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/wire"
+	"github.com/collplan/collplan/engine/transport"
 	"github.com/collplan/collplan/kernels"
 )
 
 // rawRegion returns the bytes of a connection region as the transport holds them.
 func rawRegion(t *testing.T, c *Comm, ch, from, to int) []byte {
 	t.Helper()
-	r, err := c.tr.Region(ConnRegion(ch, from, to), c.layout.size())
+	r, err := c.tr.Region(transport.ConnRegion(ch, from, to), c.layout.Size())
 	require.NoError(t, err)
 	return r
 }
@@ -63,8 +63,8 @@ func TestLLWireFormat(t *testing.T) {
 	comms := broadcastBytes(t, costmodel.LL, data)
 	defer closeAll(comms)
 	reg := rawRegion(t, comms[0], 0, 0, 1)
-	ll := reg[connBufOff:]
-	slot := 2 * llLineBytes
+	ll := reg[wire.ConnBufOffset:]
+	slot := 2 * wire.LLLineBytes
 	payload := append(append([]byte(nil), data...), make([]byte, 64)...) // zero padding
 	for step := 0; step < 3; step++ {
 		lines := 2
@@ -72,7 +72,7 @@ func TestLLWireFormat(t *testing.T) {
 			lines = 1
 		}
 		for l := 0; l < lines; l++ {
-			line := ll[step*slot+l*llLineBytes:]
+			line := ll[step*slot+l*wire.LLLineBytes:]
 			d := payload[step*16+l*8:]
 			assert.Equal(t, d[0:4], line[0:4], "step %d line %d data1", step, l)
 			assert.Equal(t, uint32(step+1), le32(line[4:8]), "step %d line %d flag1", step, l)
@@ -80,9 +80,9 @@ func TestLLWireFormat(t *testing.T) {
 			assert.Equal(t, uint32(step+1), le32(line[12:16]), "step %d line %d flag2", step, l)
 		}
 	}
-	assert.Equal(t, make([]byte, llLineBytes), ll[2*slot+llLineBytes:2*slot+2*llLineBytes], "step 2 wrote only one line")
-	assert.Zero(t, le64(reg[connTailOff:]), "LL never writes the tail")
-	assert.Equal(t, uint64(3), le64(reg[connHeadOff:]), "head")
+	assert.Equal(t, make([]byte, wire.LLLineBytes), ll[2*slot+wire.LLLineBytes:2*slot+2*wire.LLLineBytes], "step 2 wrote only one line")
+	assert.Zero(t, le64(reg[wire.ConnTailOffset:]), "LL never writes the tail")
+	assert.Equal(t, uint64(3), le64(reg[wire.ConnHeadOffset:]), "head")
 }
 
 // TestLL128WireFormat reads the raw LL128 slots: 128-byte lines of 120 payload bytes and the flag
@@ -92,16 +92,16 @@ func TestLL128WireFormat(t *testing.T) {
 	comms := broadcastBytes(t, costmodel.LL128, data)
 	defer closeAll(comms)
 	reg := rawRegion(t, comms[0], 0, 0, 1)
-	buf := reg[connBufOff+comms[0].layout.llBytes:]
+	buf := reg[wire.ConnBufOffset+comms[0].layout.LLBytes:]
 	for step := 0; step < 3; step++ {
-		line := buf[step*ll128LineBytes : (step+1)*ll128LineBytes]
+		line := buf[step*wire.LL128LineBytes : (step+1)*wire.LL128LineBytes]
 		n := min(120, len(data)-step*120)
 		assert.Equal(t, data[step*120:step*120+n], line[:n], "step %d payload", step)
 		assert.Equal(t, make([]byte, 120-n), line[n:120], "step %d rest of the line untouched", step)
 		assert.Equal(t, uint64(step+1), le64(line[120:]), "step %d flag", step)
 	}
-	assert.Zero(t, le64(reg[connTailOff:]), "LL128 never writes the tail")
-	assert.Equal(t, uint64(3), le64(reg[connHeadOff:]), "head")
+	assert.Zero(t, le64(reg[wire.ConnTailOffset:]), "LL128 never writes the tail")
+	assert.Equal(t, uint64(3), le64(reg[wire.ConnHeadOffset:]), "head")
 }
 
 // TestSimpleWireFormat: Simple slots hold the payload as is, and the tail counts the published
@@ -112,10 +112,10 @@ func TestSimpleWireFormat(t *testing.T) {
 	defer closeAll(comms)
 	reg := rawRegion(t, comms[0], 0, 0, 1)
 	l := comms[0].layout
-	buf := reg[connBufOff+l.llBytes+l.ll128Bytes:]
+	buf := reg[wire.ConnBufOffset+l.LLBytes+l.LL128Bytes:]
 	assert.Equal(t, data, buf[:len(data)])
-	assert.Equal(t, uint64(4), le64(reg[connTailOff:]), "tail")
-	assert.Equal(t, uint64(4), le64(reg[connHeadOff:]), "head")
+	assert.Equal(t, uint64(4), le64(reg[wire.ConnTailOffset:]), "tail")
+	assert.Equal(t, uint64(4), le64(reg[wire.ConnHeadOffset:]), "head")
 }
 
 // TestFlagProtocolsNeverWriteTail runs wrapping AllReduces on every algorithm with LL and LL128:
@@ -142,16 +142,16 @@ func TestFlagProtocolsNeverWriteTail(t *testing.T) {
 				conns := 0
 				for _, c := range comms {
 					for k, e := range c.eps {
-						if k.from != c.rank || e.step == 0 {
+						if k.from != c.rank || e.Step == 0 {
 							continue
 						}
 						conns++
 						reg := rawRegion(t, c, k.ch, k.from, k.to)
-						head, tail := le64(reg[connHeadOff:]), le64(reg[connTailOff:])
-						assert.Equal(t, e.step, head, "%v: head", k)
-						assert.Greater(t, e.step, uint64(3*NCCLSteps), "%v wraps", k)
+						head, tail := le64(reg[wire.ConnHeadOffset:]), le64(reg[wire.ConnTailOffset:])
+						assert.Equal(t, e.Step, head, "%v: head", k)
+						assert.Greater(t, e.Step, uint64(3*NCCLSteps), "%v wraps", k)
 						if proto == costmodel.Simple {
-							assert.Equal(t, e.step, tail, "%v: Simple tail", k)
+							assert.Equal(t, e.Step, tail, "%v: Simple tail", k)
 						} else {
 							assert.Zero(t, tail, "%v: %v wrote the tail", k, proto)
 						}
@@ -281,10 +281,4 @@ func TestNoAllocationPerStep(t *testing.T) {
 			})
 		}
 	}
-}
-
-// TestEndpointLines: an endpoint is a whole number of 64-byte cache lines, so endpoints written by
-// goroutines on different cores never share a line (see the padding in endpoint).
-func TestEndpointLines(t *testing.T) {
-	assert.Zero(t, unsafe.Sizeof(endpoint{})%64, "endpoint is %d bytes", unsafe.Sizeof(endpoint{}))
 }

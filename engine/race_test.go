@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/transport/shm"
 	"github.com/collplan/collplan/kernels"
 )
 
@@ -22,18 +23,18 @@ import (
 // the in-process transport the race detector sees that chain (the counters are Go memory); with the
 // shared-memory transport the counters live in mapped files, outside the Go heap, where the race
 // runtime ignores atomics, so it saw two unordered accesses. The engine now adds the edge itself in
-// race builds on such transports (see race.go). Both transports run here, three ranks (so rank 1
+// race builds on such transports (see wire's race.go). Both transports run here, three ranks (so rank 1
 // is a middle rank of the chain), two channels (both trees), every protocol.
 func TestTreeInPlaceRace(t *testing.T) {
 	const n = 3
-	for _, shm := range []bool{false, true} {
+	for _, onShm := range []bool{false, true} {
 		for _, p := range protos {
 			for _, count := range []int{2, 1000, 5000} {
-				name := fmt.Sprintf("shm=%v/%v/%d", shm, p, count)
+				name := fmt.Sprintf("shm=%v/%v/%d", onShm, p, count)
 				t.Run(name, func(t *testing.T) {
 					cfg := Config{Buffers: tinyBuffers(), Override: Pin(costmodel.Tree, p)}
 					cfg.Override.Channels = 2
-					comms := treeRaceComms(t, n, shm, cfg)
+					comms := treeRaceComms(t, n, onShm, cfg)
 					var wg sync.WaitGroup
 					errs := make([]error, n)
 					bufs := make([][]byte, n)
@@ -66,9 +67,9 @@ func TestTreeInPlaceRace(t *testing.T) {
 
 // treeRaceComms makes n ranks over the in-process transport or over n ShmTransports of one job
 // (one mapping per rank, as in separate processes), closed at the end of the test.
-func treeRaceComms(t *testing.T, n int, shm bool, cfg Config) []*Comm {
+func treeRaceComms(t *testing.T, n int, onShm bool, cfg Config) []*Comm {
 	t.Helper()
-	if !shm {
+	if !onShm {
 		comms, err := NewInProcess(n, cfg)
 		require.NoError(t, err)
 		t.Cleanup(func() {
@@ -81,7 +82,7 @@ func treeRaceComms(t *testing.T, n int, shm bool, cfg Config) []*Comm {
 	job := newJob(t)
 	comms := make([]*Comm, n)
 	for r := range comms {
-		tr, err := NewShmTransport(job)
+		tr, err := shm.NewShmTransport(job)
 		require.NoError(t, err)
 		comms[r], err = New(r, n, tr, cfg)
 		require.NoError(t, err)

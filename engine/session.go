@@ -1,9 +1,14 @@
 package engine
 
 import (
+	"context"
+	"fmt"
+	"hash/fnv"
 	"net"
 	"sync"
 	"time"
+
+	"github.com/collplan/collplan/engine/launch"
 )
 
 // Session is a rank's rendezvous connections, kept open for the communicator's life: rank 0 holds
@@ -139,4 +144,62 @@ func (s *Session) Close() error {
 		}
 	}
 	return nil
+}
+
+// ConfigHash hashes what every rank of a communicator must agree on before it starts: n, the
+// normalized configuration (ranks per node, buffers, channels, override, the CollNet endpoint's
+// address), its decision tables, and extra values the caller adds (benchmark parameters, ...). A
+// Config.Plan function cannot be hashed; callers that use one should add what determines it to
+// extra.
+func ConfigHash(n int, cfg Config, extra ...string) (uint64, error) {
+	c, err := cfg.normalize(n)
+	if err != nil {
+		return 0, err
+	}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "n=%d rpn=%d buf=%d/%d/%d ch=%d override=%+v plan=%t\n", n, c.RanksPerNode,
+		c.Buffers.LL, c.Buffers.LL128, c.Buffers.Simple, c.Channels, c.Override, c.Plan != nil)
+	if c.CollNet.Addr != "" {
+		fmt.Fprintf(h, "collnet=%q\n", c.CollNet.Addr) // (the job name comes from the rendezvous)
+	}
+	for i, t := range c.Tables {
+		if t == nil {
+			fmt.Fprintf(h, "table %d nil\n", i)
+			continue
+		}
+		fmt.Fprintf(h, "table %d %+v\n", i, t.Entries())
+	}
+	for _, x := range extra {
+		fmt.Fprintf(h, "%q\n", x)
+	}
+	return h.Sum64(), nil
+}
+
+// Rendezvous brings the ranks of a job together (see Join) and closes the connections at once,
+// returning the job id. Ranks that use it learn of a dead peer only through their waits' other
+// checks (a launcher's abort, the watchdog); Join keeps the connections and aborts on EOF.
+func Rendezvous(ctx context.Context, rank, size int, addr string, cfgHash uint64, job string, timeout time.Duration) (string, error) {
+	s, err := Join(ctx, rank, size, addr, cfgHash, job, timeout)
+	if err != nil {
+		return "", err
+	}
+	s.Close()
+	return s.Job, nil
+}
+
+// Join brings the ranks of a job together over TCP on loopback (launch.Connect): rank 0 listens on addr, the
+// others connect (retrying until the deadline) and send their rank, size and configuration hash;
+// rank 0 checks every rank's against its own and hands out the job id (job, or a fresh one owned
+// by this process when job is ""), or refuses every rank with the same error naming the first
+// difference. Every rank returns its Session, or an error; none waits past timeout.
+//
+// The connections stay open for the communicator's life (Session.Attach): a rank whose process
+// dies closes them (the kernel does), and the rank at the other end aborts the communicator on
+// its behalf, so no rank waits forever for a dead peer, with or without a launcher.
+func Join(ctx context.Context, rank, size int, addr string, cfgHash uint64, job string, timeout time.Duration) (*Session, error) {
+	job, conns, err := launch.Connect(ctx, rank, size, addr, cfgHash, job, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return newSession(job, rank, conns), nil
 }

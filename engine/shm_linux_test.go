@@ -17,6 +17,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/collplan/collplan/engine/launch"
+	"github.com/collplan/collplan/engine/transport"
+	"github.com/collplan/collplan/engine/transport/shm"
 )
 
 // requireUnshare skips the test unless it runs as root and unshare(1) may make the namespaces
@@ -31,48 +35,6 @@ func requireUnshare(t *testing.T, flags ...string) {
 	}
 	if out, err := exec.Command("unshare", append(flags, "true")...).CombinedOutput(); err != nil {
 		t.Skipf("unshare %s refused (%v: %s): the test needs that namespace", strings.Join(flags, " "), err, out)
-	}
-}
-
-// TestShmRegionAllocated: a region's memory is allocated when it is made (fallocate), not at the
-// first touch, so that a full tmpfs is an error at Region instead of SIGBUS in a rank; where the
-// filesystem cannot allocate, the region is still made (sized, sparse).
-func TestShmRegionAllocated(t *testing.T) {
-	if st, err := os.Stat("/dev/shm"); err != nil || !st.IsDir() {
-		t.Skip("no /dev/shm")
-	}
-	t.Setenv("COLLPLAN_SHM_DIR", "/dev/shm")
-	const size = 1 << 20
-	for _, tc := range []struct {
-		name      string
-		fallocate func(fd int, mode uint32, off, n int64) error
-		allocated bool
-	}{
-		{"fallocate", nil, true},
-		{"unsupported", func(int, uint32, int64, int64) error { return syscall.EOPNOTSUPP }, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if tc.fallocate != nil {
-				saved := fallocate
-				fallocate = tc.fallocate
-				t.Cleanup(func() { fallocate = saved })
-			}
-			job := newJob(t)
-			tr, err := NewShmTransport(job)
-			require.NoError(t, err)
-			defer tr.Close()
-			r, err := tr.Region("conn/0/0-1", size)
-			require.NoError(t, err)
-			require.Len(t, r, size)
-			var st syscall.Stat_t
-			require.NoError(t, syscall.Stat(filepath.Join("/dev/shm", ShmPrefix(job)+"conn.0.0-1"), &st))
-			assert.EqualValues(t, size, st.Size)
-			if tc.allocated {
-				assert.GreaterOrEqual(t, st.Blocks*512, int64(size), "the region's pages are allocated")
-			} else {
-				assert.Less(t, st.Blocks*512, int64(size), "sparse where fallocate is unsupported")
-			}
-		})
 	}
 }
 
@@ -100,18 +62,18 @@ func TestShmNoSpaceInner(t *testing.T) {
 		t.Skip("run by TestShmNoSpace, in a mount namespace with a 1 MiB tmpfs")
 	}
 	dir := os.Getenv("COLLPLAN_SHM_DIR")
-	require.Equal(t, dir, ShmDir())
+	require.Equal(t, dir, shm.ShmDir())
 	t.Run("region", func(t *testing.T) {
-		lock, err := CreateJobLock(NewJobID(os.Getpid()))
+		lock, err := shm.CreateJobLock(transport.NewJobID(os.Getpid()))
 		require.NoError(t, err)
-		tr, err := NewShmTransport(lock.Job())
+		tr, err := shm.NewShmTransport(lock.Job())
 		require.NoError(t, err)
 		_, err = tr.Region("conn/0/0-1", 9<<19) // 4.5 MiB
 		require.Error(t, err)
 		assert.ErrorIs(t, err, syscall.ENOSPC)
 		assert.Regexp(t, `^engine: shm region conn/0/0-1: `+regexp.QuoteMeta(dir)+
 			` has 1\.0 MiB free, the region needs 4\.5 MiB \(set COLLPLAN_SHM_DIR to a larger tmpfs\): no space left on device$`, err.Error())
-		r, err := tr.Region(CtrlRegion, 64<<10)
+		r, err := tr.Region(transport.CtrlRegion, 64<<10)
 		require.NoError(t, err, "a region that fits is made")
 		assert.Equal(t, make([]byte, 64<<10), r)
 		require.NoError(t, errors.Join(tr.Close(), lock.Close()))
@@ -121,9 +83,9 @@ func TestShmNoSpaceInner(t *testing.T) {
 	t.Run("job", func(t *testing.T) {
 		// NCCL's default buffers make each connection's region 9.2 MiB; the control region fits.
 		var out, errb lineBuffer
-		l := &Launcher{N: 2, Argv: []string{os.Args[0], "-test.run=^TestShmHelperProcess$"},
+		l := &launch.Launcher{N: 2, Argv: []string{os.Args[0], "-test.run=^TestShmHelperProcess$"},
 			Env: append(os.Environ(), envShmHelper+"=rank", envShmBig+"=1"), Stdout: &out, Stderr: &errb,
-			Grace: 2 * time.Second, Bind: BindNone}
+			Grace: 2 * time.Second, Bind: launch.BindNone}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		start := time.Now()
@@ -164,18 +126,18 @@ func TestShmOtherPIDNamespace(t *testing.T) {
 	}()
 	ready := waitLines(t, out, regexp.MustCompile(`READY rank=(\d) pid=(\d+) job=(\S+)`), 2, time.Minute)
 	job := ready[0][3]
-	owner, ok := jobOwner(job)
+	owner, ok := transport.JobOwner(job)
 	require.True(t, ok, job)
 	require.Greater(t, owner, base, "rank 0's pid in its namespace")
 	require.ErrorIs(t, syscall.Kill(owner, 0), syscall.ESRCH, "no process here has the job's owner pid %d", owner)
 
-	before := ShmFiles(job)
+	before := shm.ShmFiles(job)
 	require.NotEmpty(t, before)
-	_, err := RemoveStaleShm()
+	_, err := shm.RemoveStaleShm()
 	require.NoError(t, err)
-	assert.ElementsMatch(t, before, ShmFiles(job), "RemoveStaleShm outside kept the live job's files")
-	require.NoError(t, (&Launcher{N: 1, Argv: []string{"true"}}).Run(ctx))
-	assert.ElementsMatch(t, before, ShmFiles(job), "another job's start kept the live job's files")
+	assert.ElementsMatch(t, before, shm.ShmFiles(job), "RemoveStaleShm outside kept the live job's files")
+	require.NoError(t, (&launch.Launcher{N: 1, Argv: []string{"true"}}).Run(ctx))
+	assert.ElementsMatch(t, before, shm.ShmFiles(job), "another job's start kept the live job's files")
 
 	require.NoError(t, os.WriteFile(goFile, nil, 0o600))
 	select {
@@ -186,7 +148,7 @@ func TestShmOtherPIDNamespace(t *testing.T) {
 		t.Fatalf("the job still runs a minute after it was let go:\n%s", out.String())
 	}
 	assert.Len(t, regexp.MustCompile(`DONE rank=\d`).FindAllString(out.String(), -1), 2, out.String())
-	assert.Empty(t, ShmFiles(job), "the job's last process removed its files")
+	assert.Empty(t, shm.ShmFiles(job), "the job's last process removed its files")
 }
 
 // deadPidWindow returns a pid p such that no process has a pid in p+1..p+n here.

@@ -21,6 +21,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/collplan/collplan/engine/launch"
+	"github.com/collplan/collplan/engine/transport"
+	"github.com/collplan/collplan/engine/transport/shm"
 	"github.com/collplan/collplan/kernels"
 )
 
@@ -34,7 +37,7 @@ func deadPid(t *testing.T) int {
 // newJob returns a fresh job id and its lock, held by this process until the test ends.
 func newJob(t *testing.T) string {
 	t.Helper()
-	lock, err := CreateJobLock(NewJobID(os.Getpid()))
+	lock, err := shm.CreateJobLock(transport.NewJobID(os.Getpid()))
 	require.NoError(t, err)
 	t.Cleanup(func() { lock.Close() })
 	return lock.Job()
@@ -45,12 +48,12 @@ func newJob(t *testing.T) string {
 // the job's holders to let go (here the job's lock, after every rank closed) removes the files.
 func TestShmTransportAllReduce(t *testing.T) {
 	const n, count = 4, 1000
-	lock, err := CreateJobLock(NewJobID(os.Getpid()))
+	lock, err := shm.CreateJobLock(transport.NewJobID(os.Getpid()))
 	require.NoError(t, err)
 	job := lock.Job()
 	comms := make([]*Comm, n)
 	for r := range comms {
-		tr, err := NewShmTransport(job)
+		tr, err := shm.NewShmTransport(job)
 		require.NoError(t, err)
 		comms[r], err = New(r, n, tr, Config{Buffers: tinyBuffers()})
 		require.NoError(t, err)
@@ -77,140 +80,13 @@ func TestShmTransportAllReduce(t *testing.T) {
 			require.Equal(t, uint32(n*i+n*(n-1)/2), binary.LittleEndian.Uint32(bufs[r][4*i:]), "rank %d element %d", r, i)
 		}
 	}
-	assert.NotEmpty(t, ShmFiles(job))
+	assert.NotEmpty(t, shm.ShmFiles(job))
 	for r := n - 1; r >= 0; r-- {
 		require.NoError(t, comms[r].Close())
 	}
-	assert.NotEmpty(t, ShmFiles(job), "the job's lock still holds the files")
+	assert.NotEmpty(t, shm.ShmFiles(job), "the job's lock still holds the files")
 	require.NoError(t, lock.Close())
-	assert.Empty(t, ShmFiles(job), "the last one out removes the job's files")
-}
-
-// TestShmRegionZeroAndShared: a region is zero when created, the same bytes for every rank, and
-// a size disagreement is an error.
-func TestShmRegionZeroAndShared(t *testing.T) {
-	lock, err := CreateJobLock(NewJobID(os.Getpid()))
-	require.NoError(t, err)
-	job := lock.Job()
-	require.NoError(t, lock.Close(), "the last one out removes the job's files")
-	_, err = NewShmTransport(job)
-	require.ErrorContains(t, err, "has ended", "a job whose lock is gone cannot be joined")
-	lock, err = CreateJobLock(job)
-	require.NoError(t, err)
-	a, err := NewShmTransport(job)
-	require.NoError(t, err)
-	require.NoError(t, lock.Close(), "a still holds the job")
-	b, err := NewShmTransport(job)
-	require.NoError(t, err)
-	ra, err := a.Region("conn/0/0-1", 4096)
-	require.NoError(t, err)
-	assert.Equal(t, make([]byte, 4096), ra)
-	rb, err := b.Region("conn/0/0-1", 4096)
-	require.NoError(t, err)
-	ra[100] = 7
-	assert.Equal(t, byte(7), rb[100])
-	_, err = b.Region("ctrl", 128)
-	require.NoError(t, err)
-	_, err = a.Region("ctrl", 256)
-	assert.ErrorIs(t, err, ErrConfig)
-	_, err = a.Region("lock", 256)
-	assert.ErrorIs(t, err, ErrInvalid, "the lock file's name is not a region's")
-	require.NoError(t, b.Close())
-	assert.NotEmpty(t, ShmFiles(job))
-	require.NoError(t, a.Close())
-	assert.Empty(t, ShmFiles(job))
-}
-
-// TestShmRegionConcurrent: ranks that create and size the same regions at the same moment all get
-// the same zeroed bytes of the right size.
-func TestShmRegionConcurrent(t *testing.T) {
-	const n, size = 8, 1 << 20
-	job := newJob(t)
-	trs := make([]*ShmTransport, n)
-	for r := range trs {
-		var err error
-		trs[r], err = NewShmTransport(job)
-		require.NoError(t, err)
-		defer trs[r].Close()
-	}
-	for _, name := range []string{"ctrl", "conn/0/0-1", "conn/1/1-0"} {
-		regions := make([][]byte, n)
-		errs := make([]error, n)
-		var wg sync.WaitGroup
-		for r, tr := range trs {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				regions[r], errs[r] = tr.Region(name, size)
-			}()
-		}
-		wg.Wait()
-		for r := range trs {
-			require.NoError(t, errs[r], "%s rank %d", name, r)
-			require.Len(t, regions[r], size)
-		}
-		assert.Equal(t, make([]byte, size), regions[0], name)
-		regions[n-1][size-1] = 9
-		for r := range trs {
-			assert.Equal(t, byte(9), regions[r][size-1], "%s rank %d", name, r)
-		}
-	}
-}
-
-// TestJobLock: a job id is created once; a job without a lock cannot be joined, and the error
-// names the lock file.
-func TestJobLock(t *testing.T) {
-	job := newJob(t)
-	_, err := CreateJobLock(job)
-	require.ErrorContains(t, err, "in use")
-	other := NewJobID(os.Getpid())
-	_, err = NewShmTransport(other)
-	require.ErrorContains(t, err, filepath.Join(ShmDir(), ShmPrefix(other)+"lock"))
-	_, err = CreateJobLock("x-1")
-	require.ErrorIs(t, err, ErrInvalid)
-}
-
-// TestShmDirOverride: COLLPLAN_SHM_DIR moves the segments (and lock files) to another directory;
-// one that is not an existing directory, named by an absolute path, is an error naming the
-// variable, wherever the directory is used.
-func TestShmDirOverride(t *testing.T) {
-	tmp := t.TempDir()
-	file := filepath.Join(tmp, "file")
-	require.NoError(t, os.WriteFile(file, nil, 0o600))
-	for _, tc := range []struct {
-		name, dir, err string
-	}{
-		{"directory", tmp, ""},
-		{"missing", filepath.Join(tmp, "none"), "no such file or directory"},
-		{"file", file, "not a directory"},
-		{"relative", "shm", "not an absolute path"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv("COLLPLAN_SHM_DIR", tc.dir)
-			assert.Equal(t, tc.dir, ShmDir())
-			lock, err := CreateJobLock(NewJobID(os.Getpid()))
-			_, serr := RemoveStaleShm()
-			if tc.err != "" {
-				for _, err := range []error{err, serr} {
-					require.Error(t, err)
-					assert.Contains(t, err.Error(), "COLLPLAN_SHM_DIR="+strconv.Quote(tc.dir))
-					assert.Contains(t, err.Error(), tc.err)
-				}
-				return
-			}
-			require.NoError(t, err)
-			require.NoError(t, serr)
-			tr, err := NewShmTransport(lock.Job())
-			require.NoError(t, err)
-			_, err = tr.Region("ctrl", 4096)
-			require.NoError(t, err)
-			files, _ := filepath.Glob(filepath.Join(tc.dir, ShmPrefix(lock.Job())+"*"))
-			assert.Len(t, files, 2, "the lock and the region")
-			require.NoError(t, errors.Join(tr.Close(), lock.Close()))
-			files, _ = filepath.Glob(filepath.Join(tc.dir, "*collplan-*"))
-			assert.Empty(t, files)
-		})
-	}
+	assert.Empty(t, shm.ShmFiles(job), "the last one out removes the job's files")
 }
 
 // TestShmDirEnv: a launcher hands its segment directory to ranks whose environment names none,
@@ -230,11 +106,11 @@ func TestShmDirEnv(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("COLLPLAN_SHM_DIR", tc.ours)
-			got, err := shmDirEnv(tc.env)
+			got, err := shm.ShmDirEnv(tc.env)
 			if tc.err != "" {
 				require.ErrorIs(t, err, ErrInvalid)
 				assert.Contains(t, err.Error(), tc.err)
-				err = (&Launcher{N: 1, Argv: []string{"true"}, Env: tc.env}).Run(context.Background())
+				err = (&launch.Launcher{N: 1, Argv: []string{"true"}, Env: tc.env}).Run(context.Background())
 				assert.ErrorContains(t, err, tc.err, "the launcher refuses to start")
 				return
 			}
@@ -250,7 +126,7 @@ func TestShmDirEnv(t *testing.T) {
 func TestRemoveStaleShm(t *testing.T) {
 	// Other tests' cleanups (other checkouts' included) must not interfere: a private directory.
 	t.Setenv("COLLPLAN_SHM_DIR", t.TempDir())
-	dir := ShmDir()
+	dir := shm.ShmDir()
 	type job struct {
 		id    string
 		stale bool
@@ -258,7 +134,7 @@ func TestRemoveStaleShm(t *testing.T) {
 	var jobs []job
 
 	// Every process of the job killed; its id names this (live) process.
-	killed := NewJobID(os.Getpid())
+	killed := transport.NewJobID(os.Getpid())
 	holders := []*holder{startHolder(t, killed, true), startHolder(t, killed, false)}
 	for _, h := range holders {
 		h.kill(t)
@@ -266,42 +142,42 @@ func TestRemoveStaleShm(t *testing.T) {
 	jobs = append(jobs, job{killed, true})
 
 	// Held by this process, ids naming a dead and a live pid.
-	for _, id := range []string{NewJobID(deadPid(t)), NewJobID(os.Getpid())} {
-		lock, err := CreateJobLock(id)
+	for _, id := range []string{transport.NewJobID(deadPid(t)), transport.NewJobID(os.Getpid())} {
+		lock, err := shm.CreateJobLock(id)
 		require.NoError(t, err)
 		defer lock.Close()
-		tr, err := NewShmTransport(id)
+		tr, err := shm.NewShmTransport(id)
 		require.NoError(t, err)
 		defer tr.Close()
-		_, err = tr.Region(CtrlRegion, 4096)
+		_, err = tr.Region(transport.CtrlRegion, 4096)
 		require.NoError(t, err)
 		jobs = append(jobs, job{id, false})
 	}
 
 	// A segment without a lock file.
-	nolock := NewJobID(os.Getpid())
-	require.NoError(t, os.WriteFile(filepath.Join(dir, ShmPrefix(nolock)+"ctrl"), []byte("x"), 0o600))
+	nolock := transport.NewJobID(os.Getpid())
+	require.NoError(t, os.WriteFile(filepath.Join(dir, shm.ShmPrefix(nolock)+"ctrl"), []byte("x"), 0o600))
 	jobs = append(jobs, job{nolock, true})
 
 	// A lock under construction whose creator died before putting it in place.
-	orphan := filepath.Join(dir, "."+ShmPrefix(NewJobID(os.Getpid()))+"lock-0123abcd")
+	orphan := filepath.Join(dir, "."+shm.ShmPrefix(transport.NewJobID(os.Getpid()))+"lock-0123abcd")
 	require.NoError(t, os.WriteFile(orphan, nil, 0o600))
 
 	for _, j := range jobs {
-		require.NotEmpty(t, ShmFiles(j.id), j.id)
+		require.NotEmpty(t, shm.ShmFiles(j.id), j.id)
 	}
-	removed, err := RemoveStaleShm()
+	removed, err := shm.RemoveStaleShm()
 	require.NoError(t, err)
 	for _, j := range jobs {
 		if j.stale {
-			assert.Empty(t, ShmFiles(j.id), "stale job %s", j.id)
+			assert.Empty(t, shm.ShmFiles(j.id), "stale job %s", j.id)
 			for _, f := range []string{"ctrl", "lock"} {
 				if j.id == killed || f == "ctrl" {
-					assert.Contains(t, removed, filepath.Join(dir, ShmPrefix(j.id)+f))
+					assert.Contains(t, removed, filepath.Join(dir, shm.ShmPrefix(j.id)+f))
 				}
 			}
 		} else {
-			assert.Len(t, ShmFiles(j.id), 2, "live job %s keeps its lock and region", j.id)
+			assert.Len(t, shm.ShmFiles(j.id), 2, "live job %s keeps its lock and region", j.id)
 		}
 	}
 	assert.NoFileExists(t, orphan)
@@ -313,20 +189,20 @@ func TestRemoveStaleShm(t *testing.T) {
 func TestShmLastOneOut(t *testing.T) {
 	for _, n := range []int{2, 3, 4} {
 		t.Run(fmt.Sprintf("np%d", n), func(t *testing.T) {
-			job := NewJobID(os.Getpid())
+			job := transport.NewJobID(os.Getpid())
 			hs := []*holder{startHolder(t, job, true)}
 			for range n - 1 {
 				hs = append(hs, startHolder(t, job, false))
 			}
-			require.NotEmpty(t, ShmFiles(job))
+			require.NotEmpty(t, shm.ShmFiles(job))
 			hs[0].kill(t)
-			assert.NotEmpty(t, ShmFiles(job), "the others still hold the job")
+			assert.NotEmpty(t, shm.ShmFiles(job), "the others still hold the job")
 			for _, h := range hs[1 : n-1] {
 				h.close(t)
-				assert.NotEmpty(t, ShmFiles(job), "the others still hold the job")
+				assert.NotEmpty(t, shm.ShmFiles(job), "the others still hold the job")
 			}
 			hs[n-1].close(t)
-			assert.Empty(t, ShmFiles(job), "no segment left after the last rank closed")
+			assert.Empty(t, shm.ShmFiles(job), "no segment left after the last rank closed")
 		})
 	}
 }
@@ -337,11 +213,11 @@ func TestLauncherKillRank(t *testing.T) {
 	rankRE := regexp.MustCompile(`READY rank=(\d+) pid=(\d+) job=(\S+)`)
 	for _, tc := range []struct{ n, kill int }{{2, 0}, {3, 1}, {4, 3}} {
 		t.Run(fmt.Sprintf("np%d", tc.n), func(t *testing.T) {
-			job := NewJobID(os.Getpid())
+			job := transport.NewJobID(os.Getpid())
 			out, errb := &lineBuffer{}, &lineBuffer{}
-			l := &Launcher{N: tc.n, Argv: []string{os.Args[0], "-test.run=^TestShmHelperProcess$"},
+			l := &launch.Launcher{N: tc.n, Argv: []string{os.Args[0], "-test.run=^TestShmHelperProcess$"},
 				Env: append(os.Environ(), envShmHelper+"=rank", envShmLoop+"=1"), Stdout: out, Stderr: errb,
-				Grace: 2 * time.Second, Job: job, Bind: BindNone}
+				Grace: 2 * time.Second, Job: job, Bind: launch.BindNone}
 			done := make(chan error, 1)
 			go func() { done <- l.Run(context.Background()) }()
 			lines := waitLines(t, out, rankRE, tc.n, 30*time.Second)
@@ -353,14 +229,14 @@ func TestLauncherKillRank(t *testing.T) {
 			}
 			select {
 			case err := <-done:
-				rank, ok := IsLaunchError(err)
+				rank, ok := launch.IsLaunchError(err)
 				require.True(t, ok, "%v", err)
 				assert.Equal(t, tc.kill, rank, "%v", err)
 				assert.Contains(t, err.Error(), "signal: killed")
 			case <-time.After(30 * time.Second):
 				t.Fatalf("the job still runs 30 s after rank %d was killed:\n%s", tc.kill, errb.String())
 			}
-			assert.Empty(t, ShmFiles(job), "no file of the job is left")
+			assert.Empty(t, shm.ShmFiles(job), "no file of the job is left")
 		})
 	}
 }
@@ -369,7 +245,7 @@ func TestLauncherKillRank(t *testing.T) {
 // rank.
 func TestAbortShm(t *testing.T) {
 	job := newJob(t)
-	tr, err := NewShmTransport(job)
+	tr, err := shm.NewShmTransport(job)
 	require.NoError(t, err)
 	c, err := New(0, 2, tr, Config{})
 	require.NoError(t, err)
@@ -380,7 +256,7 @@ func TestAbortShm(t *testing.T) {
 		done <- c.AllReduce(context.Background(), b, b, 2, kernels.Float32, kernels.Sum)
 	}()
 	time.Sleep(50 * time.Millisecond)
-	ok, err := AbortShm(job, 1)
+	ok, err := shm.AbortShm(job, 1)
 	require.NoError(t, err)
 	require.True(t, ok)
 	select {
@@ -397,7 +273,7 @@ func TestAbortShm(t *testing.T) {
 // a rank that never shows up ends the wait at the timeout.
 func TestRendezvous(t *testing.T) {
 	rendezvous := func(n int, hashes []uint64, timeout time.Duration) ([]string, []error) {
-		addr, err := FreeLoopbackAddr()
+		addr, err := launch.FreeLoopbackAddr()
 		require.NoError(t, err)
 		jobs, errs := make([]string, n), make([]error, n)
 		var wg sync.WaitGroup
@@ -416,7 +292,7 @@ func TestRendezvous(t *testing.T) {
 		require.NoError(t, errs[r])
 		assert.Equal(t, jobs[0], jobs[r])
 	}
-	pid, ok := jobOwner(jobs[0])
+	pid, ok := transport.JobOwner(jobs[0])
 	assert.True(t, ok)
 	assert.Equal(t, os.Getpid(), pid)
 
@@ -457,19 +333,19 @@ func TestConfigHash(t *testing.T) {
 
 func TestEnvFrom(t *testing.T) {
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-	e, ok, err := EnvFrom(env(map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4"}))
+	e, ok, err := launch.EnvFrom(env(map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4"}))
 	require.NoError(t, err)
 	require.True(t, ok)
-	assert.Equal(t, Env{Rank: 1, Size: 4, Addr: "127.0.0.1:" + strconv.Itoa(DefaultRendezvousPort), Source: "OMPI"}, e)
-	e, ok, err = EnvFrom(env(map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "localhost", "MASTER_PORT": "1234"}))
+	assert.Equal(t, launch.Env{Rank: 1, Size: 4, Addr: "127.0.0.1:" + strconv.Itoa(launch.DefaultRendezvousPort), Source: "OMPI"}, e)
+	e, ok, err = launch.EnvFrom(env(map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "localhost", "MASTER_PORT": "1234"}))
 	require.NoError(t, err)
 	require.True(t, ok)
 	assert.Equal(t, "127.0.0.1:1234", e.Addr)
-	_, _, err = EnvFrom(env(map[string]string{"PMI_RANK": "0", "PMI_SIZE": "2", "COLLPLAN_ADDR": "10.0.0.1:5"}))
+	_, _, err = launch.EnvFrom(env(map[string]string{"PMI_RANK": "0", "PMI_SIZE": "2", "COLLPLAN_ADDR": "10.0.0.1:5"}))
 	assert.ErrorIs(t, err, ErrInvalid)
-	_, _, err = EnvFrom(env(map[string]string{"COLLPLAN_RANK": "2", "COLLPLAN_WORLD_SIZE": "2"}))
+	_, _, err = launch.EnvFrom(env(map[string]string{"COLLPLAN_RANK": "2", "COLLPLAN_WORLD_SIZE": "2"}))
 	assert.ErrorIs(t, err, ErrInvalid)
-	_, ok, err = EnvFrom(env(nil))
+	_, ok, err = launch.EnvFrom(env(nil))
 	assert.NoError(t, err)
 	assert.False(t, ok)
 }
@@ -477,18 +353,18 @@ func TestEnvFrom(t *testing.T) {
 // TestLauncherRankFailure: a rank that exits non-zero ends the job with an error naming it; the
 // ranks still running are killed after the grace period; the job's segments are removed.
 func TestLauncherRankFailure(t *testing.T) {
-	job := NewJobID(os.Getpid())
-	require.NoError(t, os.WriteFile(filepath.Join(ShmDir(), ShmPrefix(job)+"ctrl"), nil, 0o600))
-	l := &Launcher{N: 3, Argv: []string{"sh", "-c", `if [ "$COLLPLAN_RANK" = 1 ]; then exit 3; fi; exec sleep 30`},
+	job := transport.NewJobID(os.Getpid())
+	require.NoError(t, os.WriteFile(filepath.Join(shm.ShmDir(), shm.ShmPrefix(job)+"ctrl"), nil, 0o600))
+	l := &launch.Launcher{N: 3, Argv: []string{"sh", "-c", `if [ "$COLLPLAN_RANK" = 1 ]; then exit 3; fi; exec sleep 30`},
 		Grace: 300 * time.Millisecond, Job: job}
 	start := time.Now()
 	err := l.Run(context.Background())
 	assert.Less(t, time.Since(start), 10*time.Second)
-	var le *LaunchError
+	var le *launch.LaunchError
 	require.True(t, errors.As(err, &le), "%v", err)
 	assert.Equal(t, 1, le.Rank)
 	assert.Contains(t, err.Error(), "rank 1: exit status 3")
-	assert.Empty(t, ShmFiles(job))
+	assert.Empty(t, shm.ShmFiles(job))
 }
 
 // TestLauncherStopWhileStarting: a stop request while the launcher is still starting ranks ends
@@ -498,7 +374,7 @@ func TestLauncherRankFailure(t *testing.T) {
 func TestLauncherStopWhileStarting(t *testing.T) {
 	dir := t.TempDir()
 	started := filepath.Join(dir, "started")
-	l := &Launcher{N: 200, Argv: []string{"sh", "-c", `echo $$ >> "$0"; exec sleep 30`, started}, Grace: 300 * time.Millisecond}
+	l := &launch.Launcher{N: 200, Argv: []string{"sh", "-c", `echo $$ >> "$0"; exec sleep 30`, started}, Grace: 300 * time.Millisecond}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		// Cancel once a few ranks run.

@@ -22,6 +22,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/launch"
+	"github.com/collplan/collplan/engine/transport"
+	"github.com/collplan/collplan/engine/transport/collnet"
+	"github.com/collplan/collplan/engine/transport/shm"
 	"github.com/collplan/collplan/kernels"
 )
 
@@ -75,13 +79,13 @@ func helperCommand(mode string, env ...string) *exec.Cmd {
 // helperJoin is what a rank process does before New, as collbench's runRankProcess does it: rank
 // 0 of a job started by hand (no COLLPLAN_JOB) clears stale segments, creates the job's id and lock
 // and hands the id out at the rendezvous; every rank then opens its transport.
-func helperJoin(env Env, cfgHash uint64) (string, *ShmTransport, func() error, error) {
+func helperJoin(env launch.Env, cfgHash uint64) (string, *shm.ShmTransport, func() error, error) {
 	job, release := env.Job, func() error { return nil }
 	if env.Rank == 0 && job == "" {
-		if _, err := RemoveStaleShm(); err != nil {
+		if _, err := shm.RemoveStaleShm(); err != nil {
 			fmt.Fprintln(os.Stderr, "warning:", err)
 		}
-		lock, err := CreateJobLock(NewJobID(os.Getpid()))
+		lock, err := shm.CreateJobLock(transport.NewJobID(os.Getpid()))
 		if err != nil {
 			return "", nil, release, err
 		}
@@ -91,14 +95,14 @@ func helperJoin(env Env, cfgHash uint64) (string, *ShmTransport, func() error, e
 	if err != nil {
 		return "", nil, release, err
 	}
-	tr, err := NewShmTransport(job)
+	tr, err := shm.NewShmTransport(job)
 	return job, tr, release, err
 }
 
 // helperRank is one rank of a job: it all-reduces once, says READY, then (envShmGo) waits for the
 // go file and all-reduces three more times, or (envShmLoop) all-reduces until that fails.
 func helperRank() (err error) {
-	env, ok, err := EnvFrom(os.Getenv)
+	env, ok, err := launch.EnvFrom(os.Getenv)
 	if err != nil || !ok {
 		return fmt.Errorf("not a rank (%v)", err)
 	}
@@ -117,8 +121,8 @@ func helperRank() (err error) {
 		cfg.Override = Pin(costmodel.NVLSTree, costmodel.Simple)
 		cfg.Override.Channels = 2
 	}
-	collnet := os.Getenv(envShmCollNet) == "1"
-	if collnet {
+	isCollNet := os.Getenv(envShmCollNet) == "1"
+	if isCollNet {
 		cfg.RanksPerNode = 2
 		cfg.Override = Pin(costmodel.CollNetDirect, costmodel.Simple)
 		cfg.Override.Channels = 2
@@ -128,7 +132,7 @@ func helperRank() (err error) {
 		return err
 	}
 	job, tr, release, err := helperJoin(env, h)
-	cfg.CollNet = CollNetConfig{Addr: os.Getenv(CollNetEnv), Job: job}
+	cfg.CollNet = CollNetConfig{Addr: os.Getenv(collnet.CollNetEnv), Job: job}
 	defer func() {
 		if rerr := release(); err == nil {
 			err = rerr
@@ -168,12 +172,12 @@ func helperRank() (err error) {
 	if nvls {
 		var tot ChannelStats
 		for _, s := range c.Stats() {
-			tot.add(s)
+			tot.Add(s)
 		}
 		fmt.Printf("NVLS rank=%d algo=%v p2p=%d ld=%d st=%d\n", env.Rank, c.LastPlan().Algo,
 			tot.PayloadBytes+tot.RecvBytes+tot.WireBytes, tot.LdReduceBytes, tot.StBytes)
 	}
-	if collnet {
+	if isCollNet {
 		fmt.Printf("COLLNET rank=%d algo=%v\n", env.Rank, c.LastPlan().Algo)
 	}
 	fmt.Printf("READY rank=%d pid=%d job=%s\n", env.Rank, os.Getpid(), job)
@@ -213,18 +217,18 @@ func helperHold() error {
 	job := os.Getenv("COLLPLAN_JOB")
 	release := func() error { return nil }
 	if os.Getenv(envShmOwner) == "1" {
-		lock, err := CreateJobLock(job)
+		lock, err := shm.CreateJobLock(job)
 		if err != nil {
 			return err
 		}
 		release = lock.Close
 	}
-	tr, err := NewShmTransport(job)
+	tr, err := shm.NewShmTransport(job)
 	if err != nil {
 		release()
 		return err
 	}
-	for _, name := range []string{CtrlRegion, ConnRegion(0, 0, 1)} {
+	for _, name := range []string{transport.CtrlRegion, transport.ConnRegion(0, 0, 1)} {
 		r, err := tr.Region(name, 4096)
 		if err != nil {
 			tr.Close()
@@ -249,7 +253,7 @@ func helperNSDriver() error {
 	if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(os.Getenv(envShmLastPid)), 0); err != nil {
 		return err
 	}
-	addr, err := FreeLoopbackAddr()
+	addr, err := launch.FreeLoopbackAddr()
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,9 @@ import (
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/engine"
+	"github.com/collplan/collplan/engine/launch"
+	"github.com/collplan/collplan/engine/transport/collnet"
+	"github.com/collplan/collplan/engine/transport/shm"
 	"github.com/collplan/collplan/kernels"
 	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/tables"
@@ -96,7 +99,7 @@ func mib(b int64) float64 { return float64(b) / (1 << 20) }
 func stagingRun(t *testing.T, n int, size int64, algo string) []int64 {
 	t.Helper()
 	var out, errb bytes.Buffer
-	l := &engine.Launcher{
+	l := &launch.Launcher{
 		N:      n,
 		Argv:   []string{os.Args[0], "-test.run=^TestStagingRank$", "-test.v"},
 		Env:    append(os.Environ(), stagingBytesEnv+"="+strconv.FormatInt(size, 10), stagingAlgoEnv+"="+algo),
@@ -137,7 +140,7 @@ func TestStagingRank(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, ok, err := engine.EnvFrom(os.Getenv)
+	env, ok, err := launch.EnvFrom(os.Getenv)
 	if err != nil || !ok {
 		t.Fatalf("not a rank (%v)", err)
 	}
@@ -155,7 +158,7 @@ func TestStagingRank(t *testing.T) {
 		cfg.Override = engine.Pin(costmodel.CollNetDirect, costmodel.Simple)
 		cfg.Override.Channels = 1
 		cfg.RanksPerNode = env.Size / 2
-		cfg.CollNet = engine.CollNetConfig{Addr: os.Getenv(engine.CollNetEnv), Job: env.Job}
+		cfg.CollNet = engine.CollNetConfig{Addr: os.Getenv(collnet.CollNetEnv), Job: env.Job}
 	}
 	h, err := engine.ConfigHash(env.Size, cfg)
 	if err != nil {
@@ -166,7 +169,7 @@ func TestStagingRank(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := engine.NewShmTransport(job)
+	tr, err := shm.NewShmTransport(job)
 	if err != nil {
 		t.Fatal(err)
 	}

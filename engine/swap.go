@@ -25,7 +25,7 @@ func (c *Comm) Seq() uint64 {
 func (c *Comm) SwapTables(seq uint64, tables []*planner.DecisionTable) error {
 	c.callMu.Lock()
 	defer c.callMu.Unlock()
-	if c.closed.Load() {
+	if c.ctl.Closed.Load() {
 		return ErrClosed
 	}
 	if seq != c.seq+1 {

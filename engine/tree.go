@@ -1,6 +1,12 @@
 package engine
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/collplan/collplan/engine/internal/algorithm"
+	"github.com/collplan/collplan/engine/internal/prims"
+	"github.com/collplan/collplan/engine/internal/wire"
+)
 
 // treeTasks sets up channel ch's tree connections for a Tree AllReduce and appends its workers.
 // Even channels run on tree 0, odd channels on tree 1, so half the channels climb each tree of the
@@ -10,9 +16,9 @@ import "unsafe"
 // overlap (its one piece goes down only after it has come up), so there a single goroutine runs up
 // and then down, as NCCL's runTreeUpDown does: a second goroutine would only add a wake-up and,
 // with more ranks than cores, a context switch to the critical path.
-func (c *Comm) treeTasks(w *waiter, cl *call, ch, lo, hi int, tasks []*worker) ([]*worker, error) {
+func (c *Comm) treeTasks(w *wire.Waiter, cl *call, ch, lo, hi int, tasks []*worker) ([]*worker, error) {
 	links := c.tree[ch%2][c.rank]
-	var fromBuf, toBuf [maxPeers]*endpoint
+	var fromBuf, toBuf [prims.MaxPeers]*wire.Endpoint
 	fromKids, toKids := fromBuf[:0], toBuf[:0]
 	for _, k := range links.Down {
 		if k < 0 {
@@ -28,11 +34,11 @@ func (c *Comm) treeTasks(w *waiter, cl *call, ch, lo, hi int, tasks []*worker) (
 		}
 		fromKids, toKids = append(fromKids, rx), append(toKids, tx)
 	}
-	t := treeRun{cl: cl, lo: lo, hi: hi}
+	t := algorithm.Tree{Cl: &cl.kc, Lo: lo, Hi: hi}
 	if links.Up < 0 {
 		wk := c.worker(w, cl, ch, 0)
-		wk.setPeers(fromKids, toKids)
-		wk.ensureScratch(wk.pieceBytes, len(fromKids))
+		wk.SetPeers(fromKids, toKids)
+		wk.EnsureScratch(wk.PieceBytes, len(fromKids))
 		wk.tree, wk.job = t, jobTreeRoot
 		return append(tasks, wk), nil
 	}
@@ -42,8 +48,8 @@ func (c *Comm) treeTasks(w *waiter, cl *call, ch, lo, hi int, tasks []*worker) (
 // treeBranchTasks appends the workers of a non-root rank whose parent is rank up: reduce-up and
 // broadcast-down on two goroutines, or one when the range is one FIFO step (Tree, and the
 // non-head ranks of a CollNetChain, collnet.go).
-func (c *Comm) treeBranchTasks(w *waiter, cl *call, ch, lo, hi, up int, fromKids, toKids []*endpoint, tasks []*worker) ([]*worker, error) {
-	t := treeRun{cl: cl, lo: lo, hi: hi}
+func (c *Comm) treeBranchTasks(w *wire.Waiter, cl *call, ch, lo, hi, up int, fromKids, toKids []*wire.Endpoint, tasks []*worker) ([]*worker, error) {
+	t := algorithm.Tree{Cl: &cl.kc, Lo: lo, Hi: hi}
 	fromUp, err := c.endpoint(ch, up, c.rank)
 	if err != nil {
 		return tasks, err
@@ -54,10 +60,10 @@ func (c *Comm) treeBranchTasks(w *waiter, cl *call, ch, lo, hi, up int, fromKids
 	}
 	if hi-lo <= cl.plan.pieceElems {
 		wk := c.worker(w, cl, ch, 0)
-		wk.setPeers(fromKids, []*endpoint{toUp})
-		wk.ensureScratch(wk.pieceBytes, max(len(fromKids), 1))
-		t.fromUp = fromUp
-		t.nKids = copy(t.toKids[:], toKids)
+		wk.SetPeers(fromKids, []*wire.Endpoint{toUp})
+		wk.EnsureScratch(wk.PieceBytes, max(len(fromKids), 1))
+		t.FromUp = fromUp
+		t.NKids = copy(t.ToKids[:], toKids)
 		wk.tree, wk.job = t, jobTreeUpDown
 		if len(fromKids) == 0 {
 			wk.job = jobTreeLeafUpDown
@@ -65,66 +71,21 @@ func (c *Comm) treeBranchTasks(w *waiter, cl *call, ch, lo, hi, up int, fromKids
 		return append(tasks, wk), nil
 	}
 	upw := c.worker(w, cl, ch, 0)
-	upw.setPeers(fromKids, []*endpoint{toUp})
-	upw.ensureScratch(upw.pieceBytes, len(fromKids))
+	upw.SetPeers(fromKids, []*wire.Endpoint{toUp})
+	upw.EnsureScratch(upw.PieceBytes, len(fromKids))
 	down := c.worker(w, cl, ch, 1)
-	down.setPeers([]*endpoint{fromUp}, toKids)
-	down.ensureScratch(down.pieceBytes, 1)
+	down.SetPeers([]*wire.Endpoint{fromUp}, toKids)
+	down.EnsureScratch(down.PieceBytes, 1)
 	upw.tree, down.tree = t, t
 	upw.job, down.job = jobTreeUp, jobTreeDown
 	if c.raceHidden {
 		// In place, down writes chunk k where up read it; the order runs through the root and
-		// the transport's atomics, which the race detector cannot see here (race.go).
-		upw.raceRel = unsafe.Pointer(&upw.raceTok)
-		down.raceAcq = upw.raceRel
+		// the transport's atomics, which the race detector cannot see here (wire's race.go).
+		upw.RaceRel = unsafe.Pointer(&upw.RaceTok)
+		down.RaceAcq = upw.RaceRel
 	}
 	if len(fromKids) == 0 {
 		upw.job, down.job = jobTreeLeafUp, jobTreeLeafDown
 	}
 	return append(tasks, upw, down), nil
-}
-
-// treeRun is one channel's tree schedule over its element range [lo, hi), chunk by chunk: the
-// root runs recvReduceCopySend (receive the children's partial sums, add its input, complete the
-// reduction into its output, send the result back down); a non-root rank runs recvReduceSend up
-// and recvCopySend down (send and recv at a leaf).
-type treeRun struct {
-	cl     *call
-	lo, hi int
-
-	// For a one-goroutine non-root rank (jobTreeUpDown): the peers of the broadcast-down half,
-	// which the worker switches to once its reduce-up half is done.
-	fromUp *endpoint
-	toKids [maxPeers]*endpoint
-	nKids  int
-}
-
-// upDown runs reduce-up with the worker's peers (children to parent), then broadcast-down from the
-// parent to the children on the same goroutine.
-func (t *treeRun) upDown(w *worker, up, down prim) error {
-	if err := t.each(w, up); err != nil {
-		return err
-	}
-	w.recvs = append(w.recvBuf[:0], t.fromUp)
-	w.sends = append(w.sendBuf[:0], t.toKids[:t.nKids]...)
-	return t.each(w, down)
-}
-
-func (t *treeRun) each(w *worker, p prim) error {
-	cl := t.cl
-	ce := cl.plan.chunkElems
-	for e0 := t.lo; e0 < t.hi; e0 += ce {
-		nel := min(ce, t.hi-e0)
-		var in, out []byte
-		if p&primIn != 0 {
-			in = span(cl.send, e0, nel, cl.es)
-		}
-		if p&primOut != 0 {
-			out = span(cl.recv, e0, nel, cl.es)
-		}
-		if err := w.run(p, in, out); err != nil {
-			return err
-		}
-	}
-	return nil
 }

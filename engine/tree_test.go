@@ -5,10 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/collplan/collplan/costmodel"
-	"github.com/collplan/collplan/kernels"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/kernels"
 )
 
 // TestTreeWorkers checks how many goroutines a Tree AllReduce runs per channel: the root one, any

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/algorithm"
 )
 
 // NCCL-style TUNING log. With NCCL_DEBUG=INFO (or TRACE) and NCCL_DEBUG_SUBSYS naming TUNING (or
@@ -85,8 +86,8 @@ func callChannels(count, es, nc int) (lo, hi int) {
 	if count <= 0 || nc <= 0 {
 		return 0, 0
 	}
-	per := roundUp(divUp(count, nc), alignElems(es))
-	return 0, min(nc, divUp(count, per)) - 1
+	per := algorithm.RoundUp(algorithm.DivUp(count, nc), algorithm.AlignElems(es))
+	return 0, min(nc, algorithm.DivUp(count, per)) - 1
 }
 
 // collLogName is the collective's name as NCCL's TUNING line prints it.

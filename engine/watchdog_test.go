@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/launch"
 	"github.com/collplan/collplan/kernels"
 )
 
@@ -81,7 +82,7 @@ func TestWatchdogConfig(t *testing.T) {
 // joinAll joins n ranks over loopback, each from its own goroutine.
 func joinAll(t *testing.T, n int) []*Session {
 	t.Helper()
-	addr, err := FreeLoopbackAddr()
+	addr, err := launch.FreeLoopbackAddr()
 	require.NoError(t, err)
 	ss := make([]*Session, n)
 	errs := make([]error, n)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/engine"
+	"github.com/collplan/collplan/engine/launch"
 	"github.com/collplan/collplan/kernels"
 	"github.com/collplan/collplan/planner"
 )
@@ -252,7 +253,7 @@ func (b *bench) preamble(ctx context.Context) error {
 	fmt.Fprintf(w, "# collbench transport: %s, ranks per node: %d, plans: %s\n", b.transport, rpn, b.plans)
 	if b.transport == "shm" {
 		bind := "not bound by collbench's launcher"
-		if cpus := os.Getenv(engine.EnvBind); cpus != "" {
+		if cpus := os.Getenv(launch.EnvBind); cpus != "" {
 			bind = fmt.Sprintf("rank r on the (r mod %d)-th of cpus %s", strings.Count(cpus, ",")+1, cpus)
 		}
 		fmt.Fprintf(w, "# collbench binding: %s\n", bind)

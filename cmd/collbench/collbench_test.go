@@ -23,7 +23,9 @@ import (
 	"github.com/collplan/collplan/calibrate"
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
-	"github.com/collplan/collplan/engine"
+	"github.com/collplan/collplan/engine/launch"
+	"github.com/collplan/collplan/engine/transport"
+	"github.com/collplan/collplan/engine/transport/shm"
 	"github.com/collplan/collplan/planner"
 )
 
@@ -221,8 +223,8 @@ var pidRE = regexp.MustCompile(`(?m)^#  Rank  2 Group  0 Pid +(\d+) `)
 func TestKillRank(t *testing.T) {
 	dead := exec.Command("true")
 	require.NoError(t, dead.Run())
-	stale := engine.NewJobID(dead.Process.Pid)
-	staleFile := filepath.Join(engine.ShmDir(), engine.ShmPrefix(stale)+"ctrl")
+	stale := transport.NewJobID(dead.Process.Pid)
+	staleFile := filepath.Join(shm.ShmDir(), shm.ShmPrefix(stale)+"ctrl")
 	require.NoError(t, os.WriteFile(staleFile, make([]byte, 4096), 0o600))
 
 	var out, errb syncBuffer
@@ -253,7 +255,7 @@ func TestKillRank(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatalf("the job still runs 15 s after rank 2 was killed:\n%s", errb.String())
 	}
-	files, _ := filepath.Glob(filepath.Join(engine.ShmDir(), fmt.Sprintf("collplan-%d.*", os.Getpid())))
+	files, _ := filepath.Glob(filepath.Join(shm.ShmDir(), fmt.Sprintf("collplan-%d.*", os.Getpid())))
 	assert.Empty(t, files, "segments left behind")
 }
 
@@ -340,14 +342,14 @@ func TestKillCollNetEndpoint(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatalf("the job still runs 15 s after the endpoint was killed:\n%s", errb.String())
 	}
-	files, _ := filepath.Glob(filepath.Join(engine.ShmDir(), fmt.Sprintf("collplan-%d.*", os.Getpid())))
+	files, _ := filepath.Glob(filepath.Join(shm.ShmDir(), fmt.Sprintf("collplan-%d.*", os.Getpid())))
 	assert.Empty(t, files, "segments left behind")
 }
 
 // TestConfigMismatchRefused: ranks started by hand (no launcher) with different parameters refuse
 // to start, each with an error that says why.
 func TestConfigMismatchRefused(t *testing.T) {
-	addr, err := engine.FreeLoopbackAddr()
+	addr, err := launch.FreeLoopbackAddr()
 	require.NoError(t, err)
 	outs := make([]bytes.Buffer, 2)
 	cmds := make([]*exec.Cmd, 2)

@@ -19,7 +19,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/collplan/collplan/engine"
+	"github.com/collplan/collplan/engine/launch"
+	"github.com/collplan/collplan/engine/transport/shm"
 )
 
 // TestEngineFaults: a rank killed -9, a rank stopped (SIGSTOP) and a rendezvous connection cut,
@@ -95,9 +96,9 @@ func (p *rankProc) wait(deadline time.Time) (error, bool) {
 }
 
 func runEngineFault(t *testing.T, mode string, np int, fault string, victim int) {
-	shm := t.TempDir()
+	shmDir := t.TempDir()
 	common := []string{"allreduce", "-b", "8", "-e", "8", "-n", "5", "-w", "0", "-N", "0", "--timeout", "5s"}
-	env := []string{engine.EnvShmDir + "=" + shm}
+	env := []string{shm.EnvShmDir + "=" + shmDir}
 	var launcher *rankProc
 	ranks := make([]*rankProc, np)
 	pids := make([]int, np)
@@ -111,7 +112,7 @@ func runEngineFault(t *testing.T, mode string, np int, fault string, victim int)
 			pids[r], _ = strconv.Atoi(m[2])
 		}
 	} else {
-		addr, err := engine.FreeLoopbackAddr()
+		addr, err := launch.FreeLoopbackAddr()
 		require.NoError(t, err)
 		for r := range ranks {
 			ranks[r] = startProc(t, append([]string{"COLLPLAN_RANK=" + strconv.Itoa(r), "COLLPLAN_WORLD_SIZE=" + strconv.Itoa(np),
@@ -184,7 +185,7 @@ func runEngineFault(t *testing.T, mode string, np int, fault string, victim int)
 			ranks[victim].wait(time.Now().Add(5 * time.Second))
 		}
 	}
-	left, _ := filepath.Glob(filepath.Join(shm, "*"))
+	left, _ := filepath.Glob(filepath.Join(shmDir, "*"))
 	assert.Empty(t, left, "segments left behind")
 }
 
@@ -281,13 +282,13 @@ func requireSockDestroy(t *testing.T) {
 // error saying so, and the segments are removed. (Calls ran under context.WithoutCancel: the first
 // SIGTERM was ignored, and the second killed the rank and left the segments.)
 func TestStopAbortsBlockedCall(t *testing.T) {
-	shm := t.TempDir()
-	addr, err := engine.FreeLoopbackAddr()
+	shmDir := t.TempDir()
+	addr, err := launch.FreeLoopbackAddr()
 	require.NoError(t, err)
 	ranks := make([]*rankProc, 2)
 	for r := range ranks {
 		ranks[r] = startProc(t, []string{"COLLPLAN_RANK=" + strconv.Itoa(r), "COLLPLAN_WORLD_SIZE=2", "COLLPLAN_ADDR=" + addr,
-			engine.EnvShmDir + "=" + shm}, "allreduce", "-b", "8", "-e", "8", "-n", "5", "-w", "0", "-N", "0")
+			shm.EnvShmDir + "=" + shmDir}, "allreduce", "-b", "8", "-e", "8", "-n", "5", "-w", "0", "-N", "0")
 	}
 	waitUntil(t, "rows", 30*time.Second, func() bool { return strings.Count(ranks[0].out.String(), " float ") > 20 }, ranks[0].out.String)
 	require.NoError(t, syscall.Kill(ranks[1].cmd.Process.Pid, syscall.SIGSTOP))
@@ -300,6 +301,6 @@ func TestStopAbortsBlockedCall(t *testing.T) {
 	assert.Error(t, err)
 	assert.Contains(t, ranks[0].out.String(), "context canceled", "the blocked call was aborted")
 	assert.GreaterOrEqual(t, time.Since(sent), hardGrace-100*time.Millisecond, "calls get hardGrace to finish")
-	left, _ := filepath.Glob(filepath.Join(shm, "*"))
+	left, _ := filepath.Glob(filepath.Join(shmDir, "*"))
 	assert.Empty(t, left, "segments left behind")
 }

@@ -16,6 +16,10 @@ import (
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/engine"
+	"github.com/collplan/collplan/engine/launch"
+	"github.com/collplan/collplan/engine/transport"
+	"github.com/collplan/collplan/engine/transport/collnet"
+	"github.com/collplan/collplan/engine/transport/shm"
 	"github.com/collplan/collplan/internal/bytesize"
 	"github.com/collplan/collplan/kernels"
 	"github.com/collplan/collplan/planner"
@@ -331,7 +335,7 @@ func (o *options) setCombo(dt, op string) {
 // engineConfig turns the options into the engine's configuration for n ranks.
 func (o *options) engineConfig(n int) (engine.Config, string, error) {
 	cfg := engine.Config{RanksPerNode: o.rpn, Buffers: o.buffers, Timeout: o.timeout}
-	cfg.CollNet.Addr = os.Getenv(engine.CollNetEnv)
+	cfg.CollNet.Addr = os.Getenv(collnet.CollNetEnv)
 	if o.algo != "" {
 		a, err := parseAlgo(o.algo, "algorithm")
 		if err != nil {
@@ -455,7 +459,7 @@ func (o *options) needsCollNet(n int) (bool, error) {
 	if o.pinsCollNet() {
 		return true, nil
 	}
-	if os.Getenv(engine.CollNetEnv) != "" || o.coll != costmodel.AllReduce || !o.usePlan || n < 2 {
+	if os.Getenv(collnet.CollNetEnv) != "" || o.coll != costmodel.AllReduce || !o.usePlan || n < 2 {
 		return false, nil // an endpoint is given; CollNet runs AllReduce only; no tables
 	}
 	legal := false
@@ -508,12 +512,12 @@ func serveCollNet(ctx context.Context, args []string, stderr io.Writer) error {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return usagef("--serve-collnet %q: want host:port (%v)", addr, err)
 	}
-	ep, err := engine.ListenCollNet(addr)
+	ep, err := collnet.ListenCollNet(addr)
 	if err != nil {
 		return err
 	}
 	ep.Errorf = func(format string, a ...any) { fmt.Fprintf(stderr, "collbench: "+format+"\n", a...) }
-	fmt.Fprintf(stderr, "collbench: CollNet aggregation endpoint pid %d listening on %s (%s=%s)\n", os.Getpid(), ep.Addr(), engine.CollNetEnv, ep.Addr())
+	fmt.Fprintf(stderr, "collbench: CollNet aggregation endpoint pid %d listening on %s (%s=%s)\n", os.Getpid(), ep.Addr(), collnet.CollNetEnv, ep.Addr())
 	<-ctx.Done()
 	return ep.Close()
 }
@@ -531,7 +535,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.serveCollNet != "" {
 		return usagef("--serve-collnet runs an aggregation endpoint alone: collbench --serve-collnet ADDR, without a collective")
 	}
-	env, isRank, err := engine.EnvFrom(os.Getenv)
+	env, isRank, err := launch.EnvFrom(os.Getenv)
 	if err != nil {
 		return usageError{err}
 	}
@@ -557,9 +561,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.device == "cuda" {
 		return runCUDA()
 	}
-	if isRank && o.pinsCollNet() && os.Getenv(engine.CollNetEnv) == "" {
+	if isRank && o.pinsCollNet() && os.Getenv(collnet.CollNetEnv) == "" {
 		return usagef("--algo %s needs a CollNet aggregation endpoint: start one (collbench --serve-collnet ADDR) and give the ranks its address in %s, or let collbench launch the job",
-			o.algo, engine.CollNetEnv)
+			o.algo, collnet.CollNetEnv)
 	}
 	if o.transport == "inproc" {
 		return runInProcess(ctx, o, n, stdout, stderr)
@@ -581,7 +585,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fctx, stopForward := context.WithCancel(ctx)
 	defer stopForward()
 	go forwardHups(fctx, reload)
-	l := &engine.Launcher{N: n, Argv: append([]string{exe}, args...), Env: append(os.Environ(), envReload+"="+reload),
+	l := &launch.Launcher{N: n, Argv: append([]string{exe}, args...), Env: append(os.Environ(), envReload+"="+reload),
 		Stdout: stdout, Stderr: stderr, Grace: 5 * time.Second}
 	collNet, err := o.needsCollNet(n)
 	if err != nil {
@@ -591,7 +595,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		l.CollNet = []string{exe, "--serve-collnet"} // the launcher appends the address
 	}
 	if o.bindTo == "none" {
-		l.Bind = engine.BindNone
+		l.Bind = launch.BindNone
 	}
 	if err := l.Run(ctx); err != nil {
 		return fmt.Errorf("%d-rank job: %w", n, err)
@@ -600,7 +604,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 // runRankProcess is one rank of a multi-process job over shared memory.
-func runRankProcess(ctx context.Context, o *options, env engine.Env, stdout, stderr io.Writer) error {
+func runRankProcess(ctx context.Context, o *options, env launch.Env, stdout, stderr io.Writer) error {
 	cfg, plans, err := o.engineConfig(env.Size)
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", env.Rank, err)
@@ -621,10 +625,10 @@ func runRankProcess(ctx context.Context, o *options, env engine.Env, stdout, std
 		// No launcher: rank 0 owns the job. It clears crashed jobs' segments and creates the job's
 		// id and lock before the rendezvous hands the id to its peers, whose transports need the
 		// lock; the last process of the job to let go removes the job's files.
-		if _, err := engine.RemoveStaleShm(); err != nil {
+		if _, err := shm.RemoveStaleShm(); err != nil {
 			fmt.Fprintln(os.Stderr, "collbench: warning:", err)
 		}
-		lock, err := engine.CreateJobLock(engine.NewJobID(os.Getpid()))
+		lock, err := shm.CreateJobLock(transport.NewJobID(os.Getpid()))
 		if err != nil {
 			return fmt.Errorf("rank %d: %w", env.Rank, err)
 		}
@@ -644,7 +648,7 @@ func runRankProcess(ctx context.Context, o *options, env engine.Env, stdout, std
 	defer sess.Close()
 	job = sess.Job
 	cfg.CollNet.Job = job
-	tr, err := engine.NewShmTransport(job)
+	tr, err := shm.NewShmTransport(job)
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", env.Rank, err)
 	}
@@ -686,7 +690,7 @@ func runInProcess(ctx context.Context, o *options, n int, stdout, stderr io.Writ
 	}
 	logw := &lockedWriter{w: stderr}
 	if cfg.CollNet.Addr == "" && (o.pinsCollNet() || plansCollNet(append(cfg.Tables, ab[0], ab[1]))) {
-		ep, err := engine.ListenCollNet("127.0.0.1:0")
+		ep, err := collnet.ListenCollNet("127.0.0.1:0")
 		if err != nil {
 			return err
 		}

@@ -21,12 +21,12 @@ func TestLayoutHeaderCurrent(t *testing.T) {
 	assert.Equal(t, string(want), string(got), "kernels/cuda/layout_gen.h is stale: run go generate ./kernels/cuda/")
 }
 
-// TestLayoutHeaderValues checks the header's numbers against the layouts as engine/layout.go's
-// comment and NCCL describe them, worked by hand: a connection region is 128-byte lines (layout
-// word, head, tail, then the buffers); an LL line is {data 4, flag 4, data 4, flag 4}; an LL128
-// line is 15 data words and the flag; an NVLS region is a layout line, three counter lines per
-// member (posted, reduced, done), then every member's up and down buffers; dtypes and device
-// operators in ncclDataType_t and ncclDevRedOp_t order.
+// TestLayoutHeaderValues checks the header's numbers against the layouts as
+// engine/internal/wire/layout.go's comment and NCCL describe them, worked by hand: a connection
+// region is 128-byte lines (layout word, head, tail, then the buffers); an LL line is {data 4, flag
+// 4, data 4, flag 4}; an LL128 line is 15 data words and the flag; an NVLS region is a layout line,
+// three counter lines per member (posted, reduced, done), then every member's up and down buffers;
+// dtypes and device operators in ncclDataType_t and ncclDevRedOp_t order.
 func TestLayoutHeaderValues(t *testing.T) {
 	h, err := Sources.ReadFile("layout_gen.h")
 	require.NoError(t, err)

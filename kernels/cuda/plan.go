@@ -24,14 +24,14 @@ type ConnBuffers struct {
 	LL, LL128, Simple int
 }
 
-// RegionBytes = 3 lines + LL + LL128 + Simple: a connection region (engine/layout.go).
+// RegionBytes = 3 lines + LL + LL128 + Simple: a connection region (engine/internal/wire/layout.go).
 func (b ConnBuffers) RegionBytes() int {
 	return engine.ConnBufOffset + b.LL + b.LL128 + b.Simple
 }
 
 // PieceBytes = LL/NCCL_STEPS/16 x 8 (LL), LL128/NCCL_STEPS/128 x 120 (LL128), Simple/NCCL_STEPS
 // (Simple): a FIFO step's payload in protocol p, a slot's lines times their payload (the line
-// geometry of engine/layout.go).
+// geometry of engine/internal/wire/layout.go).
 func (b ConnBuffers) PieceBytes(p int) int {
 	switch p {
 	case ProtoLL:

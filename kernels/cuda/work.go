@@ -5,8 +5,8 @@ package cuda
 // pointers. TestWorkLayout checks with NVRTC that every offset and size agrees with the C
 // structs.
 
-// Conn is common.cuh's cpConn: one side of a connection, a region laid out as engine/layout.go
-// says, and the device address of this side's step count.
+// Conn is common.cuh's cpConn: one side of a connection, a region laid out as
+// engine/internal/wire/layout.go says, and the device address of this side's step count.
 type Conn struct {
 	Region      uint64 `cuda:"region"`
 	Step        uint64 `cuda:"step"`

@@ -1,9 +1,0 @@
-//go:build unix && !linux
-
-package engine
-
-import "syscall"
-
-// rankProcAttr: without PR_SET_PDEATHSIG, ranks of a launcher that dies are left to the
-// communicator's own failure paths (see launch_linux.go).
-func rankProcAttr() *syscall.SysProcAttr { return nil }

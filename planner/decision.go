@@ -58,7 +58,8 @@ func (pr *Prepared) Compile() (*DecisionTable, error) {
 	dt.starts, dt.decs, err = intervals(pl.breakpoints(po), func(n int64) (Decision, error) {
 		d, _, err := pl.decide(m, n, po.edits(n))
 		return d, err
-	}, func(n int64) bool { return near(m, n, po.edits(n), 1) })
+	}, func(n int64) bool { return near(m, n, po.edits(n), 1) },
+		func(a, b Decision) bool { return a.Algo != b.Algo || a.Proto != b.Proto })
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +72,7 @@ func (pr *Prepared) Compile() (*DecisionTable, error) {
 // interval, which bisection then finds exactly, except where tie says the decision rests on a
 // float32 rounding: around each change bisection finds, the sizes where tie holds are decided one
 // by one, so that a decision flipping back and forth over a few bytes is followed flip by flip.
-func intervals[T comparable](cuts []int64, decide func(int64) (T, error), tie func(int64) bool) ([]int64, []T, error) {
+func intervals[T comparable](cuts []int64, decide func(int64) (T, error), tie func(int64) bool, reordered func(a, b T) bool) ([]int64, []T, error) {
 	var starts []int64
 	var vals []T
 	for i := 0; i+1 < len(cuts); i++ {
@@ -89,7 +90,9 @@ func intervals[T comparable](cuts []int64, decide func(int64) (T, error), tie fu
 			if err != nil {
 				return nil, nil, err
 			}
-			if next < hi && tie != nil && (tie(next-1) || tie(next)) {
+			// Only a change of cells can be a rounding flip (sizing changes at exact thresholds); a
+			// zone of flips is entered through one, since every change in a segment is visited.
+			if next < hi && tie != nil && reorderedAt(next, d, decide, reordered) && (tie(next-1) || tie(next)) {
 				// The change sits in a tie zone: decide every size of the zone.
 				lo, end := next-1, next
 				for lo > x && next-lo < maxTieZone && tie(lo-1) {
@@ -116,15 +119,24 @@ func intervals[T comparable](cuts []int64, decide func(int64) (T, error), tie fu
 	return starts, vals, nil
 }
 
+// reorderedAt reports whether the decision at next orders the cells otherwise than d does.
+func reorderedAt[T comparable](next int64, d T, decide func(int64) (T, error), reordered func(a, b T) bool) bool {
+	nd, err := decide(next)
+	return err != nil || reordered(d, nd)
+}
+
 // maxTieZone bounds the sizes decided one by one on each side of a change (see near); the widest
-// zone of the embedded tables is far narrower (TestDecisionTableEqualsPerSizeArgmin).
-const maxTieZone = 1 << 16
+// zone of the embedded tables is about 200 sizes (TestDecisionTableEqualsPerSizeArgmin checks
+// 1024 around every boundary).
+const maxTieZone = 1 << 12
 
 // tieULPs is how close, in units of the lower time's float32 ulp, two cells' times must be for
 // their order at a size to count as a rounding decision: m.Time is a handful of float32
 // operations, each rounding by half an ulp, so two cells whose exact times cross within the zone
-// can swap order at any size in it.
-const tieULPs = 64
+// can swap order at any size in it. (8 and 64 give the same tables of every embedded node table
+// and node count as 16, TestDecisionTableEqualsPerSizeArgmin holding; 64 costs planner compile
+// twice the time.)
+const tieULPs = 16
 
 // near reports whether the order of the k cheapest cells at n (after the tuner's edits; k = 1 is
 // the argmin) rests on a float32 tie: two of the k+1 lowest accepted times differ, by at most
@@ -133,23 +145,53 @@ const tieULPs = 64
 func near(m *Menu, n int64, edits []Edit, k int) bool {
 	var t [costmodel.NumAlgos][costmodel.NumProtos]float32
 	costs(m, n, edits, &t)
-	var buf [costmodel.NumAlgos * costmodel.NumProtos]float32
+	type cand struct {
+		v float32
+		c Cell
+	}
+	var buf [costmodel.NumAlgos * costmodel.NumProtos]cand
 	vs := buf[:0]
 	for a := range t {
-		for _, v := range t[a] {
+		for p, v := range t[a] {
 			if v >= 0 && !math.IsInf(float64(v), 0) {
-				vs = append(vs, v)
+				vs = append(vs, cand{v, Cell{costmodel.Algo(a), costmodel.Proto(p)}})
 			}
 		}
 	}
-	slices.Sort(vs)
+	slices.SortFunc(vs, func(x, y cand) int {
+		switch {
+		case x.v < y.v:
+			return -1
+		case x.v > y.v:
+			return 1
+		}
+		return 0
+	})
 	for i := 0; i+1 < len(vs) && i < k; i++ {
 		lo, hi := vs[i], vs[i+1]
-		if hi-lo <= tieULPs*(math.Nextafter32(lo, math.MaxFloat32)-lo) {
+		if hi.v-lo.v > tieULPs*(math.Nextafter32(lo.v, math.MaxFloat32)-lo.v) {
+			continue
+		}
+		if hi.v != lo.v || !sameEverywhere(m, n, edits, lo.c, hi.c) {
 			return true
 		}
 	}
 	return false
+}
+
+// sameEverywhere reports whether cells x and y cost exactly the same at n/2 and 2n as they do at
+// n: two cells priced from the same inputs (a structural tie, which NCCL's strict < orders the same
+// way at every size, so no decision flips between them), not two whose times meet at n by
+// rounding.
+func sameEverywhere(m *Menu, n int64, edits []Edit, x, y Cell) bool {
+	for _, at := range []int64{n / 2, 2 * n} {
+		var t [costmodel.NumAlgos][costmodel.NumProtos]float32
+		costs(m, at, edits, &t)
+		if t[x.Algo][x.Proto] != t[y.Algo][y.Proto] {
+			return false
+		}
+	}
+	return true
 }
 
 // lastEqual returns the first size in (x, hi] whose decision differs from d (hi when none does),

@@ -82,7 +82,18 @@ func (pr *Prepared) RankedTable(k int) ([]RankedInterval, error) {
 		return nil, fmt.Errorf("planner: ranked plans %d out of range [1, %d]", k, MaxRanked)
 	}
 	starts, vals, err := intervals(pr.pl.breakpoints(pr.po), func(n int64) (ranking, error) { return pr.ranked(n, k) },
-		func(n int64) bool { return near(pr.menu, n, pr.po.edits(n), k) })
+		func(n int64) bool { return near(pr.menu, n, pr.po.edits(n), k) },
+		func(a, b ranking) bool {
+			if a.n != b.n {
+				return true
+			}
+			for i := 0; i < a.n; i++ {
+				if a.d[i].Algo != b.d[i].Algo || a.d[i].Proto != b.d[i].Proto {
+					return true
+				}
+			}
+			return false
+		})
 	if err != nil {
 		return nil, err
 	}

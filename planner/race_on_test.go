@@ -3,5 +3,5 @@
 package planner_test
 
 // raceDetector says the tests run under the race detector, which slows the brute-force tests'
-// sequential loops tenfold; those skip there (CI runs them in go test ./... without it).
+// sequential loops tenfold; those check less there (CI runs them whole in go test ./...).
 const raceDetector = true

@@ -77,11 +77,19 @@ func intervals[T comparable](cuts []int64, decide func(int64) (T, error), tie fu
 	var vals []T
 	for i := 0; i+1 < len(cuts); i++ {
 		lo, hi := cuts[i], cuts[i+1]
+		var (
+			carried T // decide(x), when the previous step already decided it
+			have    bool
+		)
 		for x := lo; x < hi; {
-			d, err := decide(x)
-			if err != nil {
-				return nil, nil, fmt.Errorf("%w (at %d bytes)", err, x)
+			d := carried
+			if !have {
+				var err error
+				if d, err = decide(x); err != nil {
+					return nil, nil, fmt.Errorf("%w (at %d bytes)", err, x)
+				}
 			}
+			have = false
 			if k := len(vals); k == 0 || vals[k-1] != d {
 				starts = append(starts, x)
 				vals = append(vals, d)
@@ -92,7 +100,15 @@ func intervals[T comparable](cuts []int64, decide func(int64) (T, error), tie fu
 			}
 			// Only a change of cells can be a rounding flip (sizing changes at exact thresholds); a
 			// zone of flips is entered through one, since every change in a segment is visited.
-			if next < hi && tie != nil && reorderedAt(next, d, decide, reordered) && (tie(next-1) || tie(next)) {
+			if next < hi && tie != nil {
+				// The next iteration starts at next: decide it once, for both.
+				if carried, err = decide(next); err != nil {
+					return nil, nil, fmt.Errorf("%w (at %d bytes)", err, next)
+				}
+				have = true
+			}
+			if have && reordered(d, carried) && (tie(next-1) || tie(next)) {
+				have = false
 				// The change sits in a tie zone: decide every size of the zone.
 				lo, end := next-1, next
 				for lo > x && next-lo < maxTieZone && tie(lo-1) {
@@ -117,12 +133,6 @@ func intervals[T comparable](cuts []int64, decide func(int64) (T, error), tie fu
 		}
 	}
 	return starts, vals, nil
-}
-
-// reorderedAt reports whether the decision at next orders the cells otherwise than d does.
-func reorderedAt[T comparable](next int64, d T, decide func(int64) (T, error), reordered func(a, b T) bool) bool {
-	nd, err := decide(next)
-	return err != nil || reordered(d, nd)
 }
 
 // maxTieZone bounds the sizes decided one by one on each side of a change (see near); the widest

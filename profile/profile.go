@@ -254,6 +254,17 @@ type Point struct {
 	MedianUS          float64 // median of their durations, µs
 }
 
+// MedianUS is the median of durations ns (nanoseconds), in microseconds; it sorts ns. The mean of
+// the two middle values for an even count.
+func MedianUS(ns []uint64) float64 {
+	slices.Sort(ns)
+	m := float64(ns[len(ns)/2])
+	if len(ns)%2 == 0 {
+		m = (float64(ns[len(ns)/2-1]) + float64(ns[len(ns)/2])) / 2
+	}
+	return m / 1e3
+}
+
 // Points groups the timed collectives (those with a duration), sorted by collective, algorithm,
 // protocol and bytes.
 func (d Dump) Points() []Point {
@@ -275,13 +286,8 @@ func (d Dump) Points() []Point {
 	}
 	pts := make([]Point, 0, len(groups))
 	for k, ns := range groups {
-		slices.Sort(ns)
-		m := float64(ns[len(ns)/2])
-		if len(ns)%2 == 0 {
-			m = (float64(ns[len(ns)/2-1]) + float64(ns[len(ns)/2])) / 2
-		}
 		pts = append(pts, Point{Coll: k.coll, Algo: k.algo, Proto: k.proto, Bytes: k.bytes, Line: first[k], N: len(ns),
-			MedianUS: m / 1e3})
+			MedianUS: MedianUS(ns)})
 	}
 	sort.Slice(pts, func(i, j int) bool {
 		a, b := pts[i], pts[j]

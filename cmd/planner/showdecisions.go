@@ -291,12 +291,7 @@ func price(ctx context.Context, out *shownLog, obs []observation, pl *planner.Pl
 		}
 	}
 	for i, ns := range times {
-		slices.Sort(ns)
-		m := float64(ns[len(ns)/2])
-		if len(ns)%2 == 0 {
-			m = (float64(ns[len(ns)/2-1]) + float64(ns[len(ns)/2])) / 2
-		}
-		m /= 1e3
+		m := profile.MedianUS(ns)
 		out.Rows[i].MeasuredUS = &m
 	}
 	slices.SortStableFunc(out.Rows, func(a, b shownDecision) int {

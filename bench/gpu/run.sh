@@ -21,12 +21,13 @@
 #      place and in place, one nccl-tests table per algorithm, protocol and rank count that
 #      calibrate reads, in $OUT/tables). COLLPLAN_REQUIRE_CUDA=1 and COLLPLAN_REQUIRE_NVRTC=1 turn
 #      any missing piece into a failure;
-#   3. collbench --device cuda (collbench-cuda.txt): its exit status and line;
+#   3. collbench --device cuda (collbench-cuda.txt): AllReduce float sum, 2 and 4 ranks sharing the
+#      device, Ring/Simple and Tree/LL128, 8 B to 64 MiB, #wrong checked; exit status and the
+#      table's last lines;
 #   4. cudaMemcpy device-to-device through PyTorch, 8 B to 1 GiB by 4x (d2d.txt): the bound the
 #      GPU communicator's busbw is to be read against.
 # Not yet: the GPU communicator (kernels/cuda.Comm) runs Ring and Tree only (no NVLS: no multicast
-# objects yet) and is not wired into collbench (collbench --device cuda says so and exits 3); the
-# NVLS kernels are only compiled and loaded. SUMMARY.txt says what ran and how it ended.
+# objects yet); the NVLS kernels are only compiled and loaded. SUMMARY.txt says what ran and how it ended.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -82,8 +83,13 @@ device() {
     rm -rf "$out/nvrtc-cache"
   fi
 
-  "$bin/collbench" allreduce --device cuda >"$out/collbench-cuda.txt" 2>&1
-  note "collbench --device cuda: exit $? ($(head -1 "$out/collbench-cuda.txt"))"
+  : >"$out/collbench-cuda.txt"
+  for run in "2 Ring Simple" "4 Ring Simple" "4 Tree LL128"; do
+    set -- $run
+    timeout 120 "$bin/collbench" allreduce --device cuda -np "$1" --algo "$2" --proto "$3" -b 8 -e 64M -f 4 \
+      -n 10 -w 2 >>"$out/collbench-cuda.txt" 2>&1
+    note "collbench --device cuda -np $1 $2/$3: exit $? ($(grep -E 'Out of bounds|Avg bus' "$out/collbench-cuda.txt" | tail -2 | tr '\n' ' '))"
+  done
 
   timeout 120 python3 - >"$out/d2d.txt" 2>&1 <<'PY'
 import torch, time
@@ -109,7 +115,7 @@ while size <= 1 << 30:
 PY
   note "d2d bound: exit $? ($(tail -1 "$out/d2d.txt"))"
   note "tables: $(ls "$out/tables" 2>/dev/null | wc -l) nccl-tests tables in tables/"
-  note "not run: NVLS on the GPU communicator (no multicast objects yet); collbench --device cuda does not drive it"
+  note "not run: NVLS on the GPU communicator (no multicast objects yet)"
 }
 
 case ${1:-} in

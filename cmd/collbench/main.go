@@ -16,8 +16,9 @@
 // With inproc the ranks are goroutines of one process.
 //
 // --device cpu (the default) runs the engine on CPUs; --device cuda opens the CUDA driver at run
-// time and, without one, prints "no CUDA driver (libcuda.so.1 not found)" and exits with status 3:
-// a missing runtime, not bad input.
+// time and runs the sweep on the GPU communicator (kernels/cuda.Comm, the ranks sharing device 0,
+// Ring/Simple unless pinned; device.go) or, without a driver, prints "no CUDA driver
+// (libcuda.so.1 not found)" and exits with status 3: a missing runtime, not bad input.
 //
 // The flags are checked once, before any rank starts (exit status 2 and one line for bad input;
 // -h prints them): -np above the host's limit (--max-np raises it), buffers that cannot fit in

@@ -208,7 +208,7 @@ func newFlags(name string) (*options, *flag.FlagSet) {
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "watchdog: a rank whose peers move no data for this long aborts the job, naming the rank that stopped (0: off)")
 	fs.IntVar(&o.rpn, "ranks-per-node", 0, "ranks per virtual node (0: one node)")
 	fs.StringVar(&o.transport, "transport", "shm", "shm (ranks are processes) or inproc (goroutines)")
-	fs.StringVar(&o.device, "device", "cpu", "cpu (the engine on CPUs) or cuda (GPUs through libcuda.so.1; without a driver: one line and exit status 3, a missing runtime, not bad input)")
+	fs.StringVar(&o.device, "device", "cpu", "cpu (the engine on CPUs) or cuda (the GPU communicator, the ranks sharing device 0, through libcuda.so.1; without a driver: one line and exit status 3, a missing runtime, not bad input)")
 	fs.StringVar(&o.bindTo, "bind-to", "auto", "shm ranks on CPUs: auto (rank r on the (r mod c)-th of c CPUs when ranks outnumber them) or none")
 	fs.StringVar(&o.algo, "algo", "", "pin the algorithm (NCCL_ALGO; Ring, Tree for allreduce, PAT for allgather and reducescatter at --ranks-per-node 1 with Simple, NVLS for allreduce, allgather and reducescatter on one node with Simple, NVLS_TREE for allreduce on 2+ equal nodes of 2+ ranks with Simple, CollNetDirect (2+ equal nodes of at most 8 ranks) and CollNetChain (2+ nodes) for allreduce with Simple, through a CollNet aggregation endpoint: the launcher starts one, ranks started by hand need COLLPLAN_COLLNET_ADDR)")
 	fs.StringVar(&o.serveCollNet, "serve-collnet", "", "ADDR: run only a CollNet aggregation endpoint on ADDR (host:port, e.g. 127.0.0.1:7777) until SIGINT or SIGTERM, with no collective: collbench --serve-collnet ADDR; ranks find it through COLLPLAN_COLLNET_ADDR")
@@ -559,7 +559,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if o.device == "cuda" {
-		return runCUDA()
+		return runCUDA(ctx, o, n, stdout)
 	}
 	if isRank && o.pinsCollNet() && os.Getenv(collnet.CollNetEnv) == "" {
 		return usagef("--algo %s needs a CollNet aggregation endpoint: start one (collbench --serve-collnet ADDR) and give the ranks its address in %s, or let collbench launch the job",

@@ -37,4 +37,18 @@ func TestWriteTable(t *testing.T) {
 	assert.Equal(t, int64(-1), s.Rows[1].OOP.Wrong, "N/A")
 	assert.Equal(t, int64(0), s.Rows[0].IP.Wrong)
 	assert.Contains(t, text, "# collplan GPU communicator: Ring LL128, 2 channels")
+	assert.Contains(t, text, "# Out of bounds values : 0 OK\n")
+	assert.Contains(t, text, "step: 4(factor) warmup iters: 2 iters: 5 ")
+
+	// Wrong elements are summed over the rows (N/A counts none) and fail the table, as nccl-tests
+	// prints it; before, the line said "0 OK" whatever the rows held. An additive step prints as
+	// nccl-tests prints it.
+	b.Reset()
+	rows[0].IPWrong, rows[1].OOPWrong = 2, 1
+	require.NoError(t, Table{Coll: costmodel.AllGather, Ranks: 2, Device: "NVIDIA H200", Note: "Ring Simple", Warmup: 1, Iters: 3,
+		StepBytes: 1 << 20}.Write(&b, rows))
+	text = b.String()
+	assert.Contains(t, text, "# Out of bounds values : 3 FAILED\n")
+	assert.Contains(t, text, "step: 1048576(bytes) warmup iters: 1 iters: 3 ")
+	assert.Contains(t, text, "# Collective test starting: all_gather_perf\n")
 }

@@ -1,5 +1,6 @@
 // sched-floor: the cost of a collective's dependency pattern alone on this host, with no data and no
-// library: 4 processes (more than the cores here), one 8-byte flag per hop in shared memory, a waiter
+// library: 4 processes (more than the cores here; the optional fifth argument sets another power of
+// two, e.g. 2 for one rank per core), one 8-byte flag per hop in shared memory, a waiter
 // that polls 64 times and then calls sched_yield (what collplan's engine and OpenMPI's oversubscribed
 // progress loop both do). Patterns, per iteration:
 //   ring     NCCL's ring all-reduce of 4 non-empty chunks: 2(n-1) = 6 steps, every rank active at
@@ -30,7 +31,8 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { N = 4, WARMUP = 1000 };
+enum { MAXN = 8, WARMUP = 1000 };
+static int N = 4; // ranks: the optional fifth argument, a power of two up to MAXN (rd needs one)
 
 // A flag: the counter (32 bits, a futex word) and whether a waiter sleeps on it.
 typedef struct {
@@ -101,17 +103,18 @@ static void post(int from, int to, int v) {
 static void wait_for(int from, int to, long v) { wait_ge(&flag[from * N + to], v); }
 
 int main(int argc, char **argv) {
-    if (argc != 4 && argc != 5) {
-        fprintf(stderr, "usage: sched-floor ring|chain|rd none|rr|blk ITERS [yield|yield0|matespin|futex]\n");
+    if (argc < 4 || argc > 6) {
+        fprintf(stderr, "usage: sched-floor ring|chain|rd none|rr|blk ITERS [yield|yield0|matespin|futex [RANKS]]\n");
         return 2;
     }
-    const char *pat = argv[1], *bind = argv[2], *waitname = argc == 5 ? argv[4] : "yield";
+    const char *pat = argv[1], *bind = argv[2], *waitname = argc >= 5 ? argv[4] : "yield";
+    if (argc == 6) N = atoi(argv[5]);
     int iters = atoi(argv[3]);
     wait_mode = !strcmp(waitname, "yield") ? WAIT_YIELD : !strcmp(waitname, "yield0") ? WAIT_YIELD0
               : !strcmp(waitname, "matespin") ? WAIT_MATESPIN : !strcmp(waitname, "futex") ? WAIT_FUTEX : -1;
-    if (iters <= 0 || (strcmp(pat, "ring") && strcmp(pat, "chain") && strcmp(pat, "rd")) ||
+    if (iters <= 0 || N < 2 || N > MAXN || (N & (N - 1)) != 0 || (strcmp(pat, "ring") && strcmp(pat, "chain") && strcmp(pat, "rd")) ||
         (strcmp(bind, "none") && strcmp(bind, "rr") && strcmp(bind, "blk")) || wait_mode < 0 ||
-        (wait_mode == WAIT_MATESPIN && !strcmp(bind, "none"))) {
+        (wait_mode == WAIT_MATESPIN && (!strcmp(bind, "none") || N != 4))) {
         fprintf(stderr, "sched-floor: bad arguments\n");
         return 2;
     }
@@ -124,11 +127,11 @@ int main(int argc, char **argv) {
     for (int r = 0; r < N; r++) {
         if (fork() != 0) continue;
         me = r;
-        mate = strcmp(bind, "rr") == 0 ? (r + 2) % N : r ^ 1; // the other rank on this core
+        mate = strcmp(bind, "rr") == 0 ? (r + 2) % N : r ^ 1; // the other rank on this core (matespin: 4 ranks only)
         if (strcmp(bind, "none")) {
             cpu_set_t s;
             CPU_ZERO(&s);
-            CPU_SET(strcmp(bind, "rr") == 0 ? r % 2 : r / 2, &s);
+            CPU_SET(strcmp(bind, "rr") == 0 ? r % 2 : r * 2 / N, &s);
             if (sched_setaffinity(0, sizeof s, &s)) perror("sched_setaffinity");
         }
         int prev = (r + N - 1) % N, next = (r + 1) % N;
@@ -162,7 +165,7 @@ int main(int argc, char **argv) {
             }
         }
         if (r == 0) {
-            printf("%-5s bind %-4s wait %-8s %.2f us per iteration (%d iterations)\n", pat, bind, waitname,
+            printf("%-5s bind %-4s wait %-8s ranks %d %.2f us per iteration (%d iterations)\n", pat, bind, waitname, N,
                    (now_ns() - t0) / iters / 1e3, iters);
             fflush(stdout);
         }

@@ -26,6 +26,7 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	consts := fs.Bool("constants", false, "include the model constants for the v5/v6 init")
 	noOverlay := fs.Bool("no-overlay", false, "with --node or --table: compile the node table alone, without its fitted overlay NAME.fit.toml")
 	fabric := fs.String("fabric", "", "with --node or --table: fabric table (an embedded name or a FILE.toml) giving the inter-node inputs above 1 node")
+	rulesFile := fs.String("rules", "", "per-communicator rules file (TOML, docs/tuner-rules.md) baked into the table")
 	out := fs.String("o", "", "output file (required)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -38,6 +39,11 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	req := shimtable.Request{MaxPipeOps: *pipeOps, K: *ranked, Constants: *consts}
 	var err error
+	if *rulesFile != "" {
+		if req.Rules, err = shimtable.LoadRules(*rulesFile); err != nil {
+			return usageError{err}
+		}
+	}
 	if req.Nodes, err = intList("--nodes", *nodes); err != nil {
 		return err
 	}
@@ -91,6 +97,9 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	if req.Node != nil && req.Node.Fabric != nil {
 		fmt.Fprintf(stdout, "fabric: %s (blocks above 1 node)\n", req.Node.Fabric.File)
+	}
+	for i := range req.Rules {
+		fmt.Fprintf(stdout, "rule %d: %s: %d classes\n", i+1, req.Rules[i].Describe(), t.Applied[i])
 	}
 	for _, b := range t.Blocks {
 		fmt.Fprintf(stdout, "  %4d nodes %6d ranks  pipe ops %d..%d\n", b.NNodes, b.NRanks, b.MinPipeOps, b.MaxPipeOps)

@@ -63,6 +63,9 @@ type Table struct {
 	// them (planner.Overlay: applied, or skipped where the block's shape makes a cell illegal).
 	// Compile fills it; it is not part of the file, and Decode leaves it nil.
 	Overlays []BlockOverlay
+	// Applied says, per rule of the request, in how many (block, class) pairs it took effect (nil
+	// without rules). Compile fills it; it is not part of the file.
+	Applied []int
 }
 
 // BlockOverlay is what became of the node table's fitted overlay in one block.
@@ -81,6 +84,9 @@ type Request struct {
 	MaxPipeOps          int  // numPipeOps compiled are 1..MaxPipeOps; default 4
 	K                   int  // ranked plans kept per interval; default 4
 	Constants           bool // include the model constants for v5/v6 init
+	// Rules are the per-communicator rules baked into the blocks (docs/tuner-rules.md), in file
+	// order: where two rules cover a call, the first wins.
+	Rules []Rule
 }
 
 // DefaultNodes is the node-count grid: 1, 2, 4, ..., 1024.
@@ -109,8 +115,20 @@ func Compile(ctx context.Context, req Request) (*Table, error) {
 	if req.K < 1 || req.K > planner.MaxRanked {
 		return nil, fmt.Errorf("shimtable: ranked plans %d out of range [1, %d]", req.K, planner.MaxRanked)
 	}
+	for i := range req.Rules {
+		r := &req.Rules[i]
+		if r.Comm != "" {
+			return nil, fmt.Errorf("shimtable: rules: %s: naming a communicator is not supported by this table format yet (the shim cannot see commName)", r.where(i, "comm"))
+		}
+		if r.Node != "" && req.Node == nil {
+			return nil, fmt.Errorf("shimtable: rules: %s: a node-table rule needs a node-table compile (--node or --table), not --topology", r.where(i, "node"))
+		}
+	}
 	k := costmodel.DefaultConstants()
 	t := &Table{Name: "topology", K: req.K}
+	if len(req.Rules) > 0 {
+		t.Applied = make([]int, len(req.Rules))
+	}
 	var topos []capabilities.Topology
 	if req.Topology != nil {
 		topos = append(topos, *req.Topology)
@@ -150,13 +168,19 @@ func Compile(ctx context.Context, req Request) (*Table, error) {
 			return nil, fmt.Errorf("shimtable: two blocks for %d nodes, %d ranks", tp.NNodes, tp.NRanks)
 		}
 		seen[key] = true
-		b, ov, err := compileBlock(ctx, req, tp, &k)
+		b, ov, err := compileBlock(ctx, req, tp, &k, t.Applied)
 		if err != nil {
 			return nil, err
 		}
 		t.Blocks = append(t.Blocks, b)
 		if ov != nil {
 			t.Overlays = append(t.Overlays, BlockOverlay{NNodes: b.NNodes, NRanks: b.NRanks, Overlay: *ov})
+		}
+	}
+	for i := range req.Rules {
+		if t.Applied[i] == 0 {
+			r := &req.Rules[i]
+			return nil, fmt.Errorf("shimtable: rules: %s: matches no block and class of the table (blocks nNodes x nRanks: %s)", r.where(i, "coll"), blockList(t.Blocks))
 		}
 	}
 	if req.Constants {
@@ -190,7 +214,7 @@ func blockTopology(n *tables.Node, nNodes, rpn int) (capabilities.Topology, erro
 // compileBlock compiles one block, and says what became of the node table's fitted cells there
 // (nil: none). A fitted cell the block's shape makes illegal (one rank, one GPU per node) is
 // skipped, never an error: every shape of the grid compiles.
-func compileBlock(ctx context.Context, req Request, tp *capabilities.Topology, k *costmodel.Constants) (Block, *planner.Overlay, error) {
+func compileBlock(ctx context.Context, req Request, tp *capabilities.Topology, k *costmodel.Constants, applied []int) (Block, *planner.Overlay, error) {
 	b := Block{NNodes: tp.NNodes, NRanks: tp.NRanks, MinPipeOps: 1, MaxPipeOps: req.MaxPipeOps}
 	if tp.Graphs.Ring.TypeIntra == capabilities.PathNVL {
 		rpn := tp.NRanks / tp.NNodes
@@ -209,6 +233,10 @@ func compileBlock(ctx context.Context, req Request, tp *capabilities.Topology, k
 	if err != nil {
 		return b, nil, fmt.Errorf("shimtable: %d nodes x %d ranks: %w", tp.NNodes, tp.NRanks, err)
 	}
+	alt, err := altBlocks(ctx, req, tp)
+	if err != nil {
+		return b, nil, err
+	}
 	b.Classes = make([][]Class, costmodel.NumColls)
 	for c := costmodel.Coll(0); c < costmodel.NumColls; c++ {
 		for p := 1; p <= req.MaxPipeOps; p++ {
@@ -219,14 +247,13 @@ func compileBlock(ctx context.Context, req Request, tp *capabilities.Topology, k
 			if err != nil {
 				return b, nil, err
 			}
+			var cl Class
 			ivs, err := pr.RankedTable(req.K)
 			if err != nil {
 				// Nothing legal at all (NCCL would fail the call): one interval with no plan, so the
 				// shim passes through.
-				b.Classes[c] = append(b.Classes[c], Class{Starts: []int64{0}, Plans: [][]Plan{nil}})
-				continue
+				cl = Class{Starts: []int64{0}, Plans: [][]Plan{nil}}
 			}
-			var cl Class
 			for _, iv := range ivs {
 				plans := make([]Plan, len(iv.Plans))
 				for i, d := range iv.Plans {
@@ -234,6 +261,9 @@ func compileBlock(ctx context.Context, req Request, tp *capabilities.Topology, k
 				}
 				cl.Starts = append(cl.Starts, iv.Lo)
 				cl.Plans = append(cl.Plans, plans)
+			}
+			if cl, err = applyRules(req, tp, pr.Menu(), cl, c, p, alt, applied); err != nil {
+				return b, nil, err
 			}
 			b.Classes[c] = append(b.Classes[c], cl)
 		}

@@ -101,8 +101,16 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	for i := range req.Rules {
 		fmt.Fprintf(stdout, "rule %d: %s: %d classes\n", i+1, req.Rules[i].Describe(), t.Applied[i])
 	}
-	for _, b := range t.Blocks {
-		fmt.Fprintf(stdout, "  %4d nodes %6d ranks  pipe ops %d..%d\n", b.NNodes, b.NRanks, b.MinPipeOps, b.MaxPipeOps)
+	named := map[int]string{}
+	for _, n := range t.Named {
+		named[n.Block] = n.Comm
+	}
+	for i, b := range t.Blocks {
+		fmt.Fprintf(stdout, "  %4d nodes %6d ranks  pipe ops %d..%d", b.NNodes, b.NRanks, b.MinPipeOps, b.MaxPipeOps)
+		if c, ok := named[i]; ok {
+			fmt.Fprintf(stdout, "  communicators named %q", c)
+		}
+		fmt.Fprintln(stdout)
 	}
 	return nil
 }

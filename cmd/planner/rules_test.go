@@ -48,6 +48,14 @@ channels = 4
 	assert.Equal(t, ring, read(out).Lookup(2, 16, 4, 1, 8192)[0])
 	assert.Equal(t, read(plain).Lookup(2, 16, 4, 1, 65536), read(out).Lookup(2, 16, 4, 1, 65536))
 
+	// A rule naming communicators: a block of its own, listed with its pattern.
+	namedRules := filepath.Join(dir, "named.toml")
+	require.NoError(t, os.WriteFile(namedRules, []byte("[[rule]]\ncomm = \"dp-*\"\nranks = 16\ncoll = \"allreduce\"\nalgo = \"tree\"\nproto = \"simple\"\n"), 0o644))
+	text, err = runCLI(t, "", "compile", "--node", "h100", "--nodes", "1,2", "--rules", namedRules, "-o", out)
+	require.NoError(t, err)
+	assert.Contains(t, text, "     2 nodes     16 ranks  pipe ops 1..4  communicators named \"dp-*\"")
+	assert.Equal(t, []shimtable.Named{{Comm: "dp-*", Block: 4}}, read(out).Named)
+
 	bad := filepath.Join(dir, "bad.toml")
 	require.NoError(t, os.WriteFile(bad, []byte("[[rule]]\nnodes = 2\ncoll = \"allreduce\"\nalgo = \"ring\"\nproto = \"ll256\"\n"), 0o644))
 	for _, tc := range []struct {

@@ -104,7 +104,7 @@ cp_table* cp_table_parse(uint8_t* d, size_t size, char* err, size_t errLen) {
     fail(err, errLen, "ranked plans per interval K=%u out of range 1..%u", k, CP_MAX_K);
     goto bad;
   }
-  if (flags & ~CP_FLAG_CONSTANTS) {
+  if (flags & ~(CP_FLAG_CONSTANTS | CP_FLAG_NAMED)) {
     fail(err, errLen, "unknown flags 0x%x", flags);
     goto bad;
   }
@@ -117,6 +117,39 @@ cp_table* cp_table_parse(uint8_t* d, size_t size, char* err, size_t errLen) {
   if (t == NULL) {
     fail(err, errLen, "out of memory");
     goto bad;
+  }
+  if (flags & CP_FLAG_NAMED) {
+    uint64_t off = CP_HEADER_BYTES + (uint64_t)nBlocks * CP_BLOCK_ENTRY_BYTES;
+    if (!in_file(off, 8, size)) {
+      fail(err, errLen, "named-communicator section points outside the file");
+      goto bad;
+    }
+    uint32_t n = cp_le32(d + off), reserved = cp_le32(d + off + 4);
+    if (n == 0 || reserved != 0 || !in_file(off + 8, (uint64_t)n * CP_NAMED_ENTRY_BYTES, size)) {
+      fail(err, errLen, "named-communicator section: %u entries (reserved %u) do not fit the file", n, reserved);
+      goto bad;
+    }
+    t->named = calloc(n, sizeof *t->named);
+    if (t->named == NULL) {
+      fail(err, errLen, "out of memory");
+      goto bad;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+      const uint8_t* e = d + off + 8 + (size_t)i * CP_NAMED_ENTRY_BYTES;
+      uint32_t blk = cp_le32(e + CP_NAMED_PATTERN), res = cp_le32(e + CP_NAMED_PATTERN + 4);
+      if (e[0] == 0 || memchr(e, 0, CP_NAMED_PATTERN) == NULL) {
+        fail(err, errLen, "named-communicator entry %u: pattern empty or not NUL-terminated in %u bytes", i,
+             CP_NAMED_PATTERN);
+        goto bad;
+      }
+      if (blk >= nBlocks || res != 0) {
+        fail(err, errLen, "named-communicator entry %u: block %u of %u (reserved %u)", i, blk, nBlocks, res);
+        goto bad;
+      }
+      t->named[i].pattern = (const char*)e;
+      t->named[i].block = blk;
+    }
+    t->nNamed = n;
   }
   t->data = d;
   t->size = size;
@@ -338,6 +371,7 @@ void cp_table_free(cp_table* t) {
   free(t->blocks);
   free(t->classes);
   free(t->bands);
+  free(t->named);
   free(t);
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -208,9 +209,15 @@ func (r *Rule) fill(n int, rr rawRule) error {
 	return nil
 }
 
-// matchesShape reports whether the rule applies to a block's communicator shape.
+// active reports whether the rule takes part in a block compiled for communicator pattern comm
+// ("" for the grid's own blocks): a rule naming no communicator takes part in every block.
+func (r *Rule) active(comm string) bool { return r.Comm == "" || r.Comm == comm }
+
+// matchesShape reports whether the rule applies to a block's communicator shape. No rule applies to
+// a one-rank block: NCCL's single-rank path is a local copy that prices Ring/Simple alone and asks
+// no tuner, so a pin there could only be illegal or moot.
 func (r *Rule) matchesShape(nNodes, nRanks int) bool {
-	return (r.NNodes == 0 || r.NNodes == nNodes) && (r.NRanks == 0 || r.NRanks == nRanks)
+	return nRanks > 1 && (r.NNodes == 0 || r.NNodes == nNodes) && (r.NRanks == 0 || r.NRanks == nRanks)
 }
 
 // matchesClass reports whether the rule applies to a class of a block.
@@ -333,7 +340,7 @@ func altBlocks(ctx context.Context, req Request, tp *capabilities.Topology) (map
 	var out map[string]*Block
 	for i := range req.Rules {
 		r := &req.Rules[i]
-		if r.Node == "" || !r.matchesShape(tp.NNodes, tp.NRanks) || out[r.Node] != nil {
+		if r.Node == "" || !r.active(req.forComm) || !r.matchesShape(tp.NNodes, tp.NRanks) || out[r.Node] != nil {
 			continue
 		}
 		n, err := tables.Load(r.Node)
@@ -370,7 +377,7 @@ func altBlocks(ctx context.Context, req Request, tp *capabilities.Topology) (map
 func applyRules(req Request, tp *capabilities.Topology, m *planner.Menu, cl Class, coll costmodel.Coll, pipeOps int, alt map[string]*Block, applied []int) (Class, error) {
 	for i := len(req.Rules) - 1; i >= 0; i-- {
 		r := &req.Rules[i]
-		if !r.matchesShape(tp.NNodes, tp.NRanks) || !r.matchesClass(coll, pipeOps) {
+		if !r.active(req.forComm) || !r.matchesShape(tp.NNodes, tp.NRanks) || !r.matchesClass(coll, pipeOps) {
 			continue
 		}
 		if r.Pinned {
@@ -418,4 +425,61 @@ func blockList(bs []Block) string {
 		return "none"
 	}
 	return strings.Join(parts, " ")
+}
+
+// compileNamed adds, per communicator pattern of the rules (in order of first appearance) and per
+// grid shape one of its rules selects, a block compiled with the rules naming no communicator and
+// the pattern's own, and the Named entry that leads to it.
+func compileNamed(ctx context.Context, req Request, t *Table, topos []capabilities.Topology, k *costmodel.Constants) error {
+	var patterns []string
+	for i := range req.Rules {
+		if c := req.Rules[i].Comm; c != "" && !slices.Contains(patterns, c) {
+			patterns = append(patterns, c)
+		}
+	}
+	for _, pat := range patterns {
+		for ti := range topos {
+			tp := &topos[ti]
+			used := false
+			for i := range req.Rules {
+				r := &req.Rules[i]
+				used = used || (r.Comm == pat && r.matchesShape(tp.NNodes, tp.NRanks))
+			}
+			if !used {
+				continue
+			}
+			sub := req
+			sub.forComm = pat
+			b, _, err := compileBlock(ctx, sub, tp, k, t.Applied)
+			if err != nil {
+				return err
+			}
+			t.Named = append(t.Named, Named{Comm: pat, Block: len(t.Blocks)})
+			t.Blocks = append(t.Blocks, b)
+		}
+	}
+	return nil
+}
+
+// LookupComm is Lookup for a communicator named comm: the block of the first Named entry whose
+// pattern matches the name (path.Match) and whose block has the shape, else the shape's first
+// block. comm "" (a name not known) matches no pattern.
+func (t *Table) LookupComm(comm string, nNodes, nRanks, coll, pipeOps int, nBytes int64) []Plan {
+	if b := t.namedBlock(comm, nNodes, nRanks); b != nil {
+		return b.lookup(coll, pipeOps, nBytes)
+	}
+	return t.Lookup(nNodes, nRanks, coll, pipeOps, nBytes)
+}
+
+func (t *Table) namedBlock(comm string, nNodes, nRanks int) *Block {
+	if comm == "" {
+		return nil
+	}
+	for _, n := range t.Named {
+		b := &t.Blocks[n.Block]
+		if ok, _ := path.Match(n.Comm, comm); ok && b.NNodes == nNodes && b.NRanks == nRanks {
+			return b
+		}
+	}
+	return nil
 }

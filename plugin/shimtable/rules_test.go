@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -233,8 +234,10 @@ func TestCompileRulesErrors(t *testing.T) {
 			"r.toml:3: rule 1: coll: matches no block and class of the table (blocks nNodes x nRanks: 1x8 2x16 1x1 2x2)"},
 		{"no pipe-op class", "[[rule]]\ncoll = \"allreduce\"\npipe_ops = 9\nalgo = \"ring\"\nproto = \"ll\"\n",
 			"r.toml:2: rule 1: coll: matches no block"},
-		{"comm names", "[[rule]]\ncomm = \"dp-*\"\ncoll = \"allreduce\"\nalgo = \"ring\"\nproto = \"ll\"\n",
-			"r.toml:2: rule 1: comm: naming a communicator is not supported"},
+		{"comm too long", "[[rule]]\ncomm = \"" + strings.Repeat("x", 64) + "\"\ncoll = \"allreduce\"\nalgo = \"ring\"\nproto = \"ll\"\n",
+			"r.toml:2: rule 1: comm: 64 bytes, the table holds at most 63"},
+		{"named illegal pin", "[[rule]]\ncomm = \"dp-*\"\nranks = 2\ncoll = \"allreduce\"\nalgo = \"nvls\"\nproto = \"simple\"\n",
+			"r.toml:5: rule 1: algo: NVLS/SIMPLE is not legal for AllReduce at 2 nodes x 2 ranks"},
 		{"unknown node table", "[[rule]]\ncoll = \"allreduce\"\nnode = \"h900\"\n", "r.toml:3: rule 1: node:"},
 		{"node table with fewer GPUs", "[[rule]]\nranks = 16\ncoll = \"allreduce\"\nnode = \"gh200\"\n", "r.toml:4: rule 1: node:"},
 	} {
@@ -256,4 +259,87 @@ func TestLoadRules(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rs, 1)
 	assert.Equal(t, p, rs[0].File)
+}
+
+// TestCompileRulesNamed: a rule naming communicators compiles a block of its own per shape it
+// selects, reached only through its name; rules naming no communicator apply in it too; the
+// section survives Encode and Decode; a bad section is refused.
+func TestCompileRulesNamed(t *testing.T) {
+	text := `[[rule]]
+nodes = 2
+coll = "allreduce"
+max_bytes = 65535
+algo = "ring"
+proto = "ll"
+
+[[rule]]
+comm = "dp-*"
+ranks = 16
+coll = "allreduce"
+min_bytes = 1024
+max_bytes = 1048576
+algo = "tree"
+proto = "simple"
+channels = 2
+`
+	tb, err := compileRules(t, "h100", []int{1, 2}, text)
+	require.NoError(t, err)
+	require.Len(t, tb.Blocks, 5, "the grid's four, and dp-* at 2x16")
+	require.Equal(t, []Named{{Comm: "dp-*", Block: 4}}, tb.Named)
+	assert.Equal(t, [2]int{2, 16}, [2]int{tb.Blocks[4].NNodes, tb.Blocks[4].NRanks})
+	ar := int(costmodel.AllReduce)
+	tree := Plan{Algo: int(costmodel.Tree), Proto: int(costmodel.Simple), Channels: 2}
+	ring := Plan{Algo: int(costmodel.Ring), Proto: int(costmodel.LL)}
+	for _, tc := range []struct {
+		comm   string
+		size   int64
+		first  Plan
+		reason string
+	}{
+		{"dp-0", 4096, tree, "both rules cover it: the named one first (file order: the unnamed rule first)"},
+		{"dp-0", 500, ring, "below the named rule's range: the unnamed rule"},
+		{"dp-0", 1 << 19, tree, "the named rule alone"},
+		{"tp-0", 4096, ring, "no pattern matches: the shape's block"},
+		{"", 4096, ring, "no name: the shape's block"},
+	} {
+		got := tb.LookupComm(tc.comm, 2, 16, ar, 1, tc.size)
+		require.NotEmpty(t, got, tc.reason)
+		if tc.comm == "dp-0" && tc.size == 4096 {
+			// Both rules: the unnamed pin comes first in the file, so it leads, then the named one.
+			assert.Equal(t, []Plan{ring, tree}, got[:2], tc.reason)
+			continue
+		}
+		assert.Equal(t, tc.first, got[0], "%s at %d: %s", tc.comm, tc.size, tc.reason)
+	}
+	assert.Equal(t, tb.Lookup(2, 2, ar, 1, 1<<19), tb.LookupComm("dp-0", 2, 2, ar, 1, 1<<19), "dp-* has no 2x2 block")
+
+	data, err := tb.Encode()
+	require.NoError(t, err)
+	back, err := Decode(data)
+	require.NoError(t, err)
+	assert.Equal(t, tb.Named, back.Named)
+	assert.Equal(t, tb.LookupComm("dp-3", 2, 16, ar, 2, 1<<19), back.LookupComm("dp-3", 2, 16, ar, 2, 1<<19))
+
+	// The section sits right after the block directory: count, reserved, then 72-byte entries.
+	sec := headerBytes + blockBytes*len(tb.Blocks)
+	for _, tc := range []struct {
+		name string
+		edit func(d []byte)
+		want string
+	}{
+		{"block out of range", func(d []byte) { le.PutUint32(d[sec+8+64:], 5) }, "block 5 of 5"},
+		{"unterminated", func(d []byte) { copy(d[sec+8:sec+8+64], strings.Repeat("x", 64)) }, "unterminated pattern"},
+		{"empty", func(d []byte) { d[sec+8] = 0 }, "empty or unterminated"},
+		{"no entries", func(d []byte) { le.PutUint32(d[sec:], 0) }, "0 entries"},
+		{"unknown flag", func(d []byte) { le.PutUint32(d[40:], 4|flagNamed) }, "unknown flags"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := append([]byte{}, data...)
+			tc.edit(d)
+			le.PutUint64(d[24:], Checksum(d))
+			_, err := Decode(d)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
 }

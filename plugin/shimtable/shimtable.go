@@ -27,7 +27,20 @@ const (
 	// NumConstants is the float64 count of ncclTunerConstants_v5_t.
 	NumConstants = 7*3 + 3*7*3 + 5*4*3
 	noAlgo       = 0xFF
+	// FlagNamed (flags bit 1): a named-communicator section follows the block directory.
+	flagNamed  = 2
+	namedBytes = 72 // one entry: char[64] pattern, u32 block, u32 reserved
+	// MaxCommPattern is the longest commName pattern the file holds (64 bytes with its NUL).
+	MaxCommPattern = 63
 )
+
+// Named sends the communicators whose commName matches Comm (exact, or a glob as path.Match and
+// fnmatch without flags read it) to block Block instead of the first block of their shape. The
+// block has the shape it serves; entries are tried in order.
+type Named struct {
+	Comm  string
+	Block int
+}
 
 // Plan is one ranked plan: the cell to force, and optional channel and chunk overrides (0 keeps
 // NCCL's).
@@ -59,6 +72,9 @@ type Table struct {
 	K         int
 	Blocks    []Block
 	Constants *[NumConstants]float64 // nil: none
+	// Named are the named-communicator entries (docs/tuner-rules.md): their blocks follow the grid's
+	// in Blocks, with a shape some earlier block already has, so only a name reaches them.
+	Named []Named
 	// Overlays says, per block whose planner had fitted cells or a named overlay, what became of
 	// them (planner.Overlay: applied, or skipped where the block's shape makes a cell illegal).
 	// Compile fills it; it is not part of the file, and Decode leaves it nil.
@@ -87,6 +103,10 @@ type Request struct {
 	// Rules are the per-communicator rules baked into the blocks (docs/tuner-rules.md), in file
 	// order: where two rules cover a call, the first wins.
 	Rules []Rule
+
+	// forComm selects the rules a block compiles with: those naming no communicator, and those
+	// naming exactly this pattern ("" for the grid's own blocks).
+	forComm string
 }
 
 // DefaultNodes is the node-count grid: 1, 2, 4, ..., 1024.
@@ -117,8 +137,8 @@ func Compile(ctx context.Context, req Request) (*Table, error) {
 	}
 	for i := range req.Rules {
 		r := &req.Rules[i]
-		if r.Comm != "" {
-			return nil, fmt.Errorf("shimtable: rules: %s: naming a communicator is not supported by this table format yet (the shim cannot see commName)", r.where(i, "comm"))
+		if len(r.Comm) > MaxCommPattern {
+			return nil, fmt.Errorf("shimtable: rules: %s: %d bytes, the table holds at most %d", r.where(i, "comm"), len(r.Comm), MaxCommPattern)
 		}
 		if r.Node != "" && req.Node == nil {
 			return nil, fmt.Errorf("shimtable: rules: %s: a node-table rule needs a node-table compile (--node or --table), not --topology", r.where(i, "node"))
@@ -176,6 +196,9 @@ func Compile(ctx context.Context, req Request) (*Table, error) {
 		if ov != nil {
 			t.Overlays = append(t.Overlays, BlockOverlay{NNodes: b.NNodes, NRanks: b.NRanks, Overlay: *ov})
 		}
+	}
+	if err := compileNamed(ctx, req, t, topos, &k); err != nil {
+		return nil, err
 	}
 	for i := range req.Rules {
 		if t.Applied[i] == 0 {
@@ -306,12 +329,16 @@ func (t *Table) Lookup(nNodes, nRanks, coll, pipeOps int, nBytes int64) []Plan {
 		if b.NNodes != nNodes || b.NRanks != nRanks {
 			continue
 		}
-		if coll < 0 || coll >= len(b.Classes) || pipeOps < b.MinPipeOps || pipeOps > b.MaxPipeOps {
-			return nil
-		}
-		cl := &b.Classes[coll][pipeOps-b.MinPipeOps]
-		j := sort.Search(len(cl.Starts), func(i int) bool { return cl.Starts[i] > nBytes }) - 1
-		return cl.Plans[max(j, 0)]
+		return b.lookup(coll, pipeOps, nBytes)
 	}
 	return nil
+}
+
+func (b *Block) lookup(coll, pipeOps int, nBytes int64) []Plan {
+	if coll < 0 || coll >= len(b.Classes) || pipeOps < b.MinPipeOps || pipeOps > b.MaxPipeOps {
+		return nil
+	}
+	cl := &b.Classes[coll][pipeOps-b.MinPipeOps]
+	j := sort.Search(len(cl.Starts), func(i int) bool { return cl.Starts[i] > nBytes }) - 1
+	return cl.Plans[max(j, 0)]
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/plugin/shimtable"
 	"github.com/collplan/collplan/tables"
 )
@@ -40,13 +41,16 @@ node = "b200"
 	require.NoError(t, err)
 	n, err := tables.Load("h100")
 	require.NoError(t, err)
-	tb, err := shimtable.Compile(context.Background(), shimtable.Request{Node: n, Nodes: []int{2}, Rules: rs})
+	// Priced by 2.28's model, which the file records and the shim's init names.
+	rel := costmodel.Release{Major: 2, Minor: 28, Patch: 3}
+	tb, err := shimtable.Compile(context.Background(), shimtable.Request{Node: n, Nodes: []int{2}, Rules: rs, Release: rel})
 	require.NoError(t, err)
 	require.Equal(t, 1, tb.Lookup(2, 16, 4, 1, 8192)[0].Algo, "the pin is in the table")
 	require.Equal(t, 4, tb.Lookup(2, 16, 4, 1, 8192)[0].Channels)
 	data := encode(t, tb)
 	table := writeFile(t, "rules.cpln", data)
 	cs := conformance(rand.New(rand.NewPCG(17, 4)), tb, shimtable.Checksum(data), [][2]int{{1, 8}})
+	cs.directive("expect-log priced by NCCL 2.28.3's model")
 	out := run(t, cleanEnv("COLLPLAN_TUNER_TABLE="+table), b.harness, "cases", b.so, cs.write(t, "rules.cases", 1))
 	t.Logf("%d case lines; %s", len(cs.lines), strings.TrimSpace(out))
 }
@@ -233,26 +237,31 @@ func TestShimBenchAlternate(t *testing.T) {
 	}
 }
 
-// TestShimRefusesBadNamedSection: the C reader validates the named-communicator section as the Go
-// one does (a block index outside the table, a pattern with no NUL, no entries) and passes through.
+// TestShimRefusesBadNamedSection: the C reader validates the named-communicator section and the
+// release record as the Go one does (a block index outside the table, a pattern with no NUL, no
+// entries, a release collplan does not model, a reserved field set) and passes through.
 func TestShimRefusesBadNamedSection(t *testing.T) {
 	b := shim(t)
 	rs, err := shimtable.ParseRules("rules.toml", []byte("[[rule]]\ncomm = \"dp-*\"\nranks = 8\ncoll = \"allreduce\"\nalgo = \"ring\"\nproto = \"ll\"\n"))
 	require.NoError(t, err)
 	n, err := tables.Load("h100")
 	require.NoError(t, err)
-	tb, err := shimtable.Compile(context.Background(), shimtable.Request{Node: n, Nodes: []int{1}, Rules: rs})
+	tb, err := shimtable.Compile(context.Background(), shimtable.Request{Node: n, Nodes: []int{1}, Rules: rs,
+		Release: costmodel.Release{Major: 2, Minor: 26, Patch: 2}})
 	require.NoError(t, err)
 	good := encode(t, tb)
 	sec := 64 + 32*len(tb.Blocks)
+	rec := sec + 8 + 72*len(tb.Named) // the release record follows the named section
 	rng := rand.New(rand.NewPCG(8, 8))
 	for name, c := range map[string]struct {
 		edit   func(d []byte)
 		reason string
 	}{
-		"block":      {func(d []byte) { binary.LittleEndian.PutUint32(d[sec+8+64:], uint32(len(tb.Blocks))) }, "named-communicator entry 0: block"},
-		"no NUL":     {func(d []byte) { copy(d[sec+8:sec+8+64], strings.Repeat("x", 64)) }, "pattern empty or not NUL-terminated"},
-		"no entries": {func(d []byte) { binary.LittleEndian.PutUint32(d[sec:], 0) }, "named-communicator section: 0 entries"},
+		"block":            {func(d []byte) { binary.LittleEndian.PutUint32(d[sec+8+64:], uint32(len(tb.Blocks))) }, "named-communicator entry 0: block"},
+		"no NUL":           {func(d []byte) { copy(d[sec+8:sec+8+64], strings.Repeat("x", 64)) }, "pattern empty or not NUL-terminated"},
+		"no entries":       {func(d []byte) { binary.LittleEndian.PutUint32(d[sec:], 0) }, "named-communicator section: 0 entries"},
+		"release":          {func(d []byte) { binary.LittleEndian.PutUint32(d[rec:], 2<<16|17<<8) }, "NCCL 2.17.0 is not a release collplan models"},
+		"release reserved": {func(d []byte) { binary.LittleEndian.PutUint32(d[rec+4:], 1) }, "release record points outside the file or its reserved field"},
 	} {
 		d := append([]byte{}, good...)
 		c.edit(d)

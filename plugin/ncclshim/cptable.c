@@ -104,7 +104,7 @@ cp_table* cp_table_parse(uint8_t* d, size_t size, char* err, size_t errLen) {
     fail(err, errLen, "ranked plans per interval K=%u out of range 1..%u", k, CP_MAX_K);
     goto bad;
   }
-  if (flags & ~(CP_FLAG_CONSTANTS | CP_FLAG_NAMED)) {
+  if (flags & ~(CP_FLAG_CONSTANTS | CP_FLAG_NAMED | CP_FLAG_RELEASE)) {
     fail(err, errLen, "unknown flags 0x%x", flags);
     goto bad;
   }
@@ -118,8 +118,9 @@ cp_table* cp_table_parse(uint8_t* d, size_t size, char* err, size_t errLen) {
     fail(err, errLen, "out of memory");
     goto bad;
   }
+  uint64_t ext = CP_HEADER_BYTES + (uint64_t)nBlocks * CP_BLOCK_ENTRY_BYTES; /* optional sections */
   if (flags & CP_FLAG_NAMED) {
-    uint64_t off = CP_HEADER_BYTES + (uint64_t)nBlocks * CP_BLOCK_ENTRY_BYTES;
+    uint64_t off = ext;
     if (!in_file(off, 8, size)) {
       fail(err, errLen, "named-communicator section points outside the file");
       goto bad;
@@ -150,6 +151,24 @@ cp_table* cp_table_parse(uint8_t* d, size_t size, char* err, size_t errLen) {
       t->named[i].block = blk;
     }
     t->nNamed = n;
+    ext = off + 8 + (uint64_t)n * CP_NAMED_ENTRY_BYTES;
+  }
+  if (flags & CP_FLAG_RELEASE) {
+    if (!in_file(ext, 8, size) || cp_le32(d + ext + 4) != 0) {
+      fail(err, errLen, "release record points outside the file or its reserved field is set");
+      goto bad;
+    }
+    uint32_t code = cp_le32(d + ext);
+    unsigned major = (code >> 16) & 0x7FFFu, minor = (code >> 8) & 0xFFu, patch = code & 0xFFu;
+    if (major != 2 || minor < 19 || minor > 30) {
+      fail(err, errLen, "release record 0x%x: NCCL %u.%u.%u is not a release collplan models (2.19 .. 2.30)", code,
+           major, minor, patch);
+      goto bad;
+    }
+    if (code >> 31)
+      snprintf(t->release, sizeof t->release, "master");
+    else
+      snprintf(t->release, sizeof t->release, "%u.%u.%u", major, minor, patch);
   }
   t->data = d;
   t->size = size;

@@ -28,6 +28,7 @@
 #define CP_FLAG_NAMED 2u       /* a named-communicator section follows the block directory */
 #define CP_NAMED_ENTRY_BYTES 72u /* char[64] pattern (NUL-terminated), u32 block, u32 reserved */
 #define CP_NAMED_PATTERN 64u
+#define CP_FLAG_RELEASE 4u /* an 8-byte release record follows (after the named section, if any) */
 #define CP_MAX_SHARING 64u /* directory/array bytes read at validation <= 64 x file size */
 #define CP_MAX_FILE_BYTES (256u << 20) /* refuse absurd files before allocating */
 
@@ -71,6 +72,7 @@ typedef struct {
   char node[17];
   uint32_t nNamed;
   cp_named* named; /* nNamed entries, in file order */
+  char release[24]; /* the NCCL release whose model priced the table ("2.28.3", "master"), or "" */
 } cp_table;
 
 /* One decoded plan slot. */

@@ -359,9 +359,11 @@ static cp_ctx* ctx_init_table(int abi, uint64_t commId, size_t nRanks, size_t nN
   }
   const cp_table* t = e->table;
   if (loaded)
-    LOGF(c, NCCL_LOG_INFO, "collplan: loaded table %s: node %s, %u blocks, K %u, %zu bytes, checksum %016llx%s",
+    LOGF(c, NCCL_LOG_INFO,
+         "collplan: loaded table %s: node %s, %u blocks, K %u, %zu bytes, checksum %016llx, priced by NCCL %s's "
+         "model%s",
          path, t->node, t->nBlocks, t->k, t->size, (unsigned long long)t->checksum,
-         t->hasConstants ? ", with model constants" : "");
+         t->release[0] ? t->release : "2.30.7 (default)", t->hasConstants ? ", with model constants" : "");
 
   const cp_block* b = cp_table_find_block(t, nNodes, nRanks);
   if (b == NULL) {

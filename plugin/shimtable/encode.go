@@ -8,6 +8,8 @@ import (
 	"hash/fnv"
 	"math"
 	"strings"
+
+	"github.com/collplan/collplan/costmodel"
 )
 
 var le = binary.LittleEndian
@@ -51,6 +53,14 @@ func (t *Table) Encode() ([]byte, error) {
 			le.PutUint32(e[64:], uint32(n.Block))
 			buf = append(buf, e[:]...)
 		}
+	}
+	if !t.Release.IsZero() {
+		code, err := releaseCode(t.Release)
+		if err != nil {
+			return nil, err
+		}
+		buf = le.AppendUint32(buf, code)
+		buf = le.AppendUint32(buf, 0)
 	}
 	u32 := func(off int, v int) error {
 		if v < 0 || int64(v) > math.MaxUint32 {
@@ -139,6 +149,9 @@ func (t *Table) Encode() ([]byte, error) {
 	if len(t.Named) > 0 {
 		flags |= flagNamed
 	}
+	if !t.Release.IsZero() {
+		flags |= flagRelease
+	}
 	le.PutUint32(buf[40:], flags)
 	if err := u32(44, consts); err != nil {
 		return nil, err
@@ -187,11 +200,12 @@ func Decode(data []byte) (*Table, error) {
 		return nil, fmt.Errorf("shimtable: %d blocks overrun the file", nBlocks)
 	}
 	flags := le.Uint32(data[40:])
-	if flags&^uint32(1|flagNamed) != 0 {
+	if flags&^uint32(1|flagNamed|flagRelease) != 0 {
 		return nil, fmt.Errorf("shimtable: unknown flags %#x", flags)
 	}
+	ext := uint64(headerBytes + blockBytes*nBlocks) // the optional sections, in flag order
 	if flags&flagNamed != 0 {
-		off := uint64(headerBytes + blockBytes*nBlocks)
+		off := ext
 		if !in(off, 8) {
 			return nil, fmt.Errorf("shimtable: named-communicator section outside the file")
 		}
@@ -208,6 +222,17 @@ func Decode(data []byte) (*Table, error) {
 			}
 			t.Named = append(t.Named, Named{Comm: string(name), Block: blk})
 		}
+		ext = off + 8 + n*namedBytes
+	}
+	if flags&flagRelease != 0 {
+		if !in(ext, 8) || le.Uint32(data[ext+4:]) != 0 {
+			return nil, fmt.Errorf("shimtable: release record outside the file or its reserved field set")
+		}
+		r, err := releaseFromCode(le.Uint32(data[ext:]))
+		if err != nil {
+			return nil, err
+		}
+		t.Release = r
 	}
 	for bi := 0; bi < nBlocks; bi++ {
 		e := data[headerBytes+blockBytes*bi:]
@@ -286,4 +311,25 @@ func looksLikeCSV(data []byte) bool {
 		return false
 	}
 	return false
+}
+
+// releaseCode is a release as the file records it: master<<31 | major<<16 | minor<<8 | patch.
+func releaseCode(r costmodel.Release) (uint32, error) {
+	if r.Major < 1 || r.Major > 0x7FFF || r.Minor < 0 || r.Minor > 255 || r.Patch < 0 || r.Patch > 255 {
+		return 0, fmt.Errorf("shimtable: release %s does not fit the file's record", r)
+	}
+	c := uint32(r.Major)<<16 | uint32(r.Minor)<<8 | uint32(r.Patch)
+	if r.Master {
+		c |= 1 << 31
+	}
+	return c, nil
+}
+
+// releaseFromCode reads a release record, which must name a release ParseRelease accepts.
+func releaseFromCode(c uint32) (costmodel.Release, error) {
+	r := costmodel.Release{Major: int(c >> 16 & 0x7FFF), Minor: int(c >> 8 & 0xFF), Patch: int(c & 0xFF), Master: c>>31 != 0}
+	if _, err := costmodel.ParseRelease(fmt.Sprintf("%d.%d.%d", r.Major, r.Minor, r.Patch)); err != nil {
+		return r, fmt.Errorf("shimtable: release record %#x: %w", c, err)
+	}
+	return r, nil
 }

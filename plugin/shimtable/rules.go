@@ -349,7 +349,7 @@ func altBlocks(ctx context.Context, req Request, tp *capabilities.Topology) (map
 		}
 		sub := req
 		sub.Node, sub.Topology, sub.Rules = n, nil, nil
-		k := costmodel.DefaultConstants()
+		k := req.Release.Constants()
 		if err := k.Apply(n.Constants); err != nil {
 			return nil, fmt.Errorf("shimtable: rules: %s: %s: %w", r.where(i, "node"), n.File, err)
 		}

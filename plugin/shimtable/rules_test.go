@@ -331,7 +331,7 @@ channels = 2
 		{"unterminated", func(d []byte) { copy(d[sec+8:sec+8+64], strings.Repeat("x", 64)) }, "unterminated pattern"},
 		{"empty", func(d []byte) { d[sec+8] = 0 }, "empty or unterminated"},
 		{"no entries", func(d []byte) { le.PutUint32(d[sec:], 0) }, "0 entries"},
-		{"unknown flag", func(d []byte) { le.PutUint32(d[40:], 4|flagNamed) }, "unknown flags"},
+		{"unknown flag", func(d []byte) { le.PutUint32(d[40:], 8|flagNamed) }, "unknown flags"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := append([]byte{}, data...)
@@ -341,5 +341,28 @@ channels = 2
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
 		})
+	}
+}
+
+// TestReleaseRecord: the release a table was priced with survives Encode and Decode (master too),
+// sits after the named section, and a record naming a release collplan does not model is refused.
+func TestReleaseRecord(t *testing.T) {
+	for _, rel := range []costmodel.Release{{Major: 2, Minor: 19, Patch: 3}, {Major: 2, Minor: 30, Patch: 7, Master: true}} {
+		tb, err := compileRules(t, "h100", []int{1}, "[[rule]]\ncomm = \"x\"\nranks = 8\ncoll = \"reduce\"\nalgo = \"ring\"\nproto = \"simple\"\n")
+		require.NoError(t, err)
+		tb.Release = rel
+		data, err := tb.Encode()
+		require.NoError(t, err)
+		back, err := Decode(data)
+		require.NoError(t, err)
+		assert.Equal(t, rel, back.Release)
+		assert.Equal(t, tb.Named, back.Named)
+		rec := headerBytes + blockBytes*len(tb.Blocks) + 8 + namedBytes*len(tb.Named)
+		assert.Equal(t, uint32(rel.Major<<16|rel.Minor<<8|rel.Patch), le.Uint32(data[rec:])&0x7FFFFFFF)
+		le.PutUint32(data[rec:], 2<<16|18<<8)
+		le.PutUint64(data[24:], Checksum(data))
+		_, err = Decode(data)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "release record")
 	}
 }

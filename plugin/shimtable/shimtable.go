@@ -28,8 +28,11 @@ const (
 	NumConstants = 7*3 + 3*7*3 + 5*4*3
 	noAlgo       = 0xFF
 	// FlagNamed (flags bit 1): a named-communicator section follows the block directory.
-	flagNamed  = 2
-	namedBytes = 72 // one entry: char[64] pattern, u32 block, u32 reserved
+	flagNamed = 2
+	// flagRelease (flags bit 2): an 8-byte release record follows (after the named section, if
+	// any): u32 code, u32 reserved; code = master<<31 | major<<16 | minor<<8 | patch.
+	flagRelease = 4
+	namedBytes  = 72 // one entry: char[64] pattern, u32 block, u32 reserved
 	// MaxCommPattern is the longest commName pattern the file holds (64 bytes with its NUL).
 	MaxCommPattern = 63
 )
@@ -72,6 +75,8 @@ type Table struct {
 	K         int
 	Blocks    []Block
 	Constants *[NumConstants]float64 // nil: none
+	// Release is the NCCL release whose model priced the table (zero: none recorded, 2.30.7).
+	Release costmodel.Release
 	// Named are the named-communicator entries (docs/tuner-rules.md): their blocks follow the grid's
 	// in Blocks, with a shape some earlier block already has, so only a name reaches them.
 	Named []Named
@@ -100,6 +105,10 @@ type Request struct {
 	MaxPipeOps          int  // numPipeOps compiled are 1..MaxPipeOps; default 4
 	K                   int  // ranked plans kept per interval; default 4
 	Constants           bool // include the model constants for v5/v6 init
+	// Release prices the table with that NCCL release's model (costmodel.Release: its constants,
+	// rules and corrections; a node table's [constants] apply over its defaults) and is recorded in
+	// the file. The zero value is 2.30.7's model, recorded as no release.
+	Release costmodel.Release
 	// Rules are the per-communicator rules baked into the blocks (docs/tuner-rules.md), in file
 	// order: where two rules cover a call, the first wins.
 	Rules []Rule
@@ -144,8 +153,8 @@ func Compile(ctx context.Context, req Request) (*Table, error) {
 			return nil, fmt.Errorf("shimtable: rules: %s: a node-table rule needs a node-table compile (--node or --table), not --topology", r.where(i, "node"))
 		}
 	}
-	k := costmodel.DefaultConstants()
-	t := &Table{Name: "topology", K: req.K}
+	k := req.Release.Constants()
+	t := &Table{Name: "topology", K: req.K, Release: req.Release}
 	if len(req.Rules) > 0 {
 		t.Applied = make([]int, len(req.Rules))
 	}
@@ -252,6 +261,7 @@ func compileBlock(ctx context.Context, req Request, tp *capabilities.Topology, k
 		return b, nil, err
 	}
 	cfg.Constants = k
+	cfg.Release = req.Release
 	pl, err := planner.New(tp, cfg)
 	if err != nil {
 		return b, nil, fmt.Errorf("shimtable: %d nodes x %d ranks: %w", tp.NNodes, tp.NRanks, err)

@@ -159,7 +159,11 @@ func medianRegret(tb *shimtable.Table, tr *loopTruth) float64 {
 // TestClosedLoopSimulated is issue 17's closed loop on a simulated device (h100, 1 node x 8 ranks,
 // AllReduce): job 1 runs the prior table with 5 % exploration on four ranks whose dumps record the
 // truth's times; `calibrate --dumps` fits them; the fitted table (shimtable.Compile, what `planner
-// compile --table` runs, over the table with the fit beside it) runs job 2.
+// compile --table` runs, over the table with the fit beside it) runs job 2. The ranks' tuner is
+// the shim's exploration rule reimplemented in Go (simRank): the C library is not loaded, so
+// "every rank decided alike" checks the rule's determinism, not the shim's. This seed reaches the
+// 2 % goal; TestClosedLoopSeeds measures eight other truths, two of which do not (README).
+
 func TestClosedLoopSimulated(t *testing.T) {
 	base, err := tables.LoadBase("h100")
 	require.NoError(t, err)
@@ -174,12 +178,7 @@ func TestClosedLoopSimulated(t *testing.T) {
 	require.NoError(t, err)
 	m, err := pl.Menu(planner.Class{Coll: costmodel.AllReduce, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1})
 	require.NoError(t, err)
-	share := map[planner.Cell]float64{}
-	for _, n := range loopSizes() {
-		p := prior.Lookup(1, 8, int(costmodel.AllReduce), 1, n)[0]
-		share[planner.Cell{Algo: costmodel.Algo(p.Algo), Proto: costmodel.Proto(p.Proto)}] += 1 / float64(len(loopSizes()))
-	}
-	tr := newLoopTruth(rand.New(rand.NewPCG(2026, 17)), m, share)
+	tr := newLoopTruth(rand.New(rand.NewPCG(2026, 17)), m, priorShare(prior))
 
 	r1 := medianRegret(prior, tr)
 	require.Greater(t, r1, 0.10, "the truth must disagree with the prior table (median regret of its picks)")
@@ -233,4 +232,14 @@ func maxRegret(tb *shimtable.Table, tr *loopTruth) float64 {
 		worst = math.Max(worst, tr.regret(planner.Cell{Algo: costmodel.Algo(p.Algo), Proto: costmodel.Proto(p.Proto)}, n))
 	}
 	return worst
+}
+
+// priorShare is, per cell, the share of the workload's sizes the prior table picks it at.
+func priorShare(prior *shimtable.Table) map[planner.Cell]float64 {
+	share := map[planner.Cell]float64{}
+	for _, n := range loopSizes() {
+		p := prior.Lookup(1, 8, int(costmodel.AllReduce), 1, n)[0]
+		share[planner.Cell{Algo: costmodel.Algo(p.Algo), Proto: costmodel.Proto(p.Proto)}] += 1 / float64(len(loopSizes()))
+	}
+	return share
 }

@@ -2,6 +2,11 @@
 // (plugin/ncclshim, C) reads, and reads it back. The format is docs/tuner-table.md: per (nNodes,
 // nRanks) block, per collective and numPipeOps, sorted size boundaries with the ranked plans of each
 // interval, so that the shim's getCollInfo is a binary search and never a model evaluation.
+//
+// Request.Rules (rules.go, docs/tuner-rules.md: `planner compile --rules`) bakes per-communicator
+// rules into the blocks; rules naming communicators add blocks of their own, listed in the file's
+// named-communicator section (Table.Named, LookupComm). Request.Release (`--nccl`) prices the table
+// with that NCCL release's model and records it (Table.Release).
 package shimtable
 
 import (

@@ -3,7 +3,8 @@
 #   make shim TUNER_V7=1 -> the same, also exporting ncclTunerPlugin_v7 (NCCL master's unreleased
 #                   tuner ABI; off by default since NCCL loads the newest symbol first). Use its own
 #                   BUILD directory: make does not rebuild when only the option changes.
-#   make harness   -> $(BUILD)/collplan-harness and $(BUILD)/collplan-profharness (the profiler's)
+#   make harness   -> $(BUILD)/collplan-harness, $(BUILD)/collplan-profharness (the profiler's) and
+#                   $(BUILD)/collplan-rulesharness (named-communicator rules: tuner and profiler together)
 #   make asan      -> both, with -fsanitize=address,undefined, under $(BUILD)/asan
 #   make fuzz      -> $(BUILD)/asan/collplan-fuzz-table (table reader mutation fuzzer, sanitized)
 #   make tsan      -> the library and the profiler's harness with -fsanitize=thread, under $(BUILD)/tsan
@@ -17,10 +18,11 @@ CC := gcc
 endif
 
 SHIM_DIR := plugin/ncclshim
-SHIM_SRCS := $(SHIM_DIR)/shim.c $(SHIM_DIR)/cptable.c $(SHIM_DIR)/profiler.c
-SHIM_HDRS := $(SHIM_DIR)/cptable.h $(SHIM_DIR)/nccl_tuner_abi.h $(SHIM_DIR)/nccl_profiler_abi.h
+SHIM_SRCS := $(SHIM_DIR)/shim.c $(SHIM_DIR)/cptable.c $(SHIM_DIR)/profiler.c $(SHIM_DIR)/names.c
+SHIM_HDRS := $(SHIM_DIR)/names.h $(SHIM_DIR)/cptable.h $(SHIM_DIR)/nccl_tuner_abi.h $(SHIM_DIR)/nccl_profiler_abi.h
 HARNESS_SRCS := $(SHIM_DIR)/test/harness.c
 PROF_HARNESS_SRCS := $(SHIM_DIR)/test/profharness.c
+RULES_HARNESS_SRCS := $(SHIM_DIR)/test/rulesharness.c
 FUZZ_SRCS := $(SHIM_DIR)/test/fuzz_table.c $(SHIM_DIR)/cptable.c
 
 WARN := -std=c11 -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wformat=2
@@ -38,13 +40,14 @@ TSAN := -fsanitize=thread -fno-omit-frame-pointer
 SHIM := $(BUILD)/libnccl-tuner-collplan.so
 HARNESS := $(BUILD)/collplan-harness
 PROF_HARNESS := $(BUILD)/collplan-profharness
+RULES_HARNESS := $(BUILD)/collplan-rulesharness
 
 .PHONY: all shim harness asan tsan fuzz test clean
 
 all: shim harness
 
 shim: $(SHIM)
-harness: $(HARNESS) $(PROF_HARNESS)
+harness: $(HARNESS) $(PROF_HARNESS) $(RULES_HARNESS)
 
 $(SHIM): $(SHIM_SRCS) $(SHIM_HDRS)
 	@mkdir -p $(dir $@)
@@ -57,6 +60,10 @@ $(HARNESS): $(HARNESS_SRCS) $(SHIM_DIR)/nccl_tuner_abi.h
 $(PROF_HARNESS): $(PROF_HARNESS_SRCS) $(SHIM_DIR)/nccl_profiler_abi.h $(SHIM_DIR)/nccl_tuner_abi.h
 	@mkdir -p $(dir $@)
 	$(CC) $(HARNESS_CFLAGS) $(CFLAGS) -o $@ $(PROF_HARNESS_SRCS) $(HARNESS_LDLIBS) $(LDFLAGS)
+
+$(RULES_HARNESS): $(RULES_HARNESS_SRCS) $(SHIM_DIR)/nccl_profiler_abi.h $(SHIM_DIR)/nccl_tuner_abi.h
+	@mkdir -p $(dir $@)
+	$(CC) $(HARNESS_CFLAGS) $(CFLAGS) -o $@ $(RULES_HARNESS_SRCS) $(HARNESS_LDLIBS) $(LDFLAGS)
 
 asan: $(BUILD)/asan/libnccl-tuner-collplan.so $(BUILD)/asan/collplan-harness $(BUILD)/asan/collplan-profharness
 

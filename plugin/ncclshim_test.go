@@ -712,7 +712,7 @@ func TestShimRefusesBadTables(t *testing.T) {
 		{name: "k-zero", data: mut(func(d []byte) []byte { le.PutUint32(d[36:], 0); return reseal(d) }), reason: "K=0 out of range"},
 		{name: "k-nine", data: mut(func(d []byte) []byte { le.PutUint32(d[36:], 9); return reseal(d) }), reason: "K=9 out of range"},
 		{name: "header-unsealed", data: mut(func(d []byte) []byte { le.PutUint32(d[36:], 2); return d }), reason: "checksum mismatch"},
-		{name: "flags", data: mut(func(d []byte) []byte { le.PutUint32(d[40:], 3); return reseal(d) }), reason: "unknown flags"},
+		{name: "flags", data: mut(func(d []byte) []byte { le.PutUint32(d[40:], 1|8); return reseal(d) }), reason: "unknown flags"},
 		{name: "block-count", data: mut(func(d []byte) []byte { le.PutUint32(d[32:], 1<<20); return reseal(d) }), reason: "block directory"},
 		{name: "constants-offset", data: mut(func(d []byte) []byte { le.PutUint32(d[44:], uint32(len(d)-8)); return reseal(d) }), reason: "constants offset"},
 		{name: "constants-without-flag", data: mut(func(d []byte) []byte { le.PutUint32(d[40:], 0); return reseal(d) }), reason: "flags say no constants"},

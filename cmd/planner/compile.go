@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/collplan/collplan/capabilities"
+	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/internal/cmdline"
 	"github.com/collplan/collplan/internal/outpath"
 	"github.com/collplan/collplan/plugin/shimtable"
@@ -26,6 +27,8 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	consts := fs.Bool("constants", false, "include the model constants for the v5/v6 init")
 	noOverlay := fs.Bool("no-overlay", false, "with --node or --table: compile the node table alone, without its fitted overlay NAME.fit.toml")
 	fabric := fs.String("fabric", "", "with --node or --table: fabric table (an embedded name or a FILE.toml) giving the inter-node inputs above 1 node")
+	nccl := fs.String("nccl", "", "price the table with this NCCL release's model ("+costmodel.SupportedReleases+"; default 2.30.7), recorded in the file")
+	rulesFile := fs.String("rules", "", "per-communicator rules file (TOML, docs/tuner-rules.md) baked into the table")
 	out := fs.String("o", "", "output file (required)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -38,6 +41,14 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	req := shimtable.Request{MaxPipeOps: *pipeOps, K: *ranked, Constants: *consts}
 	var err error
+	if req.Release, err = parseRelease("--nccl", *nccl); err != nil {
+		return err
+	}
+	if *rulesFile != "" {
+		if req.Rules, err = shimtable.LoadRules(*rulesFile); err != nil {
+			return usageError{err}
+		}
+	}
 	if req.Nodes, err = intList("--nodes", *nodes); err != nil {
 		return err
 	}
@@ -92,8 +103,22 @@ func runCompile(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if req.Node != nil && req.Node.Fabric != nil {
 		fmt.Fprintf(stdout, "fabric: %s (blocks above 1 node)\n", req.Node.Fabric.File)
 	}
-	for _, b := range t.Blocks {
-		fmt.Fprintf(stdout, "  %4d nodes %6d ranks  pipe ops %d..%d\n", b.NNodes, b.NRanks, b.MinPipeOps, b.MaxPipeOps)
+	if !t.Release.IsZero() {
+		fmt.Fprintf(stdout, "nccl: %s (the model of that release; recorded in the table)\n", t.Release)
+	}
+	for i := range req.Rules {
+		fmt.Fprintf(stdout, "rule %d: %s: %d classes\n", i+1, req.Rules[i].Describe(), t.Applied[i])
+	}
+	named := map[int]string{}
+	for _, n := range t.Named {
+		named[n.Block] = n.Comm
+	}
+	for i, b := range t.Blocks {
+		fmt.Fprintf(stdout, "  %4d nodes %6d ranks  pipe ops %d..%d", b.NNodes, b.NRanks, b.MinPipeOps, b.MaxPipeOps)
+		if c, ok := named[i]; ok {
+			fmt.Fprintf(stdout, "  communicators named %q", c)
+		}
+		fmt.Fprintln(stdout)
 	}
 	return nil
 }

@@ -63,6 +63,7 @@ type shownLog struct {
 	Topology  string            `json:"topology"`
 	NRanks    int               `json:"n_ranks"`
 	Op        string            `json:"op"`
+	NCCL      string            `json:"nccl,omitempty"` // --nccl: the release whose model prices collplan's picks
 	Process   string            `json:"process"`
 	Processes int               `json:"processes_logged"`
 	Calls     int               `json:"calls"`
@@ -128,7 +129,7 @@ func runShowDecisions(ctx context.Context, args []string, stdout, stderr io.Writ
 }
 
 func newShown(src, kind string, s *setup, cls planner.Class) *shownLog {
-	return &shownLog{Source: src, Kind: kind, Topology: s.Source, NRanks: s.Topo.NRanks, Op: cls.Op.String(),
+	return &shownLog{Source: src, Kind: kind, Topology: s.Source, NRanks: s.Topo.NRanks, Op: cls.Op.String(), NCCL: s.ReleaseName(),
 		Skipped: []skippedDecision{}, Rows: []shownDecision{}}
 }
 
@@ -363,7 +364,11 @@ func (l *shownLog) writeText(w io.Writer) error {
 	if l.Kind == "profiler-dump" {
 		what, procs = "collectives ("+l.Format+")", "measured by collplan's profiler"
 	}
-	fmt.Fprintf(w, "%s: %s of %s (%s), priced on %s (%d ranks), op %s\n", l.Source, what, l.Process, procs, l.Topology, l.NRanks, l.Op)
+	priced := ""
+	if l.NCCL != "" {
+		priced = ", priced by NCCL " + l.NCCL + "'s model"
+	}
+	fmt.Fprintf(w, "%s: %s of %s (%s), priced on %s (%d ranks)%s, op %s\n", l.Source, what, l.Process, procs, l.Topology, l.NRanks, priced, l.Op)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "coll\tdtype\tbytes\tcalls\tNCCL ran\tchannels\tNCCL's us\tmeasured us\tits model us\tcollplan picks\tmodel us\tratio\t")
 	for _, r := range l.Rows {

@@ -202,6 +202,14 @@ func TestShowDecisionsDump(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, out, "measured by collplan's profiler")
 	assert.Contains(t, out, "40.00")
+	assert.NotContains(t, out, "priced by NCCL")
+	// --nccl names the release whose model prices collplan's picks, in the header and the JSON.
+	out, err = runCLI(t, "", "show-decisions", "--dump", dump, "--node", "h100", "--nccl", "2.28")
+	require.NoError(t, err)
+	assert.Contains(t, out, "priced on node h100 x1 (8 ranks), priced by NCCL 2.28.3's model, op")
+	out, err = runCLI(t, "", "show-decisions", "--json", "--dump", dump, "--node", "h100", "--nccl", "2.28")
+	require.NoError(t, err)
+	assert.Contains(t, out, `"nccl": "2.28.3"`)
 
 	_, err = runCLI(t, "", "show-decisions", "--dump", dump, "--node", "h100", "--nodes", "2")
 	var ue usageError

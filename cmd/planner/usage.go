@@ -62,6 +62,16 @@ dotted key and source tag) added.
 
 Writes the decision table the NCCL tuner shim (libnccl-tuner-collplan.so) reads: every shape of a
 node table's grid (or the one topology) priced ahead of time (docs/tuner-table.md).
+
+--nccl RELEASE prices the table with that NCCL release's model (as explain --nccl does) and
+records the release in the file; the shim's init log names it.
+
+--rules FILE bakes per-communicator rules (TOML, docs/tuner-rules.md) into the blocks: a rule
+selects communicators by nodes, ranks and optionally name (comm) and calls by collective,
+numPipeOps and size, and pins a cell (algo, proto, channels) or takes the plans of another node
+table (node). A pin that is not
+legal on a shape it covers, or a rule that matches no block, is an error naming the file, line and
+field.
 `,
 	"compare": `usage: planner compare (--node NAME | --table FILE | --topology FILE) --sweeps DIR [--a T] [--b T] [--half ip|oop]
 

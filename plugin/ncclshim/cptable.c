@@ -104,7 +104,7 @@ cp_table* cp_table_parse(uint8_t* d, size_t size, char* err, size_t errLen) {
     fail(err, errLen, "ranked plans per interval K=%u out of range 1..%u", k, CP_MAX_K);
     goto bad;
   }
-  if (flags & ~CP_FLAG_CONSTANTS) {
+  if (flags & ~(CP_FLAG_CONSTANTS | CP_FLAG_NAMED | CP_FLAG_RELEASE)) {
     fail(err, errLen, "unknown flags 0x%x", flags);
     goto bad;
   }
@@ -117,6 +117,58 @@ cp_table* cp_table_parse(uint8_t* d, size_t size, char* err, size_t errLen) {
   if (t == NULL) {
     fail(err, errLen, "out of memory");
     goto bad;
+  }
+  uint64_t ext = CP_HEADER_BYTES + (uint64_t)nBlocks * CP_BLOCK_ENTRY_BYTES; /* optional sections */
+  if (flags & CP_FLAG_NAMED) {
+    uint64_t off = ext;
+    if (!in_file(off, 8, size)) {
+      fail(err, errLen, "named-communicator section points outside the file");
+      goto bad;
+    }
+    uint32_t n = cp_le32(d + off), reserved = cp_le32(d + off + 4);
+    if (n == 0 || reserved != 0 || !in_file(off + 8, (uint64_t)n * CP_NAMED_ENTRY_BYTES, size)) {
+      fail(err, errLen, "named-communicator section: %u entries (reserved %u) do not fit the file", n, reserved);
+      goto bad;
+    }
+    t->named = calloc(n, sizeof *t->named);
+    if (t->named == NULL) {
+      fail(err, errLen, "out of memory");
+      goto bad;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+      const uint8_t* e = d + off + 8 + (size_t)i * CP_NAMED_ENTRY_BYTES;
+      uint32_t blk = cp_le32(e + CP_NAMED_PATTERN), res = cp_le32(e + CP_NAMED_PATTERN + 4);
+      if (e[0] == 0 || memchr(e, 0, CP_NAMED_PATTERN) == NULL) {
+        fail(err, errLen, "named-communicator entry %u: pattern empty or not NUL-terminated in %u bytes", i,
+             CP_NAMED_PATTERN);
+        goto bad;
+      }
+      if (blk >= nBlocks || res != 0) {
+        fail(err, errLen, "named-communicator entry %u: block %u of %u (reserved %u)", i, blk, nBlocks, res);
+        goto bad;
+      }
+      t->named[i].pattern = (const char*)e;
+      t->named[i].block = blk;
+    }
+    t->nNamed = n;
+    ext = off + 8 + (uint64_t)n * CP_NAMED_ENTRY_BYTES;
+  }
+  if (flags & CP_FLAG_RELEASE) {
+    if (!in_file(ext, 8, size) || cp_le32(d + ext + 4) != 0) {
+      fail(err, errLen, "release record points outside the file or its reserved field is set");
+      goto bad;
+    }
+    uint32_t code = cp_le32(d + ext);
+    unsigned major = (code >> 16) & 0x7FFFu, minor = (code >> 8) & 0xFFu, patch = code & 0xFFu;
+    if (major != 2 || minor < 19 || minor > 30) {
+      fail(err, errLen, "release record 0x%x: NCCL %u.%u.%u is not a release collplan models (2.19 .. 2.30)", code,
+           major, minor, patch);
+      goto bad;
+    }
+    if (code >> 31)
+      snprintf(t->release, sizeof t->release, "master");
+    else
+      snprintf(t->release, sizeof t->release, "%u.%u.%u", major, minor, patch);
   }
   t->data = d;
   t->size = size;
@@ -338,6 +390,7 @@ void cp_table_free(cp_table* t) {
   free(t->blocks);
   free(t->classes);
   free(t->bands);
+  free(t->named);
   free(t);
 }
 

@@ -25,6 +25,10 @@
 #define CP_NO_PLAN 0xFFu
 #define CP_NUM_CONSTANTS 144u
 #define CP_FLAG_CONSTANTS 1u
+#define CP_FLAG_NAMED 2u       /* a named-communicator section follows the block directory */
+#define CP_NAMED_ENTRY_BYTES 72u /* char[64] pattern (NUL-terminated), u32 block, u32 reserved */
+#define CP_NAMED_PATTERN 64u
+#define CP_FLAG_RELEASE 4u /* an 8-byte release record follows (after the named section, if any) */
 #define CP_MAX_SHARING 64u /* directory/array bytes read at validation <= 64 x file size */
 #define CP_MAX_FILE_BYTES (256u << 20) /* refuse absurd files before allocating */
 
@@ -47,6 +51,13 @@ typedef struct {
   const cp_class* classes; /* 5 x (p1-p0+1), index coll*(p1-p0+1) + (pipeOps-p0) */
 } cp_block;
 
+/* A named-communicator entry: communicators whose commName matches pattern (fnmatch, FNM_PATHNAME)
+ * and whose shape is block's use that block instead of their shape's first. */
+typedef struct {
+  const char* pattern; /* NUL-terminated inside the file's data */
+  uint32_t block;
+} cp_named;
+
 typedef struct {
   uint8_t* data; /* the whole file */
   size_t size;
@@ -59,6 +70,9 @@ typedef struct {
   int hasConstants;
   double constants[CP_NUM_CONSTANTS];
   char node[17];
+  uint32_t nNamed;
+  cp_named* named; /* nNamed entries, in file order */
+  char release[24]; /* the NCCL release whose model priced the table ("2.28.3", "master"), or "" */
 } cp_table;
 
 /* One decoded plan slot. */

@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "names.h"
 #include "nccl_profiler_abi.h"
 
 #define CP_EXPORT __attribute__((visibility("default")))
@@ -86,6 +87,7 @@ typedef struct cp_pcomm {
   int version;
   uint64_t commId;
   char commName[128];
+  int named; /* commName went into the tuner's map (names.h): drop it when the comm is freed */
   int hasName;
   int nNodes, nRanks, rank;
   ncclDebugLogger_t log;
@@ -178,6 +180,7 @@ static pthread_t g_thread;
 static pthread_mutex_t g_threadMu = PTHREAD_MUTEX_INITIALIZER; /* serializes start and join */
 
 static void comm_free(cp_pcomm* c) {
+  if (c->named) cp_names_drop(c->commId);
   if (c->fd >= 0) close(c->fd);
   pthread_mutex_destroy(&c->poolMu);
   pthread_mutex_destroy(&c->ringMu);
@@ -638,19 +641,35 @@ static ncclResult_t prof_init(int version, void** context, uint64_t commId, int*
   *context = NULL;
   cp_settings s;
   if (read_settings(&s) != 0) return ncclInvalidUsage; /* the line on stderr names the variable */
+  /* The tuner's named-communicator rules need the name (names.h): recorded whether or not this
+   * profiler records anything. Without a dump directory there is no context and no finalize to
+   * drop it: the entry lives until the library is unloaded (the map is capped). */
+  int named = 0;
+  if (commName != NULL) {
+    named = cp_names_put(commId, commName) == 0;
+    if (!named)
+      plog(logfn, NCCL_LOG_WARN,
+           "collplan profiler: comm %016llx: the commName map is full (%u communicators): the tuner's named rules "
+           "will not see \"%s\"",
+           (unsigned long long)commId, CP_NAMES_MAX, commName);
+  }
   if (s.dir == NULL || *s.dir == '\0') {
     plog(logfn, NCCL_LOG_INFO, "collplan profiler: COLLPLAN_PROFILE_DIR is not set: recording nothing");
     if (eActivationMask != NULL) *eActivationMask = 0;
     return ncclSuccess;
   }
   cp_pcomm* c = calloc(1, sizeof *c);
-  if (c == NULL) return ncclSystemError;
+  if (c == NULL) {
+    if (named) cp_names_drop(commId);
+    return ncclSystemError;
+  }
   c->fd = -1;
   pthread_mutex_init(&c->poolMu, NULL);
   pthread_mutex_init(&c->ringMu, NULL);
   pthread_mutex_init(&c->flushMu, NULL);
   c->version = version;
   c->commId = commId;
+  c->named = named;
   c->nNodes = nNodes;
   c->nRanks = nranks;
   c->rank = rank;

@@ -16,6 +16,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -27,6 +28,7 @@
 #include <unistd.h>
 
 #include "cptable.h"
+#include "names.h"
 #include "nccl_tuner_abi.h"
 
 #define CP_EXPORT __attribute__((visibility("default")))
@@ -151,6 +153,11 @@ typedef struct {
   const cp_table* table;  /* entry->table */
   const cp_block* block;  /* the matched block, NULL when passing through */
   atomic_uint once;       /* ONCE_* warnings already logged */
+  /* Named-communicator rules (docs/tuner-rules.md): set at init when the table has some and the ABI
+   * gives a commId; the first getCollInfo or getChunkSize resolves the name once (names.h) and
+   * clears it, and the block chosen then is kept for the communicator's lifetime. */
+  int pendingName;
+  char name[CP_NAME_BYTES];
   /* Exploration (COLLPLAN_EXPLORE), allocated at init on a matched block only; period 0 = off.
    * The counters are plain integers, with no lock or atomic: NCCL calls getCollInfo for one
    * communicator from one thread at a time. Its user guide (Thread Safety,
@@ -352,9 +359,11 @@ static cp_ctx* ctx_init_table(int abi, uint64_t commId, size_t nRanks, size_t nN
   }
   const cp_table* t = e->table;
   if (loaded)
-    LOGF(c, NCCL_LOG_INFO, "collplan: loaded table %s: node %s, %u blocks, K %u, %zu bytes, checksum %016llx%s",
+    LOGF(c, NCCL_LOG_INFO,
+         "collplan: loaded table %s: node %s, %u blocks, K %u, %zu bytes, checksum %016llx, priced by NCCL %s's "
+         "model%s",
          path, t->node, t->nBlocks, t->k, t->size, (unsigned long long)t->checksum,
-         t->hasConstants ? ", with model constants" : "");
+         t->release[0] ? t->release : "2.30.7 (default)", t->hasConstants ? ", with model constants" : "");
 
   const cp_block* b = cp_table_find_block(t, nNodes, nRanks);
   if (b == NULL) {
@@ -400,6 +409,22 @@ static cp_ctx* ctx_init_table(int abi, uint64_t commId, size_t nRanks, size_t nN
     memcpy(constants, t->constants, sizeof *constants);
     LOGF(c, NCCL_LOG_INFO, "collplan: replaced NCCL's model constants with the table's");
   }
+  if (t->nNamed != 0) {
+    if (abi < 5) {
+      LOGF(c, NCCL_LOG_INFO,
+           "collplan: the table has %u named-communicator rules, but tuner ABI v%d gives no commId: they never "
+           "match",
+           t->nNamed, abi);
+    } else {
+      c->pendingName = 1;
+      const char* prof = getenv("NCCL_PROFILER_PLUGIN");
+      if (prof == NULL || *prof == '\0')
+        LOGF(c, NCCL_LOG_INFO,
+             "collplan: the table has %u named-communicator rules, but NCCL_PROFILER_PLUGIN is not set: only this "
+             "library's profiler tells the tuner a commName, so they never match",
+             t->nNamed);
+    }
+  }
   char comm[40] = "comm"; /* v2..v4 init gets no commId */
   if (abi >= 5) snprintf(comm, sizeof comm, "comm %#llx", (unsigned long long)commId);
   LOGF(c, NCCL_LOG_INFO,
@@ -436,8 +461,56 @@ static ncclResult_t ctx_finalize(void* ctx) {
   return ncclSuccess;
 }
 
+/* Resolves the communicator's name, once, at its first call: the first named entry whose pattern
+ * matches the name and whose block has the communicator's shape replaces the block. A name not
+ * known by then (no profiler from this library, or its init not run yet) never will be: the
+ * communicator keeps its shape's block for life, so that a decision never changes inside a
+ * running communicator (every rank of it sees the same order of inits and calls). */
+static __attribute__((noinline)) void ctx_resolve_name(cp_ctx* c) {
+  c->pendingName = 0;
+  const cp_table* t = c->table;
+  if (!cp_names_get(c->commId, c->name, sizeof c->name)) {
+    LOGF(c, NCCL_LOG_INFO,
+         "collplan: comm %#llx: commName not known at its first collective (the profiler plugin of this library "
+         "not loaded, or its init not run yet): the table's named-communicator rules do not apply to it",
+         (unsigned long long)c->commId);
+    return;
+  }
+  for (uint32_t i = 0; i < t->nNamed; i++) {
+    const cp_block* b = &t->blocks[t->named[i].block];
+    if (b->nNodes != c->block->nNodes || b->nRanks != c->block->nRanks) continue;
+    if (fnmatch(t->named[i].pattern, c->name, FNM_PATHNAME) != 0) continue;
+    const cp_block* old = c->block;
+    c->block = b;
+    if (c->period != 0) {
+      /* The counters were sized for the shape's block: no call has counted yet, so start over. */
+      uint64_t* bandCalls = c->bandCalls;
+      uint32_t* classBase = c->classBase;
+      uint64_t* explored = c->explored;
+      c->bandCalls = NULL, c->classBase = NULL, c->explored = NULL;
+      if (explore_alloc(c) != 0) {
+        free(c->bandCalls), free(c->classBase), free(c->explored);
+        c->bandCalls = bandCalls, c->classBase = classBase, c->explored = explored;
+        c->block = old;
+        LOGF(c, NCCL_LOG_WARN,
+             "collplan: comm %#llx \"%s\": out of memory for the exploration counters of named block %u: keeping "
+             "the shape's block",
+             (unsigned long long)c->commId, c->name, t->named[i].block);
+        return;
+      }
+      free(bandCalls), free(classBase), free(explored);
+    }
+    LOGF(c, NCCL_LOG_INFO, "collplan: comm %#llx \"%s\" matches named rule \"%s\": block %u", (unsigned long long)c->commId,
+         c->name, t->named[i].pattern, t->named[i].block);
+    return;
+  }
+  LOGF(c, NCCL_LOG_INFO, "collplan: comm %#llx \"%s\" matches no named rule of its shape: block %u",
+       (unsigned long long)c->commId, c->name, (unsigned)(c->block - t->blocks));
+}
+
 /* The class of a call, or NULL (pass through) with the reason logged as the rules say. */
 static const cp_class* ctx_class(cp_ctx* c, ncclFunc_t collType, int numPipeOps) {
+  if (__builtin_expect(c->pendingName, 0)) ctx_resolve_name(c);
   unsigned coll = (unsigned)collType;
   if (coll >= CP_NUM_COLLS) {
     LOG_ONCE(c, NCCL_LOG_INFO, ONCE_COLL,
@@ -585,6 +658,7 @@ static ncclResult_t get_chunk_size_v6(void* ctx, ncclFunc_t collType, size_t nBy
   (void)nChannels;
   cp_ctx* c = ctx;
   if (c == NULL || c->block == NULL || chunkSize == NULL || (unsigned)collType >= CP_NUM_COLLS) return ncclSuccess;
+  if (__builtin_expect(c->pendingName, 0)) ctx_resolve_name(c);
   /* The call carries no numPipeOps: use the smallest compiled one. */
   const cp_class* cls = cp_block_class(c->block, (unsigned)collType, (int)c->block->p0);
   if (cls == NULL) return ncclSuccess;

@@ -8,6 +8,8 @@ import (
 	"hash/fnv"
 	"math"
 	"strings"
+
+	"github.com/collplan/collplan/costmodel"
 )
 
 var le = binary.LittleEndian
@@ -35,6 +37,30 @@ func (t *Table) Encode() ([]byte, error) {
 		for len(buf)%8 != 0 {
 			buf = append(buf, 0)
 		}
+	}
+	if len(t.Named) > 0 {
+		buf = le.AppendUint32(buf, uint32(len(t.Named)))
+		buf = le.AppendUint32(buf, 0)
+		for _, n := range t.Named {
+			if len(n.Comm) == 0 || len(n.Comm) > MaxCommPattern || strings.IndexByte(n.Comm, 0) >= 0 {
+				return nil, fmt.Errorf("shimtable: communicator pattern %q: want 1..%d bytes and no NUL", n.Comm, MaxCommPattern)
+			}
+			if n.Block < 0 || n.Block >= len(t.Blocks) {
+				return nil, fmt.Errorf("shimtable: communicator pattern %q: block %d of %d", n.Comm, n.Block, len(t.Blocks))
+			}
+			var e [namedBytes]byte
+			copy(e[:], n.Comm)
+			le.PutUint32(e[64:], uint32(n.Block))
+			buf = append(buf, e[:]...)
+		}
+	}
+	if !t.Release.IsZero() {
+		code, err := releaseCode(t.Release)
+		if err != nil {
+			return nil, err
+		}
+		buf = le.AppendUint32(buf, code)
+		buf = le.AppendUint32(buf, 0)
 	}
 	u32 := func(off int, v int) error {
 		if v < 0 || int64(v) > math.MaxUint32 {
@@ -116,9 +142,17 @@ func (t *Table) Encode() ([]byte, error) {
 	le.PutUint64(buf[16:], uint64(len(buf)))
 	le.PutUint32(buf[32:], uint32(len(t.Blocks)))
 	le.PutUint32(buf[36:], uint32(t.K))
+	flags := uint32(0)
 	if t.Constants != nil {
-		le.PutUint32(buf[40:], 1)
+		flags |= 1
 	}
+	if len(t.Named) > 0 {
+		flags |= flagNamed
+	}
+	if !t.Release.IsZero() {
+		flags |= flagRelease
+	}
+	le.PutUint32(buf[40:], flags)
 	if err := u32(44, consts); err != nil {
 		return nil, err
 	}
@@ -165,6 +199,41 @@ func Decode(data []byte) (*Table, error) {
 	if !in(headerBytes, uint64(nBlocks)*blockBytes) {
 		return nil, fmt.Errorf("shimtable: %d blocks overrun the file", nBlocks)
 	}
+	flags := le.Uint32(data[40:])
+	if flags&^uint32(1|flagNamed|flagRelease) != 0 {
+		return nil, fmt.Errorf("shimtable: unknown flags %#x", flags)
+	}
+	ext := uint64(headerBytes + blockBytes*nBlocks) // the optional sections, in flag order
+	if flags&flagNamed != 0 {
+		off := ext
+		if !in(off, 8) {
+			return nil, fmt.Errorf("shimtable: named-communicator section outside the file")
+		}
+		n := uint64(le.Uint32(data[off:]))
+		if n == 0 || le.Uint32(data[off+4:]) != 0 || !in(off+8, n*namedBytes) {
+			return nil, fmt.Errorf("shimtable: named-communicator section: %d entries, or reserved field set, or outside the file", n)
+		}
+		for i := uint64(0); i < n; i++ {
+			e := data[off+8+i*namedBytes:]
+			name, _, ok := bytes.Cut(e[:64], []byte{0})
+			blk := int(le.Uint32(e[64:]))
+			if !ok || len(name) == 0 || blk >= nBlocks || le.Uint32(e[68:]) != 0 {
+				return nil, fmt.Errorf("shimtable: named-communicator entry %d: empty or unterminated pattern, block %d of %d, or reserved field set", i, blk, nBlocks)
+			}
+			t.Named = append(t.Named, Named{Comm: string(name), Block: blk})
+		}
+		ext = off + 8 + n*namedBytes
+	}
+	if flags&flagRelease != 0 {
+		if !in(ext, 8) || le.Uint32(data[ext+4:]) != 0 {
+			return nil, fmt.Errorf("shimtable: release record outside the file or its reserved field set")
+		}
+		r, err := releaseFromCode(le.Uint32(data[ext:]))
+		if err != nil {
+			return nil, err
+		}
+		t.Release = r
+	}
 	for bi := 0; bi < nBlocks; bi++ {
 		e := data[headerBytes+blockBytes*bi:]
 		f := func(i int) int { return int(le.Uint32(e[4*i:])) }
@@ -209,7 +278,7 @@ func Decode(data []byte) (*Table, error) {
 		}
 		t.Blocks = append(t.Blocks, b)
 	}
-	if le.Uint32(data[40:])&1 != 0 {
+	if flags&1 != 0 {
 		off := uint64(le.Uint32(data[44:]))
 		if !in(off, NumConstants*8) {
 			return nil, fmt.Errorf("shimtable: constants outside the file")
@@ -242,4 +311,25 @@ func looksLikeCSV(data []byte) bool {
 		return false
 	}
 	return false
+}
+
+// releaseCode is a release as the file records it: master<<31 | major<<16 | minor<<8 | patch.
+func releaseCode(r costmodel.Release) (uint32, error) {
+	if r.Major < 1 || r.Major > 0x7FFF || r.Minor < 0 || r.Minor > 255 || r.Patch < 0 || r.Patch > 255 {
+		return 0, fmt.Errorf("shimtable: release %s does not fit the file's record", r)
+	}
+	c := uint32(r.Major)<<16 | uint32(r.Minor)<<8 | uint32(r.Patch)
+	if r.Master {
+		c |= 1 << 31
+	}
+	return c, nil
+}
+
+// releaseFromCode reads a release record, which must name a release ParseRelease accepts.
+func releaseFromCode(c uint32) (costmodel.Release, error) {
+	r := costmodel.Release{Major: int(c >> 16 & 0x7FFF), Minor: int(c >> 8 & 0xFF), Patch: int(c & 0xFF), Master: c>>31 != 0}
+	if _, err := costmodel.ParseRelease(fmt.Sprintf("%d.%d.%d", r.Major, r.Minor, r.Patch)); err != nil {
+		return r, fmt.Errorf("shimtable: release record %#x: %w", c, err)
+	}
+	return r, nil
 }

@@ -2,6 +2,11 @@
 // (plugin/ncclshim, C) reads, and reads it back. The format is docs/tuner-table.md: per (nNodes,
 // nRanks) block, per collective and numPipeOps, sorted size boundaries with the ranked plans of each
 // interval, so that the shim's getCollInfo is a binary search and never a model evaluation.
+//
+// Request.Rules (rules.go, docs/tuner-rules.md: `planner compile --rules`) bakes per-communicator
+// rules into the blocks; rules naming communicators add blocks of their own, listed in the file's
+// named-communicator section (Table.Named, LookupComm). Request.Release (`--nccl`) prices the table
+// with that NCCL release's model and records it (Table.Release).
 package shimtable
 
 import (
@@ -27,7 +32,23 @@ const (
 	// NumConstants is the float64 count of ncclTunerConstants_v5_t.
 	NumConstants = 7*3 + 3*7*3 + 5*4*3
 	noAlgo       = 0xFF
+	// FlagNamed (flags bit 1): a named-communicator section follows the block directory.
+	flagNamed = 2
+	// flagRelease (flags bit 2): an 8-byte release record follows (after the named section, if
+	// any): u32 code, u32 reserved; code = master<<31 | major<<16 | minor<<8 | patch.
+	flagRelease = 4
+	namedBytes  = 72 // one entry: char[64] pattern, u32 block, u32 reserved
+	// MaxCommPattern is the longest commName pattern the file holds (64 bytes with its NUL).
+	MaxCommPattern = 63
 )
+
+// Named sends the communicators whose commName matches Comm (exact, or a glob as path.Match and
+// fnmatch without flags read it) to block Block instead of the first block of their shape. The
+// block has the shape it serves; entries are tried in order.
+type Named struct {
+	Comm  string
+	Block int
+}
 
 // Plan is one ranked plan: the cell to force, and optional channel and chunk overrides (0 keeps
 // NCCL's).
@@ -59,10 +80,18 @@ type Table struct {
 	K         int
 	Blocks    []Block
 	Constants *[NumConstants]float64 // nil: none
+	// Release is the NCCL release whose model priced the table (zero: none recorded, 2.30.7).
+	Release costmodel.Release
+	// Named are the named-communicator entries (docs/tuner-rules.md): their blocks follow the grid's
+	// in Blocks, with a shape some earlier block already has, so only a name reaches them.
+	Named []Named
 	// Overlays says, per block whose planner had fitted cells or a named overlay, what became of
 	// them (planner.Overlay: applied, or skipped where the block's shape makes a cell illegal).
 	// Compile fills it; it is not part of the file, and Decode leaves it nil.
 	Overlays []BlockOverlay
+	// Applied says, per rule of the request, in how many (block, class) pairs it took effect (nil
+	// without rules). Compile fills it; it is not part of the file.
+	Applied []int
 }
 
 // BlockOverlay is what became of the node table's fitted overlay in one block.
@@ -81,6 +110,17 @@ type Request struct {
 	MaxPipeOps          int  // numPipeOps compiled are 1..MaxPipeOps; default 4
 	K                   int  // ranked plans kept per interval; default 4
 	Constants           bool // include the model constants for v5/v6 init
+	// Release prices the table with that NCCL release's model (costmodel.Release: its constants,
+	// rules and corrections; a node table's [constants] apply over its defaults) and is recorded in
+	// the file. The zero value is 2.30.7's model, recorded as no release.
+	Release costmodel.Release
+	// Rules are the per-communicator rules baked into the blocks (docs/tuner-rules.md), in file
+	// order: where two rules cover a call, the first wins.
+	Rules []Rule
+
+	// forComm selects the rules a block compiles with: those naming no communicator, and those
+	// naming exactly this pattern ("" for the grid's own blocks).
+	forComm string
 }
 
 // DefaultNodes is the node-count grid: 1, 2, 4, ..., 1024.
@@ -109,8 +149,20 @@ func Compile(ctx context.Context, req Request) (*Table, error) {
 	if req.K < 1 || req.K > planner.MaxRanked {
 		return nil, fmt.Errorf("shimtable: ranked plans %d out of range [1, %d]", req.K, planner.MaxRanked)
 	}
-	k := costmodel.DefaultConstants()
-	t := &Table{Name: "topology", K: req.K}
+	for i := range req.Rules {
+		r := &req.Rules[i]
+		if len(r.Comm) > MaxCommPattern {
+			return nil, fmt.Errorf("shimtable: rules: %s: %d bytes, the table holds at most %d", r.where(i, "comm"), len(r.Comm), MaxCommPattern)
+		}
+		if r.Node != "" && req.Node == nil {
+			return nil, fmt.Errorf("shimtable: rules: %s: a node-table rule needs a node-table compile (--node or --table), not --topology", r.where(i, "node"))
+		}
+	}
+	k := req.Release.Constants()
+	t := &Table{Name: "topology", K: req.K, Release: req.Release}
+	if len(req.Rules) > 0 {
+		t.Applied = make([]int, len(req.Rules))
+	}
 	var topos []capabilities.Topology
 	if req.Topology != nil {
 		topos = append(topos, *req.Topology)
@@ -150,13 +202,22 @@ func Compile(ctx context.Context, req Request) (*Table, error) {
 			return nil, fmt.Errorf("shimtable: two blocks for %d nodes, %d ranks", tp.NNodes, tp.NRanks)
 		}
 		seen[key] = true
-		b, ov, err := compileBlock(ctx, req, tp, &k)
+		b, ov, err := compileBlock(ctx, req, tp, &k, t.Applied)
 		if err != nil {
 			return nil, err
 		}
 		t.Blocks = append(t.Blocks, b)
 		if ov != nil {
 			t.Overlays = append(t.Overlays, BlockOverlay{NNodes: b.NNodes, NRanks: b.NRanks, Overlay: *ov})
+		}
+	}
+	if err := compileNamed(ctx, req, t, topos, &k); err != nil {
+		return nil, err
+	}
+	for i := range req.Rules {
+		if t.Applied[i] == 0 {
+			r := &req.Rules[i]
+			return nil, fmt.Errorf("shimtable: rules: %s: matches no block and class of the table (blocks nNodes x nRanks: %s)", r.where(i, "coll"), blockList(t.Blocks))
 		}
 	}
 	if req.Constants {
@@ -190,7 +251,7 @@ func blockTopology(n *tables.Node, nNodes, rpn int) (capabilities.Topology, erro
 // compileBlock compiles one block, and says what became of the node table's fitted cells there
 // (nil: none). A fitted cell the block's shape makes illegal (one rank, one GPU per node) is
 // skipped, never an error: every shape of the grid compiles.
-func compileBlock(ctx context.Context, req Request, tp *capabilities.Topology, k *costmodel.Constants) (Block, *planner.Overlay, error) {
+func compileBlock(ctx context.Context, req Request, tp *capabilities.Topology, k *costmodel.Constants, applied []int) (Block, *planner.Overlay, error) {
 	b := Block{NNodes: tp.NNodes, NRanks: tp.NRanks, MinPipeOps: 1, MaxPipeOps: req.MaxPipeOps}
 	if tp.Graphs.Ring.TypeIntra == capabilities.PathNVL {
 		rpn := tp.NRanks / tp.NNodes
@@ -205,9 +266,14 @@ func compileBlock(ctx context.Context, req Request, tp *capabilities.Topology, k
 		return b, nil, err
 	}
 	cfg.Constants = k
+	cfg.Release = req.Release
 	pl, err := planner.New(tp, cfg)
 	if err != nil {
 		return b, nil, fmt.Errorf("shimtable: %d nodes x %d ranks: %w", tp.NNodes, tp.NRanks, err)
+	}
+	alt, err := altBlocks(ctx, req, tp)
+	if err != nil {
+		return b, nil, err
 	}
 	b.Classes = make([][]Class, costmodel.NumColls)
 	for c := costmodel.Coll(0); c < costmodel.NumColls; c++ {
@@ -219,14 +285,13 @@ func compileBlock(ctx context.Context, req Request, tp *capabilities.Topology, k
 			if err != nil {
 				return b, nil, err
 			}
+			var cl Class
 			ivs, err := pr.RankedTable(req.K)
 			if err != nil {
 				// Nothing legal at all (NCCL would fail the call): one interval with no plan, so the
 				// shim passes through.
-				b.Classes[c] = append(b.Classes[c], Class{Starts: []int64{0}, Plans: [][]Plan{nil}})
-				continue
+				cl = Class{Starts: []int64{0}, Plans: [][]Plan{nil}}
 			}
-			var cl Class
 			for _, iv := range ivs {
 				plans := make([]Plan, len(iv.Plans))
 				for i, d := range iv.Plans {
@@ -234,6 +299,9 @@ func compileBlock(ctx context.Context, req Request, tp *capabilities.Topology, k
 				}
 				cl.Starts = append(cl.Starts, iv.Lo)
 				cl.Plans = append(cl.Plans, plans)
+			}
+			if cl, err = applyRules(req, tp, pr.Menu(), cl, c, p, alt, applied); err != nil {
+				return b, nil, err
 			}
 			b.Classes[c] = append(b.Classes[c], cl)
 		}
@@ -276,12 +344,16 @@ func (t *Table) Lookup(nNodes, nRanks, coll, pipeOps int, nBytes int64) []Plan {
 		if b.NNodes != nNodes || b.NRanks != nRanks {
 			continue
 		}
-		if coll < 0 || coll >= len(b.Classes) || pipeOps < b.MinPipeOps || pipeOps > b.MaxPipeOps {
-			return nil
-		}
-		cl := &b.Classes[coll][pipeOps-b.MinPipeOps]
-		j := sort.Search(len(cl.Starts), func(i int) bool { return cl.Starts[i] > nBytes }) - 1
-		return cl.Plans[max(j, 0)]
+		return b.lookup(coll, pipeOps, nBytes)
 	}
 	return nil
+}
+
+func (b *Block) lookup(coll, pipeOps int, nBytes int64) []Plan {
+	if coll < 0 || coll >= len(b.Classes) || pipeOps < b.MinPipeOps || pipeOps > b.MaxPipeOps {
+		return nil
+	}
+	cl := &b.Classes[coll][pipeOps-b.MinPipeOps]
+	j := sort.Search(len(cl.Starts), func(i int) bool { return cl.Starts[i] > nBytes }) - 1
+	return cl.Plans[max(j, 0)]
 }

@@ -708,12 +708,14 @@ func (md *model) fitStage(fixed map[Cell][2]float64, starts []float64) (*stageFi
 			bestLoss, x, st.best = l, xk, k
 		}
 	}
-	// Identification: the data's curvature against the prior's, per free parameter.
+	// Identification: the data's curvature against the prior's, per free parameter; a bandwidth
+	// also needs a point in its bandwidth regime (bwReachMin).
 	dataH := md.dataCurvature(x)
+	reach := md.bandwidthReach(x)
 	priorH := 2 / (md.opt.PriorSigma * md.opt.PriorSigma)
 	anyHeld := false
 	for j := range st.ident {
-		st.ident[j] = free[j] && dataH[j] > priorH
+		st.ident[j] = free[j] && dataH[j] > priorH && (j%2 == 0 || reach[j/2] >= bwReachMin)
 		if free[j] && !st.ident[j] {
 			anyHeld = true
 		}
@@ -926,6 +928,37 @@ func (md *model) dataCurvature(x []float64) []float64 {
 		}
 	}
 	return h
+}
+
+// bwReachMin is the least share of a point's time that its cell's bandwidth term must reach, at the
+// fitted values, for the data to identify that bandwidth. Points that all sit where the latency
+// dominates (a plateau of small sizes) say nothing of the bandwidth beyond them, however many there
+// are: their curvature can add up past the prior's while every one of them is best fitted by an
+// ever larger bandwidth, which the planner would then extrapolate to every size (the closed loop's
+// seeds 3 and 8, cmd/calibrate's TestClosedLoopSeeds: Tree/LL measured on a plateau only, then
+// picked up to 256 MiB at 3.9x the best cell's time). Such a bandwidth is held at the prior.
+const bwReachMin = 0.5
+
+// bandwidthReach is, per cell, the largest share of a point's predicted time that the cell's
+// bandwidth term takes at x (weighted by the cell's share of the point's soft minimum).
+func (md *model) bandwidthReach(x []float64) []float64 {
+	reach := make([]float64, len(md.cells))
+	sh := md.opt.Sharpness
+	for i := range md.pts {
+		pred, _ := md.predict(x, i, sh)
+		var sum float64
+		w := make([]float64, len(md.ci[i]))
+		for k, ci := range md.ci[i] {
+			w[k] = math.Exp(-sh * (math.Log(md.cellTime(x, i, k, ci)) - math.Log(pred)))
+			sum += w[k]
+		}
+		for k, ci := range md.ci[i] {
+			t := md.cellTime(x, i, k, ci)
+			lat := md.prior[ci][0] * math.Exp(x[2*ci]) * md.mult[i][k]
+			reach[ci] = math.Max(reach[ci], w[k]/sum*(t-lat)/t)
+		}
+	}
+	return reach
 }
 
 // covariance returns the variance of each identified parameter (log scale): the inverse of the

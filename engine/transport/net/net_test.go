@@ -32,11 +32,13 @@ type job struct {
 
 // startJob makes hosts x perHost ranks: each host's ranks share an in-process transport, the
 // hosts talk over loopback TCP.
-func startJob(t *testing.T, hosts, perHost int, cfg engine.Config) *job {
+func startJob(t testing.TB, hosts, perHost int, cfg engine.Config) *job {
 	t.Helper()
 	n := hosts * perHost
 	cfg.RanksPerNode = perHost
-	cfg.Buffers = tiny
+	if cfg.Buffers == (planner.Buffers{}) {
+		cfg.Buffers = tiny
+	}
 	b := cfg.Buffers.WithDefaults()
 	layout := wire.ConnLayout{LLBytes: int(b.LL), LL128Bytes: int(b.LL128), SimpleBytes: int(b.Simple)}
 	lns := make([]stdnet.Listener, hosts)

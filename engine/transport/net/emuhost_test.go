@@ -3,6 +3,8 @@ package net
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	stdnet "net"
@@ -17,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/collplan/collplan/bootstrap"
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/emuhost"
 	"github.com/collplan/collplan/engine"
@@ -26,8 +29,8 @@ import (
 )
 
 // The test binary doubles as one emulated host's process (NETTEST_HOST set): it runs that host's
-// ranks as goroutines on an in-process local transport and meets the other hosts over the lab's
-// bridge.
+// ranks as goroutines on an in-process local transport, meets the other hosts through
+// bootstrap.Join (with COLLPLAN_JOB_SECRET) and talks to them over the lab's bridge.
 func TestMain(m *testing.M) {
 	if os.Getenv("NETTEST_HOST") != "" {
 		if err := hostMain(); err != nil {
@@ -42,12 +45,20 @@ func TestMain(m *testing.M) {
 func hostMain() error {
 	host, _ := strconv.Atoi(os.Getenv("NETTEST_HOST"))
 	per, _ := strconv.Atoi(os.Getenv("NETTEST_PER"))
-	peers := strings.Split(os.Getenv("NETTEST_PEERS"), ",")
+	hosts, _ := strconv.Atoi(os.Getenv("NETTEST_HOSTS"))
 	loop := os.Getenv("NETTEST_LOOP") == "1"
-	n := per * len(peers)
+	n := per * hosts
 	b := tiny.WithDefaults()
-	ln, err := stdnet.Listen("tcp", peers[host])
+	// The host listens on an ephemeral port of its own address, and its ranks meet the others
+	// through bootstrap.Join as torchrun's ranks would (RANK, ..., MASTER_ADDR, the job secret);
+	// the roster gives every host's listener.
+	ln, err := stdnet.Listen("tcp", stdnet.JoinHostPort(os.Getenv("NETTEST_ADDR"), "0"))
 	if err != nil {
+		return err
+	}
+	peers, err := meet(host, per, n, ln.Addr().String())
+	if err != nil {
+		ln.Close()
 		return err
 	}
 	local := transport.NewInProcess()
@@ -116,6 +127,44 @@ func hostMain() error {
 	return nil
 }
 
+// meet runs bootstrap.Join for each of this host's ranks and returns every host's address.
+func meet(host, per, n int, addr string) ([]string, error) {
+	hostname, _ := os.Hostname()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rosters := make([]bootstrap.Roster, per)
+	errs := make([]error, per)
+	var wg sync.WaitGroup
+	for i := 0; i < per; i++ {
+		env := map[string]string{"RANK": strconv.Itoa(host*per + i), "WORLD_SIZE": strconv.Itoa(n), "LOCAL_RANK": strconv.Itoa(i),
+			"LOCAL_WORLD_SIZE": strconv.Itoa(per), "GROUP_RANK": strconv.Itoa(host), "MASTER_ADDR": os.Getenv("NETTEST_MASTER"),
+			"MASTER_PORT": "29612", bootstrap.EnvSecret: os.Getenv(bootstrap.EnvSecret)}
+		id, err := bootstrap.FromEnv(func(k string) (string, bool) { v, ok := env[k]; return v, ok }, hostname)
+		if err != nil {
+			return nil, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rosters[i], errs[i] = bootstrap.Join(ctx, id, bootstrap.Endpoint{Addrs: []string{addr}})
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	p, err := PlacementOf(rosters[0], host*per)
+	if err != nil {
+		return nil, err
+	}
+	if p.Host != host || p.RanksPerHost != per {
+		return nil, fmt.Errorf("roster places rank %d on host %d at %d per host, want host %d at %d", host*per, p.Host, p.RanksPerHost, host, per)
+	}
+	return p.Peers, nil
+}
+
 func requireNetns(t *testing.T) {
 	t.Helper()
 	why := ""
@@ -142,15 +191,14 @@ type hostProc struct {
 }
 
 func startHosts(t *testing.T, ctx context.Context, lab *emuhost.Lab, per int, loop bool) []*hostProc {
-	peers := make([]string, lab.Hosts())
-	for i := range peers {
-		peers[i] = lab.AddrPort(i, 29611)
-	}
+	secret := make([]byte, 16)
+	rand.Read(secret)
 	procs := make([]*hostProc, lab.Hosts())
 	for i := range procs {
 		cmd := lab.Command(ctx, i, os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), "NETTEST_HOST="+strconv.Itoa(i), "NETTEST_PER="+strconv.Itoa(per),
-			"NETTEST_PEERS="+strings.Join(peers, ","), "NETTEST_LOOP="+map[bool]string{true: "1", false: "0"}[loop])
+			"NETTEST_HOSTS="+strconv.Itoa(lab.Hosts()), "NETTEST_ADDR="+lab.Addr(i).String(), "NETTEST_MASTER="+lab.Addr(0).String(),
+			bootstrap.EnvSecret+"="+hex.EncodeToString(secret), "NETTEST_LOOP="+map[bool]string{true: "1", false: "0"}[loop])
 		pr, pw := io.Pipe()
 		cmd.Stdout, cmd.Stderr = pw, pw
 		p := &hostProc{cmd: cmd, lines: make(chan string, 16), done: make(chan error, 1)}

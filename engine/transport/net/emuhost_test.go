@@ -49,12 +49,17 @@ func hostMain() error {
 	loop := os.Getenv("NETTEST_LOOP") == "1"
 	n := per * hosts
 	b := tiny.WithDefaults()
-	// The host listens on an ephemeral port of its own address, and its ranks meet the others
+	// The host listens on an ephemeral port of the interface NCCL_SOCKET_IFNAME picks (host 0: the
+	// default order, which passes over lo; host 1: "^lo"), and its ranks meet the others
 	// through bootstrap.Join as torchrun's ranks would (RANK, ..., MASTER_ADDR, the job secret);
 	// the roster gives every host's listener.
-	ln, err := stdnet.Listen("tcp", stdnet.JoinHostPort(os.Getenv("NETTEST_ADDR"), "0"))
+	ln, err := Listen(os.Getenv("NCCL_SOCKET_IFNAME"), 0)
 	if err != nil {
 		return err
+	}
+	if got, want := ln.Addr().(*stdnet.TCPAddr).IP.String(), os.Getenv("NETTEST_ADDR"); got != want {
+		ln.Close()
+		return fmt.Errorf("NCCL_SOCKET_IFNAME %q picked %s, want the lab's address %s", os.Getenv("NCCL_SOCKET_IFNAME"), got, want)
 	}
 	peers, err := meet(host, per, n, ln.Addr().String())
 	if err != nil {
@@ -198,7 +203,7 @@ func startHosts(t *testing.T, ctx context.Context, lab *emuhost.Lab, per int, lo
 		cmd := lab.Command(ctx, i, os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), "NETTEST_HOST="+strconv.Itoa(i), "NETTEST_PER="+strconv.Itoa(per),
 			"NETTEST_HOSTS="+strconv.Itoa(lab.Hosts()), "NETTEST_ADDR="+lab.Addr(i).String(), "NETTEST_MASTER="+lab.Addr(0).String(),
-			bootstrap.EnvSecret+"="+hex.EncodeToString(secret), "NETTEST_LOOP="+map[bool]string{true: "1", false: "0"}[loop])
+			bootstrap.EnvSecret+"="+hex.EncodeToString(secret), "NCCL_SOCKET_IFNAME="+[]string{"", "^lo"}[min(i, 1)], "NETTEST_LOOP="+map[bool]string{true: "1", false: "0"}[loop])
 		pr, pw := io.Pipe()
 		cmd.Stdout, cmd.Stderr = pw, pw
 		p := &hostProc{cmd: cmd, lines: make(chan string, 16), done: make(chan error, 1)}

@@ -120,3 +120,22 @@ func SystemInterfaces() ([]Iface, error) {
 	}
 	return out, nil
 }
+
+// Listen listens on port of the interface NCCL_SOCKET_IFNAME value spec picks among this network
+// namespace's interfaces (Interface; port 0 is an ephemeral port): the address a host advertises
+// is the listener's.
+func Listen(spec string, port int) (stdnet.Listener, error) {
+	ifaces, err := SystemInterfaces()
+	if err != nil {
+		return nil, err
+	}
+	name, addr, err := Interface(spec, ifaces)
+	if err != nil {
+		return nil, err
+	}
+	l, err := stdnet.Listen("tcp", netip.AddrPortFrom(addr, uint16(port)).String())
+	if err != nil {
+		return nil, fmt.Errorf("net: listen on %s (%s): %w", name, addr, err)
+	}
+	return l, nil
+}

@@ -31,7 +31,9 @@
 //   - LL: line k is complete when both 8-byte halves carry flag uint32(s+1); complete lines go in
 //     order as they appear.
 //   - LL128: line k is complete when its last word is s+1 (acquire load); then its 128 bytes go.
-//   - Simple: tail > s (acquire); the slot goes, and the far side sets tail = s+1.
+//   - Simple: tail > s (acquire); the step's bytes go (the sender stores the byte count in the
+//     slot's size word of the tail line before the tail: wire's PublishSimple), and the far side
+//     sets tail = s+1.
 //   - A step ends when all its slot's lines are in, or when a later step shows (a later slot's first
 //     line carries that step's flag, or the tail passed s+1); the current slot is then scanned once
 //     more, and what is complete goes. Stale lines never match: their flags are older step numbers.
@@ -59,13 +61,21 @@
 // host's first rank (wire.AbortHostLost): every local wait ends with an error naming it, and the
 // abort goes on to the other hosts. Host.Err names the lost host, its address and its ranks.
 //
+// # Set-up
+//
+// PlacementOf reads a bootstrap.Join roster (hosts = the roster's nodes, consecutive ranks, a
+// host's address = the first address its lowest rank advertised); Listen listens on the interface
+// NCCL_SOCKET_IFNAME picks (Interface: NCCL's syntax, prefixes, '^' to exclude, '=' for exact, and
+// NCCL's automatic order ib, not docker/lo, docker, lo when unset).
+//
 // # Not done
 //
-// The Simple step's byte count is not in the wire format: the proxy sends whole Simple slots (the
-// receiver reads only its nb bytes). One socket per pair of hosts carries every connection
-// (no NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS striping) and no NCCL_SOCKET_IFNAME selection:
-// Setup takes the listener and the peers' addresses. The proxy relies on a sender's plain stores
-// becoming visible in program order (amd64; the race build's stores are atomic). The layout word
-// of a crossing connection is checked per host only (Setup.Layout must equal Config.Buffers; a size
-// that differs is refused). Not wired into engine/launch or collbench, no emulated-host test yet.
+// One socket per pair of hosts carries every connection (no NCCL_NSOCKS_PERTHREAD x
+// NCCL_SOCKET_NTHREADS striping). One Host serves all of a host's ranks, which are goroutines of
+// one process over an in-process local transport: rank processes sharing a host through shm would
+// each need a Host and one mirror writer per (rank, host) chosen among them. The proxy relies on a
+// sender's plain stores becoming visible in program order (amd64; the race build's stores are
+// atomic). A crossing connection's layout word is checked per host only (Setup.Layout must equal
+// Config.Buffers: a region size that differs is refused). Not wired into engine/launch or
+// collbench.
 package net

@@ -254,13 +254,14 @@ func (h *Host) forward(c *conn, scratch *[]byte) bool {
 			case g.ll128Done(c.r, s, 0):
 				c.mode, c.line = modeLL128, 0
 			case atomic.LoadUint64(wire.WordAt(c.r, wire.ConnTailOffset)) > s:
-				// Simple (or an empty step of another protocol: the slot is sent anyway and
-				// the far tail set to s+1, which is harmless). The whole slot goes: the wire
-				// format carries no byte count (see doc.go).
+				// Simple: the step's bytes, as the sender's size word says (an empty step of
+				// another protocol reads as a Simple step of the slot's older size: that goes
+				// and the far tail is set to s+1, which is harmless, since no receiver reads it).
 				off := g.simOff + int(s%wire.NCCLSteps)*g.simpleSlot
-				c.peer.frame(fSimple, c.key, off, g.simpleSlot, s+1)
-				c.peer.w.Write(c.r[off : off+g.simpleSlot])
-				h.sentBytes.Add(int64(g.simpleSlot))
+				nb := min(max(wire.SimpleSize(c.r, s), 0), g.simpleSlot)
+				c.peer.frame(fSimple, c.key, off, nb, s+1)
+				c.peer.w.Write(c.r[off : off+nb])
+				h.sentBytes.Add(int64(nb))
 				c.step++
 				moved = true
 				continue

@@ -8,8 +8,8 @@
 //
 // A job of Ranks ranks spreads RanksPerHost consecutive ranks per host (engine.New refuses a
 // Config.RanksPerNode that differs, naming both). Each host runs one Host (Start): its TCP link
-// to every other host (the lower host index dials, the higher accepts; hello frame with the job's
-// shape, checked), one poller goroutine (the proxy) and one reader per link. A rank's transport
+// to every other host (the higher host index dials, the lower accepts; a hello frame with the job's
+// shape and layout word, checked), one poller goroutine (the proxy) and one reader per link. A rank's transport
 // (Host.Rank) hands out:
 //   - "ctrl": this host's local copy (from the host's local transport: in-process in tests, shm
 //     for rank processes). The poller mirrors each local rank's three lines to every other host:
@@ -75,7 +75,8 @@
 // one process over an in-process local transport: rank processes sharing a host through shm would
 // each need a Host and one mirror writer per (rank, host) chosen among them. The proxy relies on a
 // sender's plain stores becoming visible in program order (amd64; the race build's stores are
-// atomic). A crossing connection's layout word is checked per host only (Setup.Layout must equal
-// Config.Buffers: a region size that differs is refused). Not wired into engine/launch or
+// atomic). The hosts' connection layouts are compared in the hello (the accepting host
+// refuses a mismatch with ErrConfig; the dialing host then sees its link closed and aborts), and a
+// rank's region size must match Setup.Layout; Setup.Layout equal to Config.Buffers is the caller's. Not wired into engine/launch or
 // collbench.
 package net

@@ -124,8 +124,12 @@ func Start(ctx context.Context, s Setup, local transport.Transport) (*Host, erro
 	return h, nil
 }
 
-// hello is the first frame on a socket: magic, the dialer's host index, ranks and ranks per host.
-const helloMagic = 0x6e65746870726f78 // "netnprox"
+// hello is the first frame on a socket: magic, the dialer's host index, ranks, ranks per host and
+// the connection layout word (ConnLayout.Word), each 8 bytes.
+const (
+	helloMagic = 0x6e65746870726f78 // "netnprox"
+	helloBytes = 40
+)
 
 func (h *Host) connect(ctx context.Context) error {
 	var wg sync.WaitGroup
@@ -140,11 +144,12 @@ func (h *Host) connect(ctx context.Context) error {
 				c, err := d.DialContext(ctx, "tcp", h.s.Peers[j])
 				if err == nil {
 					tuneSocket(c, h.s.Timeout)
-					var b [32]byte
+					var b [helloBytes]byte
 					binary.LittleEndian.PutUint64(b[0:], helloMagic)
 					binary.LittleEndian.PutUint64(b[8:], uint64(h.s.Host))
 					binary.LittleEndian.PutUint64(b[16:], uint64(h.s.Ranks))
 					binary.LittleEndian.PutUint64(b[24:], uint64(h.s.RanksPerHost))
+					binary.LittleEndian.PutUint64(b[32:], h.s.Layout.Word())
 					c.SetWriteDeadline(deadline)
 					if _, err = c.Write(b[:]); err == nil {
 						h.setLink(j, c)
@@ -174,7 +179,7 @@ func (h *Host) connect(ctx context.Context) error {
 			return fmt.Errorf("net: host %d: accept (%d of %d hosts above joined): %w", h.s.Host, got, want, err)
 		}
 		tuneSocket(c, h.s.Timeout)
-		var b [32]byte
+		var b [helloBytes]byte
 		c.SetReadDeadline(deadline)
 		if _, err := io.ReadFull(c, b[:]); err != nil {
 			c.Close()
@@ -190,6 +195,12 @@ func (h *Host) connect(ctx context.Context) error {
 			wg.Wait()
 			return fmt.Errorf("%w: net: host %d has %d ranks at %d per host, host %d has %d at %d",
 				wire.ErrConfig, j, r, p, h.s.Host, h.s.Ranks, h.s.RanksPerHost)
+		}
+		if w := binary.LittleEndian.Uint64(b[32:]); w != h.s.Layout.Word() {
+			c.Close()
+			wg.Wait()
+			return fmt.Errorf("%w: net: host %d's connection layout (word %#x) differs from host %d's (%d, %d, %d bytes of LL, LL128, Simple: word %#x)",
+				wire.ErrConfig, j, w, h.s.Host, h.s.Layout.LLBytes, h.s.Layout.LL128Bytes, h.s.Layout.SimpleBytes, h.s.Layout.Word())
 		}
 		h.setLink(j, c)
 		got++

@@ -380,3 +380,35 @@ func TestRanksPerNodeMustMatchHosts(t *testing.T) {
 	_, err = j.hosts[0].Rank(1, transport.NewInProcess().Rank())
 	assert.ErrorContains(t, err, "rank 1 is not on host 0")
 }
+
+// TestLayoutMismatch: two hosts whose connection layouts differ refuse each other at set-up.
+func TestLayoutMismatch(t *testing.T) {
+	lns := make([]stdnet.Listener, 2)
+	peers := make([]string, 2)
+	for i := range lns {
+		l, err := stdnet.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer l.Close()
+		lns[i], peers[i] = l, l.Addr().String()
+	}
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range lns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := wire.ConnLayout{LLBytes: 512, LL128Bytes: 2048, SimpleBytes: 512 * (i + 1)}
+			var h *Host
+			h, errs[i] = Start(context.Background(), Setup{Host: i, Ranks: 2, RanksPerHost: 1, Listener: lns[i], Peers: peers,
+				Layout: l, Timeout: time.Second}, transport.NewInProcess().Rank())
+			if h != nil {
+				h.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	require.Error(t, errs[0], "host 0 accepts and checks")
+	assert.ErrorIs(t, errs[0], engine.ErrConfig)
+	assert.Contains(t, errs[0].Error(), "host 1's connection layout")
+	assert.Contains(t, errs[0].Error(), "differs from host 0's (512, 2048, 512 bytes of LL, LL128, Simple")
+}

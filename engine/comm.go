@@ -136,6 +136,11 @@ func New(rank, n int, tr transport.Transport, cfg Config) (*Comm, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A transport between hosts (engine/transport/net) places consecutive ranks per host: the
+	// virtual nodes must be those hosts.
+	if h, ok := tr.(interface{ RanksPerHost() int }); ok && h.RanksPerHost() != cfg.RanksPerNode {
+		return nil, fmt.Errorf("%w: Config.RanksPerNode is %d, the transport has %d ranks per host", ErrConfig, cfg.RanksPerNode, h.RanksPerHost())
+	}
 	b := cfg.Buffers
 	c := &Comm{
 		rank: rank, n: n, cfg: cfg, tr: tr,

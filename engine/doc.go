@@ -207,6 +207,12 @@
 //     NCCL: src/transport.cc (its ncclTransport table).
 //   - engine/transport/shm: regions in files mapped by rank processes, the job lock, stale-job
 //     removal, a launcher's abort through the control region. NCCL: src/transport/shm.cc.
+//   - engine/transport/net: ranks on different hosts over TCP: per host a local copy of each
+//     crossing connection's region and of "ctrl", a proxy that forwards what local senders
+//     completed (LL and LL128 lines as their flags show them, Simple slots as the tail does) and
+//     local receivers' heads, mirrors each local rank's control lines and the abort word, and aborts
+//     on a lost host; same-host regions go to the local transport. NCCL: src/transport/net.cc, its
+//     proxy (src/proxy.cc) and the socket net plugin (src/transport/net_socket.cc).
 //   - engine/transport/collnet: the CollNet aggregation endpoint (server and framed protocol)
 //     and a head's client connection to it (Link). NCCL: src/transport/coll_net.cc and a
 //     collnet plugin.

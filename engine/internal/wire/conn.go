@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/binary"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Endpoint is one side of a connection: the view of the connection's region from its sender or its
@@ -35,13 +36,14 @@ type Endpoint struct {
 	Step     uint64
 	headSeen uint64 // the sender's last read of head: it rereads the line only when this is too old
 	Peer     int    // the rank at the other end: the one this side's waits wait for
+	simpleNb int    // the nb of the last SimpleSlotBytes: the byte count PublishSimple records
 
 	// Every rank's goroutines write their own endpoints (step, headSeen), and the endpoints of
 	// ranks on other cores can be neighbours in memory: an endpoint spans whole cache lines (Go
 	// places objects of a size class that is a multiple of 64 bytes on line boundaries), so that
 	// no two share one. Adding peer made it 136 bytes, and in-process LL AllReduce at 16 MiB
 	// measured about 13 % slower (paired medians) until this padding; TestEndpointLines keeps it.
-	_ [56]byte
+	_ [48]byte
 }
 
 // NewEndpoint returns a side of the connection whose region is r, laid out as l; the caller sets
@@ -87,13 +89,24 @@ func (e *Endpoint) Reserve(w *Waiter) error {
 // SimpleSlotBytes is the first nb bytes of the current step's Simple slot.
 func (e *Endpoint) SimpleSlotBytes(nb int) []byte {
 	o := e.slot() * e.simpleSlot
+	e.simpleNb = nb
 	return e.simple[o : o+nb : o+nb]
 }
 
-// PublishSimple ends a Simple send: the release store of the tail.
+// PublishSimple ends a Simple send: the step's byte count (the nb of the sender's last
+// SimpleSlotBytes, which every sender calls for the slot it fills) into the slot's size word of
+// the tail line, a plain store, then the release store of the tail. The size word is for a proxy
+// that copies the slot to another host (engine/transport/net); receivers know their nb.
 func (e *Endpoint) PublishSimple() {
+	*(*uint64)(unsafe.Add(unsafe.Pointer(e.tail), 8*(1+e.slot()))) = uint64(e.simpleNb)
 	e.Step++
 	StoreRelease(e.tail, e.Step)
+}
+
+// SimpleSize returns the byte count the sender published for step s's Simple slot in connection
+// region r (valid once the tail passed s).
+func SimpleSize(r []byte, s uint64) int {
+	return int(atomic.LoadUint64(WordAt(r, ConnTailOffset+8*(1+int(s%NCCLSteps)))))
 }
 
 // WaitSimple waits for the current step's Simple payload (tail > step) and returns its first nb

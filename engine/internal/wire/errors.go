@@ -28,6 +28,7 @@ const (
 	AbortCollNet        = 10 // the rank's connection to the CollNet aggregation endpoint failed
 	AbortEndpoint       = 11 // the launcher saw the CollNet aggregation endpoint's process exit; no rank named
 	AbortCollNetStalled = 12 // the rank waited past the watchdog's timeout for the CollNet endpoint, every rank alive
+	AbortHostLost       = 13 // the named rank's host is lost: the net transport's link to it failed (engine/transport/net)
 )
 
 // AbortWord is the abort word's value that names rank for reason: (rank+1)<<8 | reason, never 0.
@@ -63,13 +64,14 @@ var AbortReasons = [...]string{"", "context done", "closed during a collective",
 	"its process exited before the job ended",
 	"its connection to the CollNet aggregation endpoint failed (the endpoint died, stopped, or failed the job)",
 	"the CollNet aggregation endpoint's process exited before the job ended",
-	"it waited past the watchdog's timeout for the CollNet aggregation endpoint, every rank alive (the endpoint is stopped or hung)"}
+	"it waited past the watchdog's timeout for the CollNet aggregation endpoint, every rank alive (the endpoint is stopped or hung)",
+	"lost: the net transport's link to its host failed (the host died, closed early, or the link was cut)"}
 
 // AbortNames reports whether abort word w names a rank at fault (gone or stalled) rather than the
 // rank that aborted.
 func AbortNames(w uint64) bool {
 	r := int(w & 0xff)
-	return r == AbortGone || r == AbortStalled || r == AbortExited
+	return r == AbortGone || r == AbortStalled || r == AbortExited || r == AbortHostLost
 }
 
 // AbortErr is the *AbortError of abort word w.

@@ -15,7 +15,8 @@ import (
 //	line 0      layout word: checks that both sides agree on the buffer sizes
 //	line 1      head: steps the receiver has consumed (written by the receiver only)
 //	line 2      tail: Simple steps the sender has published (written by the sender only;
-//	            never written by LL or LL128)
+//	            never written by LL or LL128), then NCCL_STEPS size words: slot k's byte count
+//	            of its last Simple step, stored before the tail (for engine/transport/net's proxy)
 //	line 3...   LL buffer    NCCL_STEPS slots of 16-byte lines {data 4 B, flag 4 B, data 4 B, flag 4 B}
 //	            LL128 buffer NCCL_STEPS slots of 128-byte lines {data 120 B, flag 8 B}
 //	            Simple buffer NCCL_STEPS slots of payload

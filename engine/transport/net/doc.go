@@ -1,0 +1,82 @@
+// Package net is the engine's network transport (NCCL's src/transport/net.cc with its proxy
+// thread, over TCP sockets as NCCL's socket net plugin): ranks on different hosts cannot share
+// memory, so each side of a connection between hosts gets a local copy of the connection's region,
+// and a proxy per host moves what the local senders complete into the far receivers' copies and
+// the receivers' heads (credits) back.
+//
+// # Hosts and regions
+//
+// A job of Ranks ranks spreads RanksPerHost consecutive ranks per host (engine.New refuses a
+// Config.RanksPerNode that differs, naming both). Each host runs one Host (Start): its TCP link
+// to every other host (the higher host index dials, the lower accepts; a hello frame with the job's
+// shape and layout word, checked), one poller goroutine (the proxy) and one reader per link. A rank's transport
+// (Host.Rank) hands out:
+//   - "ctrl": this host's local copy (from the host's local transport: in-process in tests, shm
+//     for rank processes). The poller mirrors each local rank's three lines to every other host:
+//     exactly one writer per (rank, host), so values never roll back. A descriptor line is read seq
+//     first and only when seq changed (agree.go's rule: seq, stored last with release, means the
+//     rest is there), and the far reader stores words 1.. then word 0 (seq, or the state word) with
+//     release. The abort word goes to every host once; the far side does CompareAndSwap(0, v), so
+//     the first abort wins locally.
+//   - "conn/C/FROM-TO" with FROM and TO on different hosts: the host's copy, mapped from its local
+//     transport (by the first local rank to ask, or by the reader when the far side's first frame
+//     comes first).
+//   - everything else (same-host connections, "nvls/...", "collnet/...") straight from the local
+//     transport: no byte of it crosses TCP (TestOnlyCrossHostConnectionsUseTCP).
+//
+// # The proxy
+//
+// Sender side, per crossing connection, one step at a time (step s, slot s mod NCCL_STEPS; the
+// protocol of a step is found from the slot itself, since steps count across protocols):
+//   - LL: line k is complete when both 8-byte halves carry flag uint32(s+1); complete lines go in
+//     order as they appear.
+//   - LL128: line k is complete when its last word is s+1 (acquire load); then its 128 bytes go.
+//   - Simple: tail > s (acquire); the step's bytes go (the sender stores the byte count in the
+//     slot's size word of the tail line before the tail: wire's PublishSimple), and the far side
+//     sets tail = s+1.
+//   - A step ends when all its slot's lines are in, or when a later step shows (a later slot's first
+//     line carries that step's flag, or the tail passed s+1); the current slot is then scanned once
+//     more, and what is complete goes. Stale lines never match: their flags are older step numbers.
+//
+// Receiver side, the reader stores a frame with a local sender's ordering: LL words with one 8-byte
+// store each (the flag inside each half), LL128 lines payload then flag with a release store,
+// Simple payload then tail with a release store. So LL128 stays legal across hosts: a line's flag
+// is never visible before its 120 bytes, because the far proxy reads the payload only after
+// acquiring the flag, sends whole 128-byte lines in order over one ordered byte stream, and the
+// reader writes the payload before the release store of the flag; the receiver acquires the flag
+// before reading, as it does for a local sender. The poller watches each local receiver's head and
+// sends it back; the far reader stores it (release) into the sender's copy, so the sender never
+// runs more than NCCL_STEPS slots ahead of the remote receiver: staging stays bounded as on one
+// host.
+//
+// The proxy polls: it yields while there is work and for 64 empty passes, then sleeps 20 us,
+// doubling up to 500 us, until something moves (2 cores: it does not spin a core forever).
+//
+// # Failures
+//
+// Every socket has TCP_NODELAY and TCP_USER_TIMEOUT = Setup.Timeout; the poller sends a heartbeat
+// on a link idle for Timeout/4, every read has a deadline of Timeout, every flush a write deadline
+// of Timeout, dial and accept are bounded by Timeout. A link that fails, or a host that says
+// goodbye while one of its ranks is still open, makes this host store the abort word naming that
+// host's first rank (wire.AbortHostLost): every local wait ends with an error naming it, and the
+// abort goes on to the other hosts. Host.Err names the lost host, its address and its ranks.
+//
+// # Set-up
+//
+// PlacementOf reads a bootstrap.Join roster (hosts = the roster's nodes, consecutive ranks, a
+// host's address = the first address its lowest rank advertised); Listen listens on the interface
+// NCCL_SOCKET_IFNAME picks (Interface: NCCL's syntax, prefixes, '^' to exclude, '=' for exact, and
+// NCCL's automatic order ib, not docker/lo, docker, lo when unset).
+//
+// # Not done
+//
+// One socket per pair of hosts carries every connection (no NCCL_NSOCKS_PERTHREAD x
+// NCCL_SOCKET_NTHREADS striping). One Host serves all of a host's ranks, which are goroutines of
+// one process over an in-process local transport: rank processes sharing a host through shm would
+// each need a Host and one mirror writer per (rank, host) chosen among them. The proxy relies on a
+// sender's plain stores becoming visible in program order (amd64; the race build's stores are
+// atomic). The hosts' connection layouts are compared in the hello (the accepting host
+// refuses a mismatch with ErrConfig; the dialing host then sees its link closed and aborts), and a
+// rank's region size must match Setup.Layout; Setup.Layout equal to Config.Buffers is the caller's. Not wired into engine/launch or
+// collbench.
+package net

@@ -1,0 +1,396 @@
+package net
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	stdnet "net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/collplan/collplan/engine/internal/wire"
+	"github.com/collplan/collplan/engine/transport"
+)
+
+// Setup is what a host's net transport is made from: where it is in the job, its listener, the
+// other hosts' addresses and the connection geometry every rank uses.
+type Setup struct {
+	Host         int             // this host's index, 0..len(Peers)-1
+	Ranks        int             // ranks in the communicator
+	RanksPerHost int             // consecutive ranks per host (engine Config.RanksPerNode must equal it)
+	Listener     stdnet.Listener // this host's listener (its address is Peers[Host])
+	Peers        []string        // every host's listener address, by host index
+	Layout       wire.ConnLayout // the engine's Config.Buffers as a connection layout
+	// Timeout bounds connection set-up and every socket read and write; a peer silent for this
+	// long (heartbeats every Timeout/4) is lost. 0 means 5 s.
+	Timeout time.Duration
+}
+
+// Host is one host's net transport: the proxies that copy the cross-host connections and the
+// control lines between this host's local copies and the other hosts'.
+type Host struct {
+	s     Setup
+	local transport.Transport
+	links []*link // by host index; nil for this host
+
+	mu    sync.Mutex
+	ctrl  []byte
+	conns map[connKey]*conn
+	list  []*conn // in registration order, read by the poller under mu
+
+	lastCtrl []uint64 // the poller's last sent copy of every local rank's lines
+	abortOut bool
+
+	sentBytes atomic.Int64 // payload bytes sent over TCP (tests)
+	errMu     sync.Mutex
+	err       error
+
+	raceSync uint64 // the race detector's edge through the sockets (pass, readLoop)
+
+	stop    chan struct{}
+	done    sync.WaitGroup // the poller
+	readers sync.WaitGroup
+	once    sync.Once
+}
+
+type connKey struct{ ch, from, to uint32 }
+
+func (k connKey) name() string { return transport.ConnRegion(int(k.ch), int(k.from), int(k.to)) }
+
+// conn is one cross-host connection's local copy and the poller's position in it.
+type conn struct {
+	key    connKey
+	r      []byte
+	sender bool // the sending rank is on this host
+	peer   *link
+
+	step     uint64 // sender side: the next step to forward
+	mode     int    // 0 unknown, modeLL, modeLL128
+	line     int    // lines of the current step forwarded
+	headSent uint64 // receiver side: the last head sent back
+}
+
+const (
+	modeLL = 1 + iota
+	modeLL128
+)
+
+// Start connects host s.Host to every other host (it dials the hosts below it and accepts the
+// hosts above it, each within s.Timeout) and starts its proxies. local is a handle on this
+// host's local transport that the proxies use to map the regions they copy.
+func Start(ctx context.Context, s Setup, local transport.Transport) (*Host, error) {
+	if s.Timeout == 0 {
+		s.Timeout = 5 * time.Second
+	}
+	hosts := len(s.Peers)
+	switch {
+	case hosts < 1 || s.Host < 0 || s.Host >= hosts:
+		return nil, fmt.Errorf("%w: net: host %d of %d", wire.ErrInvalid, s.Host, hosts)
+	case s.RanksPerHost < 1 || s.Ranks < 1 || (s.Ranks+s.RanksPerHost-1)/s.RanksPerHost != hosts:
+		return nil, fmt.Errorf("%w: net: %d ranks at %d per host do not make %d hosts", wire.ErrInvalid, s.Ranks, s.RanksPerHost, hosts)
+	case s.Listener == nil || local == nil:
+		return nil, fmt.Errorf("%w: net: nil listener or local transport", wire.ErrInvalid)
+	case s.Timeout < 0:
+		return nil, fmt.Errorf("%w: net: Timeout %v", wire.ErrInvalid, s.Timeout)
+	}
+	h := &Host{s: s, local: local, links: make([]*link, hosts), conns: make(map[connKey]*conn), stop: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
+	defer cancel()
+	if err := h.connect(ctx); err != nil {
+		h.closeLinks()
+		return nil, err
+	}
+	ctrl, err := local.Region(transport.CtrlRegion, wire.CtrlSize(s.Ranks))
+	if err != nil {
+		h.closeLinks()
+		return nil, fmt.Errorf("net: ctrl: %w", err)
+	}
+	h.ctrl = ctrl
+	h.lastCtrl = make([]uint64, len(ctrl)/8)
+	for _, l := range h.links {
+		if l != nil {
+			h.readers.Add(1)
+			go h.read(l)
+		}
+	}
+	h.done.Add(1)
+	go h.poll()
+	return h, nil
+}
+
+// hello is the first frame on a socket: magic, the dialer's host index, ranks, ranks per host and
+// the connection layout word (ConnLayout.Word), each 8 bytes.
+const (
+	helloMagic = 0x6e65746870726f78 // "netnprox"
+	helloBytes = 40
+)
+
+func (h *Host) connect(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(h.links))
+	deadline, _ := ctx.Deadline()
+	for j := 0; j < h.s.Host; j++ {
+		wg.Add(1)
+		go func(j int) {
+			defer wg.Done()
+			var d stdnet.Dialer
+			for {
+				c, err := d.DialContext(ctx, "tcp", h.s.Peers[j])
+				if err == nil {
+					tuneSocket(c, h.s.Timeout)
+					var b [helloBytes]byte
+					binary.LittleEndian.PutUint64(b[0:], helloMagic)
+					binary.LittleEndian.PutUint64(b[8:], uint64(h.s.Host))
+					binary.LittleEndian.PutUint64(b[16:], uint64(h.s.Ranks))
+					binary.LittleEndian.PutUint64(b[24:], uint64(h.s.RanksPerHost))
+					binary.LittleEndian.PutUint64(b[32:], h.s.Layout.Word())
+					c.SetWriteDeadline(deadline)
+					if _, err = c.Write(b[:]); err == nil {
+						h.setLink(j, c)
+						return
+					}
+					c.Close()
+				}
+				select {
+				case <-ctx.Done():
+					errs <- fmt.Errorf("net: host %d: dial host %d at %s: %w", h.s.Host, j, h.s.Peers[j], err)
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		}(j)
+	}
+	want := len(h.links) - 1 - h.s.Host
+	if want > 0 {
+		if dl, ok := h.s.Listener.(interface{ SetDeadline(time.Time) error }); ok {
+			dl.SetDeadline(deadline)
+		}
+	}
+	for got := 0; got < want; {
+		c, err := h.s.Listener.Accept()
+		if err != nil {
+			wg.Wait()
+			return fmt.Errorf("net: host %d: accept (%d of %d hosts above joined): %w", h.s.Host, got, want, err)
+		}
+		tuneSocket(c, h.s.Timeout)
+		var b [helloBytes]byte
+		c.SetReadDeadline(deadline)
+		if _, err := io.ReadFull(c, b[:]); err != nil {
+			c.Close()
+			continue // not one of ours, or too slow: wait for the next
+		}
+		j := int(binary.LittleEndian.Uint64(b[8:]))
+		if binary.LittleEndian.Uint64(b[0:]) != helloMagic || j <= h.s.Host || j >= len(h.links) || h.getLink(j) != nil {
+			c.Close()
+			continue
+		}
+		if r, p := int(binary.LittleEndian.Uint64(b[16:])), int(binary.LittleEndian.Uint64(b[24:])); r != h.s.Ranks || p != h.s.RanksPerHost {
+			c.Close()
+			wg.Wait()
+			return fmt.Errorf("%w: net: host %d has %d ranks at %d per host, host %d has %d at %d",
+				wire.ErrConfig, j, r, p, h.s.Host, h.s.Ranks, h.s.RanksPerHost)
+		}
+		if w := binary.LittleEndian.Uint64(b[32:]); w != h.s.Layout.Word() {
+			c.Close()
+			wg.Wait()
+			return fmt.Errorf("%w: net: host %d's connection layout (word %#x) differs from host %d's (%d, %d, %d bytes of LL, LL128, Simple: word %#x)",
+				wire.ErrConfig, j, w, h.s.Host, h.s.Layout.LLBytes, h.s.Layout.LL128Bytes, h.s.Layout.SimpleBytes, h.s.Layout.Word())
+		}
+		h.setLink(j, c)
+		got++
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		return err
+	}
+	return nil
+}
+
+func (h *Host) setLink(j int, c stdnet.Conn) {
+	h.mu.Lock()
+	c.SetDeadline(time.Time{})
+	h.links[j] = &link{host: j, c: c, w: bufio.NewWriterSize(c, 256<<10), r: bufio.NewReaderSize(c, 256<<10), lastSend: time.Now()}
+	h.mu.Unlock()
+}
+
+func (h *Host) getLink(j int) *link {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.links[j]
+}
+
+// tuneSocket sets TCP_NODELAY and, where the system has it, TCP_USER_TIMEOUT (tcp_linux.go).
+func tuneSocket(c stdnet.Conn, timeout time.Duration) {
+	if tc, ok := c.(*stdnet.TCPConn); ok {
+		tc.SetNoDelay(true)
+		setUserTimeout(tc, timeout)
+	}
+}
+
+// HostOf returns the host of rank r.
+func (h *Host) HostOf(r int) int { return r / h.s.RanksPerHost }
+
+// RanksPerHost is the count of consecutive ranks on each host; engine.New checks that
+// Config.RanksPerNode equals it.
+func (h *Host) RanksPerHost() int { return h.s.RanksPerHost }
+
+// SentBytes is the payload bytes (FIFO lines and slots) this host has sent over TCP.
+func (h *Host) SentBytes() int64 { return h.sentBytes.Load() }
+
+// Err is the error that ended a link, or nil.
+func (h *Host) Err() error {
+	h.errMu.Lock()
+	defer h.errMu.Unlock()
+	return h.err
+}
+
+// Rank returns rank r's transport: local for its same-host regions, this host's copies for the
+// rest.
+func (h *Host) Rank(r int, local transport.Transport) (*Rank, error) {
+	if r < 0 || r >= h.s.Ranks || h.HostOf(r) != h.s.Host {
+		return nil, fmt.Errorf("%w: net: rank %d is not on host %d", wire.ErrInvalid, r, h.s.Host)
+	}
+	return &Rank{h: h, rank: r, local: local}, nil
+}
+
+// Rank is one rank's net transport.
+type Rank struct {
+	h     *Host
+	rank  int
+	local transport.Transport
+}
+
+// RanksPerHost is the host's (engine.New compares it with Config.RanksPerNode).
+func (t *Rank) RanksPerHost() int { return t.h.s.RanksPerHost }
+
+// Region returns the local transport's region, except for a connection between hosts, whose
+// region is this host's copy (see the package doc).
+func (t *Rank) Region(name string, size int) ([]byte, error) {
+	if name == transport.CtrlRegion {
+		if size != len(t.h.ctrl) {
+			return nil, fmt.Errorf("net: region ctrl: asked for %d bytes, the host mapped %d (ranks %d)", size, len(t.h.ctrl), t.h.s.Ranks)
+		}
+		return t.h.ctrl, nil
+	}
+	if k, ok := parseConn(name); ok && t.h.HostOf(int(k.from)) != t.h.HostOf(int(k.to)) {
+		if size != t.h.s.Layout.Size() {
+			return nil, fmt.Errorf("%w: net: region %s: asked for %d bytes, the host's layout has %d (Config.Buffers differ from Setup.Layout)",
+				wire.ErrConfig, name, size, t.h.s.Layout.Size())
+		}
+		c, err := t.h.conn(k)
+		if err != nil {
+			return nil, err
+		}
+		return c.r, nil
+	}
+	return t.local.Region(name, size)
+}
+
+// Close closes the rank's local transport.
+func (t *Rank) Close() error { return t.local.Close() }
+
+func parseConn(name string) (connKey, bool) {
+	rest, ok := strings.CutPrefix(name, "conn/")
+	if !ok {
+		return connKey{}, false
+	}
+	ch, ft, ok := strings.Cut(rest, "/")
+	f, to, ok2 := strings.Cut(ft, "-")
+	a, e1 := strconv.Atoi(ch)
+	b, e2 := strconv.Atoi(f)
+	c, e3 := strconv.Atoi(to)
+	if !ok || !ok2 || e1 != nil || e2 != nil || e3 != nil || a < 0 || b < 0 || c < 0 {
+		return connKey{}, false
+	}
+	return connKey{uint32(a), uint32(b), uint32(c)}, true
+}
+
+// conn returns the host's copy of cross-host connection k, mapping it on first use (by a local
+// rank, or by the reader when the far side's proxy gets there first).
+func (h *Host) conn(k connKey) (*conn, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c, ok := h.conns[k]; ok {
+		return c, nil
+	}
+	if int(k.from) >= h.s.Ranks || int(k.to) >= h.s.Ranks {
+		return nil, fmt.Errorf("%w: net: connection %s: rank outside 0..%d", wire.ErrInvalid, k.name(), h.s.Ranks-1)
+	}
+	fh, th := h.HostOf(int(k.from)), h.HostOf(int(k.to))
+	if fh != h.s.Host && th != h.s.Host {
+		return nil, fmt.Errorf("%w: net: connection %s has no end on host %d", wire.ErrInvalid, k.name(), h.s.Host)
+	}
+	r, err := h.local.Region(k.name(), h.s.Layout.Size())
+	if err != nil {
+		return nil, fmt.Errorf("net: %s: %w", k.name(), err)
+	}
+	c := &conn{key: k, r: r, sender: fh == h.s.Host}
+	if c.sender {
+		c.peer = h.links[th]
+	} else {
+		c.peer = h.links[fh]
+	}
+	h.conns[k] = c
+	h.list = append(h.list, c)
+	return c, nil
+}
+
+// Close stops the proxies after one last pass (so this host's final control lines and abort word
+// reach the others), says goodbye on every link and closes them. Call it after every local rank's
+// Comm is closed.
+func (h *Host) Close() error {
+	h.once.Do(func() {
+		close(h.stop)
+		h.done.Wait()
+		h.closeLinks()
+		h.readers.Wait()
+	})
+	return nil
+}
+
+// cut closes every link without a goodbye, as a dead host would (fault tests).
+func (h *Host) cut() {
+	h.mu.Lock()
+	for _, l := range h.links {
+		if l != nil {
+			l.c.Close()
+		}
+	}
+	h.mu.Unlock()
+	h.once.Do(func() {
+		close(h.stop)
+		h.done.Wait()
+		h.readers.Wait()
+	})
+}
+
+func (h *Host) closeLinks() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, l := range h.links {
+		if l != nil {
+			l.c.Close()
+		}
+	}
+}
+
+// fail records the first link error and aborts the communicator on this host, naming the first
+// rank of the lost host (wire.AbortHostLost): every local wait ends with it.
+func (h *Host) fail(peer int, err error) {
+	h.errMu.Lock()
+	if h.err == nil {
+		h.err = fmt.Errorf("net: host %d lost host %d (%s, ranks %d..%d): %w", h.s.Host, peer, h.s.Peers[peer],
+			peer*h.s.RanksPerHost, min(h.s.Ranks, (peer+1)*h.s.RanksPerHost)-1, err)
+	}
+	h.errMu.Unlock()
+	atomic.CompareAndSwapUint64(wire.WordAt(h.ctrl, wire.CtrlAbortOffset), 0, wire.AbortWord(peer*h.s.RanksPerHost, wire.AbortHostLost))
+}
+
+var errBye = errors.New("net: goodbye")

@@ -1,0 +1,451 @@
+package net
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	stdnet "net"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/collplan/collplan/engine/internal/wire"
+)
+
+// link is the TCP socket between this host and one other. Only the poller writes it; only the
+// link's reader reads it.
+type link struct {
+	host     int
+	c        stdnet.Conn
+	w        *bufio.Writer
+	r        *bufio.Reader
+	lastSend time.Time
+	dirty    bool
+	dead     bool
+}
+
+// Frame kinds. Every frame is a 32-byte header {kind u8, pad 3, ch u32, from u32, to u32, off u32,
+// n u32, val u64} and n payload bytes.
+const (
+	fLL         = 1 + iota // n bytes of whole LL lines (flags included) at off of connection (ch, from, to)
+	fLL128                 // n bytes of whole LL128 lines at off: the far side stores each line's flag last
+	fSimple                // n bytes of a Simple slot at off, then tail = val
+	fHead                  // head = val (credits back to the sender's copy)
+	fCtrl                  // one 128-byte control line of rank from at off of "ctrl"
+	fAbort                 // the abort word val
+	fPing                  // heartbeat
+	fBye                   // a clean close
+	headerBytes = 32
+)
+
+func (l *link) frame(kind int, k connKey, off, n int, val uint64) {
+	var b [headerBytes]byte
+	b[0] = byte(kind)
+	binary.LittleEndian.PutUint32(b[4:], k.ch)
+	binary.LittleEndian.PutUint32(b[8:], k.from)
+	binary.LittleEndian.PutUint32(b[12:], k.to)
+	binary.LittleEndian.PutUint32(b[16:], uint32(off))
+	binary.LittleEndian.PutUint32(b[20:], uint32(n))
+	binary.LittleEndian.PutUint64(b[24:], val)
+	l.w.Write(b[:]) // errors surface at Flush
+	l.dirty = true
+}
+
+// poll is the proxy of every cross-host connection and control line of this host: it forwards
+// what local senders completed, the heads local receivers published, the local ranks' control
+// lines and the abort word. It spins (yielding) while there is work and for 64 empty passes, then
+// sleeps 20 us doubling to 500 us until something moves.
+func (h *Host) poll() {
+	defer h.done.Done()
+	idle := 0
+	var scratch []byte
+	for {
+		stopping := false
+		select {
+		case <-h.stop:
+			stopping = true
+		default:
+		}
+		moved := h.pass(&scratch)
+		now := time.Now()
+		for _, l := range h.links {
+			if l == nil || l.dead {
+				continue
+			}
+			if stopping {
+				l.frame(fBye, connKey{}, 0, 0, 0)
+			} else if now.Sub(l.lastSend) > h.s.Timeout/4 {
+				l.frame(fPing, connKey{}, 0, 0, 0)
+			}
+			if l.dirty {
+				l.c.SetWriteDeadline(now.Add(h.s.Timeout))
+				if err := l.w.Flush(); err != nil {
+					l.dead = true
+					if !stopping {
+						h.fail(l.host, fmt.Errorf("write: %w", err))
+					}
+				}
+				l.dirty, l.lastSend = false, now
+			}
+		}
+		if stopping {
+			return
+		}
+		if moved {
+			idle = 0
+			continue
+		}
+		idle++
+		if idle < 64 {
+			runtime.Gosched()
+			continue
+		}
+		time.Sleep(min(20*time.Microsecond<<min(idle-64, 5), 500*time.Microsecond))
+	}
+}
+
+// pass forwards everything that changed since the last pass; it reports whether anything did.
+func (h *Host) pass(scratch *[]byte) bool {
+	moved := h.passCtrl()
+	h.mu.Lock()
+	list := h.list
+	h.mu.Unlock()
+	for _, c := range list {
+		if c.peer == nil || c.peer.dead {
+			continue
+		}
+		if c.sender {
+			if h.forward(c, scratch) {
+				moved = true
+			}
+			continue
+		}
+		if hd := atomic.LoadUint64(wire.WordAt(c.r, wire.ConnHeadOffset)); hd != c.headSent {
+			c.peer.frame(fHead, c.key, 0, 0, hd)
+			c.headSent, moved = hd, true
+		}
+	}
+	// The race detector cannot see the orderings that run through the sockets (a receiver read a
+	// slot, published head, the far sender rewrote the slot, this host's reader stores it): the
+	// poller's loads above are released here and acquired by the readers before they store.
+	wire.RaceReleaseMerge(unsafe.Pointer(&h.raceSync))
+	return moved
+}
+
+// passCtrl mirrors this host's ranks' control lines (state/beat/waits-for, the two descriptors)
+// and the abort word to every other host. A descriptor's seq is read first: the words read after
+// it are that call's or newer, and the far side stores seq last.
+func (h *Host) passCtrl() bool {
+	moved := false
+	first := h.s.Host * h.s.RanksPerHost
+	last := min(h.s.Ranks, first+h.s.RanksPerHost)
+	for r := first; r < last; r++ {
+		for ln := 0; ln < 3; ln++ {
+			off := wire.CtrlRankOffset + r*wire.CtrlRankSize + ln*wire.LineBytes
+			changed := false
+			if ln > 0 && atomic.LoadUint64(wire.WordAt(h.ctrl, off)) == h.lastCtrl[off/8] {
+				continue // a descriptor: its words change only with its seq, stored after them
+			}
+			for i := 0; i < wire.LineBytes/8; i++ {
+				v := atomic.LoadUint64(wire.WordAt(h.ctrl, off+8*i))
+				if v != h.lastCtrl[off/8+i] {
+					h.lastCtrl[off/8+i], changed = v, true
+				}
+			}
+			if !changed {
+				continue
+			}
+			moved = true
+			var b [wire.LineBytes]byte
+			for i := 0; i < wire.LineBytes/8; i++ {
+				binary.LittleEndian.PutUint64(b[8*i:], h.lastCtrl[off/8+i])
+			}
+			for _, l := range h.links {
+				if l != nil && !l.dead {
+					l.frame(fCtrl, connKey{from: uint32(r)}, off, wire.LineBytes, 0)
+					l.w.Write(b[:])
+				}
+			}
+		}
+	}
+	if !h.abortOut {
+		if v := atomic.LoadUint64(wire.WordAt(h.ctrl, wire.CtrlAbortOffset)); v != 0 {
+			h.abortOut, moved = true, true
+			for _, l := range h.links {
+				if l != nil && !l.dead {
+					l.frame(fAbort, connKey{}, 0, 0, v)
+				}
+			}
+		}
+	}
+	return moved
+}
+
+// geometry of one connection's buffers (layout.go).
+type geometry struct {
+	llOff, ll128Off, simOff         int
+	llLines, ll128Lines, simpleSlot int
+}
+
+func (h *Host) geometry() geometry {
+	l := h.s.Layout
+	g := geometry{llOff: wire.ConnBufOffset}
+	g.ll128Off = g.llOff + l.LLBytes
+	g.simOff = g.ll128Off + l.LL128Bytes
+	g.llLines = l.LLBytes / wire.NCCLSteps / wire.LLLineBytes
+	g.ll128Lines = l.LL128Bytes / wire.NCCLSteps / wire.LL128LineBytes
+	g.simpleSlot = l.SimpleBytes / wire.NCCLSteps
+	return g
+}
+
+func (g geometry) llLine(s uint64, k int) int {
+	return g.llOff + (int(s%wire.NCCLSteps)*g.llLines+k)*wire.LLLineBytes
+}
+
+func (g geometry) ll128Line(s uint64, k int) int {
+	return g.ll128Off + (int(s%wire.NCCLSteps)*g.ll128Lines+k)*wire.LL128LineBytes
+}
+
+// llDone: LL line k of step s is complete when both 8-byte halves carry flag uint32(s+1).
+func (g geometry) llDone(r []byte, s uint64, k int) bool {
+	if k >= g.llLines {
+		return false
+	}
+	o, f := g.llLine(s, k), uint32(s+1)
+	return uint32(atomic.LoadUint64(wire.WordAt(r, o))>>32) == f && uint32(atomic.LoadUint64(wire.WordAt(r, o+8))>>32) == f
+}
+
+// ll128Done: LL128 line k of step s is complete when its flag word is s+1 (an acquire load: the
+// 120 bytes before it are then in).
+func (g geometry) ll128Done(r []byte, s uint64, k int) bool {
+	if k >= g.ll128Lines {
+		return false
+	}
+	return atomic.LoadUint64(wire.WordAt(r, g.ll128Line(s, k)+wire.LL128FlagOffset)) == s+1
+}
+
+// later reports whether the sender has started a step after s (a later slot's first line shows
+// its flag, or the Simple tail passed s+1): step s then has all its lines in.
+func (g geometry) later(r []byte, s uint64) bool {
+	if atomic.LoadUint64(wire.WordAt(r, wire.ConnTailOffset)) > s+1 {
+		return true
+	}
+	for j := uint64(1); j < wire.NCCLSteps; j++ {
+		if g.llDone(r, s+j, 0) || g.ll128Done(r, s+j, 0) {
+			return true
+		}
+	}
+	return false
+}
+
+// forward sends what the local sender of c completed since the last pass, step by step in order.
+func (h *Host) forward(c *conn, scratch *[]byte) bool {
+	g := h.geometry()
+	moved := false
+	for {
+		s := c.step
+		if c.mode == 0 {
+			switch {
+			case g.llDone(c.r, s, 0):
+				c.mode, c.line = modeLL, 0
+			case g.ll128Done(c.r, s, 0):
+				c.mode, c.line = modeLL128, 0
+			case atomic.LoadUint64(wire.WordAt(c.r, wire.ConnTailOffset)) > s:
+				// Simple: the step's bytes, as the sender's size word says (an empty step of
+				// another protocol reads as a Simple step of the slot's older size: that goes
+				// and the far tail is set to s+1, which is harmless, since no receiver reads it).
+				off := g.simOff + int(s%wire.NCCLSteps)*g.simpleSlot
+				nb := min(max(wire.SimpleSize(c.r, s), 0), g.simpleSlot)
+				c.peer.frame(fSimple, c.key, off, nb, s+1)
+				c.peer.w.Write(c.r[off : off+nb])
+				h.sentBytes.Add(int64(nb))
+				c.step++
+				moved = true
+				continue
+			case g.later(c.r, s):
+				if g.llDone(c.r, s, 0) || g.ll128Done(c.r, s, 0) {
+					continue // it came in meanwhile
+				}
+				c.step++ // an empty step
+				moved = true
+				continue
+			default:
+				return moved
+			}
+		}
+		done, lines, lineBytes, at := g.llDone, g.llLines, wire.LLLineBytes, g.llLine
+		if c.mode == modeLL128 {
+			done, lines, lineBytes, at = g.ll128Done, g.ll128Lines, wire.LL128LineBytes, g.ll128Line
+		}
+		k := c.line
+		for k < lines && done(c.r, s, k) {
+			k++
+		}
+		ended := k == lines
+		if !ended && g.later(c.r, s) {
+			for k < lines && done(c.r, s, k) {
+				k++
+			}
+			ended = true
+		}
+		if k > c.line {
+			off, n := at(s, c.line), (k-c.line)*lineBytes
+			if c.mode == modeLL {
+				// LL lines are read word by word (each half is one store by the sender).
+				if cap(*scratch) < n {
+					*scratch = make([]byte, n)
+				}
+				b := (*scratch)[:n]
+				for i := 0; i < n; i += 8 {
+					binary.LittleEndian.PutUint64(b[i:], atomic.LoadUint64(wire.WordAt(c.r, off+i)))
+				}
+				c.peer.frame(fLL, c.key, off, n, 0)
+				c.peer.w.Write(b)
+			} else {
+				c.peer.frame(fLL128, c.key, off, n, 0)
+				c.peer.w.Write(c.r[off : off+n])
+			}
+			h.sentBytes.Add(int64(n))
+			c.line, moved = k, true
+		}
+		if !ended {
+			return moved
+		}
+		c.step, c.mode, c.line = s+1, 0, 0
+	}
+}
+
+// read applies the frames host l.host sends, until a goodbye, an error or Close.
+func (h *Host) read(l *link) {
+	defer h.readers.Done()
+	err := h.readLoop(l)
+	select {
+	case <-h.stop:
+		return // closing: the links are being closed under the reader
+	default:
+	}
+	if errors.Is(err, errBye) {
+		// A clean close is a loss too while one of that host's ranks is still open (its Comm
+		// was not closed first): this host's ranks would wait for it forever.
+		first := l.host * h.s.RanksPerHost
+		for r := first; r < min(h.s.Ranks, first+h.s.RanksPerHost); r++ {
+			if atomic.LoadUint64(wire.WordAt(h.ctrl, wire.CtrlRankOffset+r*wire.CtrlRankSize))&1 == 0 {
+				h.fail(l.host, fmt.Errorf("it closed its net transport while rank %d was open", r))
+				return
+			}
+		}
+		return
+	}
+	if err != nil {
+		h.fail(l.host, err)
+	}
+}
+
+func (h *Host) readLoop(l *link) error {
+	var b [headerBytes]byte
+	var line [wire.LineBytes]byte
+	var scratch []byte
+	for {
+		l.c.SetReadDeadline(time.Now().Add(h.s.Timeout))
+		if _, err := io.ReadFull(l.r, b[:]); err != nil {
+			return fmt.Errorf("read: %w", err)
+		}
+		kind := int(b[0])
+		k := connKey{binary.LittleEndian.Uint32(b[4:]), binary.LittleEndian.Uint32(b[8:]), binary.LittleEndian.Uint32(b[12:])}
+		off, n := int(binary.LittleEndian.Uint32(b[16:])), int(binary.LittleEndian.Uint32(b[20:]))
+		val := binary.LittleEndian.Uint64(b[24:])
+		wire.RaceAcquire(unsafe.Pointer(&h.raceSync))
+		switch kind {
+		case fPing:
+		case fBye:
+			return errBye
+		case fAbort:
+			atomic.CompareAndSwapUint64(wire.WordAt(h.ctrl, wire.CtrlAbortOffset), 0, val)
+		case fCtrl:
+			base := wire.CtrlRankOffset + int(k.from)*wire.CtrlRankSize
+			if int(k.from) >= h.s.Ranks || h.HostOf(int(k.from)) != l.host || n != wire.LineBytes || off < base || off >= base+wire.CtrlRankSize || off%wire.LineBytes != 0 {
+				return fmt.Errorf("bad control frame (rank %d, offset %d, %d bytes)", k.from, off, n)
+			}
+			if _, err := io.ReadFull(l.r, line[:]); err != nil {
+				return fmt.Errorf("read: %w", err)
+			}
+			// Words 1.. first, word 0 (a descriptor's seq; the state word) last with release.
+			for i := wire.LineBytes/8 - 1; i >= 0; i-- {
+				v := binary.LittleEndian.Uint64(line[8*i:])
+				if i == 0 {
+					wire.StoreRelease(wire.WordAt(h.ctrl, off), v)
+				} else {
+					atomic.StoreUint64(wire.WordAt(h.ctrl, off+8*i), v)
+				}
+			}
+		case fLL, fLL128, fSimple, fHead:
+			if h.HostOf(int(k.from)) == h.HostOf(int(k.to)) || (h.HostOf(int(k.from)) != l.host && h.HostOf(int(k.to)) != l.host) {
+				return fmt.Errorf("frame for connection %s, which is not between host %d and this one", k.name(), l.host)
+			}
+			c, err := h.conn(k)
+			if err != nil {
+				return err
+			}
+			if err := h.apply(l, c, kind, off, n, val, &scratch); err != nil {
+				return fmt.Errorf("%s: %w", k.name(), err)
+			}
+		default:
+			return fmt.Errorf("unknown frame kind %d", kind)
+		}
+	}
+}
+
+// apply stores one data frame into the local copy with a local sender's ordering: LL words one
+// 8-byte store each (flag inside), LL128 lines payload then flag (release), Simple payload then
+// tail (release); head is one release store.
+func (h *Host) apply(l *link, c *conn, kind, off, n int, val uint64, scratch *[]byte) error {
+	g := h.geometry()
+	lo, hi, unit := 0, 0, 1
+	switch kind {
+	case fHead:
+		if !c.sender {
+			return errors.New("credit frame at the receiver's host")
+		}
+		wire.StoreRelease(wire.WordAt(c.r, wire.ConnHeadOffset), val)
+		return nil
+	case fLL:
+		lo, hi, unit = g.llOff, g.ll128Off, wire.LLLineBytes
+	case fLL128:
+		lo, hi, unit = g.ll128Off, g.simOff, wire.LL128LineBytes
+	case fSimple:
+		lo, hi = g.simOff, len(c.r)
+	}
+	if c.sender || off < lo || n < 0 || off+n > hi || (off-lo)%unit != 0 || n%unit != 0 {
+		return fmt.Errorf("frame kind %d at offset %d, %d bytes, outside its buffer", kind, off, n)
+	}
+	if kind == fSimple {
+		// The receiver reads the slot only after the tail says so.
+		if _, err := io.ReadFull(l.r, c.r[off:off+n]); err != nil {
+			return fmt.Errorf("read: %w", err)
+		}
+		wire.StoreRelease(wire.WordAt(c.r, wire.ConnTailOffset), val)
+		return nil
+	}
+	if cap(*scratch) < n {
+		*scratch = make([]byte, n)
+	}
+	b := (*scratch)[:n]
+	if _, err := io.ReadFull(l.r, b); err != nil {
+		return fmt.Errorf("read: %w", err)
+	}
+	if kind == fLL {
+		for i := 0; i < n; i += 8 {
+			wire.StoreLL(wire.WordAt(c.r, off+i), binary.LittleEndian.Uint64(b[i:]))
+		}
+		return nil
+	}
+	for i := 0; i < n; i += wire.LL128LineBytes {
+		dst := c.r[off+i : off+i+wire.LL128LineBytes]
+		copy(dst[:wire.LL128LinePayload], b[i:])
+		wire.StoreRelease(wire.WordAt(dst, wire.LL128FlagOffset), binary.LittleEndian.Uint64(b[i+wire.LL128FlagOffset:]))
+	}
+	return nil
+}

@@ -7,7 +7,6 @@ import (
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/engine/internal/algorithm"
 	"github.com/collplan/collplan/engine/internal/wire"
-	"github.com/collplan/collplan/engine/transport"
 	"github.com/collplan/collplan/engine/transport/collnet"
 	"github.com/collplan/collplan/kernels"
 )
@@ -186,7 +185,7 @@ func (c *Comm) closeCollNet() {
 // rank processes yield the OS thread when they and the endpoint outnumber the cores, so the
 // endpoint gets one (waiter.go: osYieldNeeded counts the ranks alone).
 func (c *Comm) collNetWaits(w *wire.Waiter) {
-	if _, inproc := c.tr.(transport.Rank); !inproc && c.n+1 > runtime.NumCPU() {
+	if c.procRanks <= 1 && c.n+1 > runtime.NumCPU() {
 		w.OSYield = true
 	}
 }
@@ -194,8 +193,8 @@ func (c *Comm) collNetWaits(w *wire.Waiter) {
 // collNetSpinFits is spinFits for a CollNet call whose ranks each run k polling goroutines: every
 // poller and the endpoint have a core (and, in process, a P).
 func (c *Comm) collNetSpinFits(k int) bool {
-	if _, inproc := c.tr.(transport.Rank); inproc {
-		return c.n*k+1 <= c.procs
+	if c.procRanks > 1 {
+		return c.procRanks*k+1 <= c.procs
 	}
 	return c.n*k+1 <= c.cores && k <= c.procs
 }

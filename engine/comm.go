@@ -73,6 +73,7 @@ type Comm struct {
 	raceHidden bool
 
 	cores, procs int // runtime.NumCPU and GOMAXPROCS when the Comm was made (see spinFits)
+	procRanks    int // ranks of this communicator that are goroutines of this process (processRanks)
 
 	session atomic.Pointer[Session] // the rendezvous connections watching the peers (Session.Attach)
 
@@ -152,6 +153,7 @@ func New(rank, n int, tr transport.Transport, cfg Config) (*Comm, error) {
 	_, inproc := tr.(transport.Rank)
 	c.raceHidden = wire.RaceEnabled && !inproc
 	c.cores, c.procs = runtime.NumCPU(), runtime.GOMAXPROCS(0)
+	c.procRanks = processRanks(tr, n)
 	c.tuneLog = tuningWriter(rank, &cfg, os.Getenv)
 	cfgWord := wire.LayoutWord("config", uint64(n), uint64(cfg.RanksPerNode), uint64(b.LL), uint64(b.LL128), uint64(b.Simple), uint64(b.NVLSChunk))
 	c.tree[0], c.tree[1] = c.topo.trees()

@@ -18,10 +18,24 @@ func newWaiter(c *Comm, ctx context.Context) wire.Waiter {
 // of the n*k goroutines has a core (and, for in-process ranks, a P) to itself, so a spinning
 // waiter delays nobody. The cores are counted once, when the Comm is made.
 func (c *Comm) spinFits(k int) bool {
-	if _, inproc := c.tr.(transport.Rank); inproc {
-		return c.n*k <= c.procs
+	if c.procRanks > 1 {
+		return c.procRanks*k <= c.procs
 	}
 	return c.n*k <= c.cores && k <= c.procs
+}
+
+// processRanks is how many of a communicator's ranks are goroutines of this process, sharing its
+// Ps: all n on the in-process transport; what a transport that says so reports (the network
+// transport's hosts run their ranks as goroutines over an in-process local transport); else one,
+// a rank per process.
+func processRanks(tr transport.Transport, n int) int {
+	if _, inproc := tr.(transport.Rank); inproc {
+		return n
+	}
+	if p, ok := tr.(interface{ ProcessRanks() int }); ok {
+		return max(p.ProcessRanks(), 1)
+	}
+	return 1
 }
 
 // osYieldNeeded reports whether c's waits must yield the OS thread to other processes: its ranks
@@ -29,8 +43,12 @@ func (c *Comm) spinFits(k int) bool {
 // of them than cores. When the ranks fit the cores each keeps its core while it polls, and a
 // sched_yield would only hand the core to unrelated work for a time slice (measured: 2-rank
 // calls of 8 B went from 2-3 us to 15-45 us on a loaded 2-core host).
+//
+// Ranks that are goroutines of one process (procRanks > 1) never need it: a sched_yield without a
+// Gosched would leave the rank being waited for, on the same P, unscheduled (across emulated hosts,
+// two ranks per host process, an 8-byte AllReduce took 4.4 ms so).
 func osYieldNeeded(c *Comm) bool {
-	if _, inproc := c.tr.(transport.Rank); inproc {
+	if c.procRanks > 1 {
 		return false
 	}
 	return c.n > runtime.NumCPU()

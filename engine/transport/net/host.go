@@ -16,7 +16,15 @@ import (
 
 	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/engine/transport"
+	"github.com/collplan/collplan/planner"
 )
+
+// LayoutOf is the connection layout of the engine's Config.Buffers (NCCL's defaults where a size is
+// 0), as Setup.Layout wants it: a program outside the engine's rooms has no other way to name it.
+func LayoutOf(b planner.Buffers) wire.ConnLayout {
+	b = b.WithDefaults()
+	return wire.ConnLayout{LLBytes: int(b.LL), LL128Bytes: int(b.LL128), SimpleBytes: int(b.Simple)}
+}
 
 // Setup is what a host's net transport is made from: where it is in the job, its listener, the
 // other hosts' addresses and the connection geometry every rank uses.
@@ -213,10 +221,14 @@ func (h *Host) connect(ctx context.Context) error {
 	return nil
 }
 
+// readSpin is how long a link's reader keeps trying its socket, yielding, before it waits in Go's
+// network poller (spinReader): as long as the engine's waits yield before they sleep.
+const readSpin = time.Millisecond
+
 func (h *Host) setLink(j int, c stdnet.Conn) {
 	h.mu.Lock()
 	c.SetDeadline(time.Time{})
-	h.links[j] = &link{host: j, c: c, w: bufio.NewWriterSize(c, 256<<10), r: bufio.NewReaderSize(c, 256<<10), lastSend: time.Now()}
+	h.links[j] = &link{host: j, c: c, w: bufio.NewWriterSize(c, 256<<10), r: bufio.NewReaderSize(newSpinReader(c, readSpin), 256<<10), lastSend: time.Now()}
 	h.mu.Unlock()
 }
 
@@ -269,6 +281,15 @@ type Rank struct {
 
 // RanksPerHost is the host's (engine.New compares it with Config.RanksPerNode).
 func (t *Rank) RanksPerHost() int { return t.h.s.RanksPerHost }
+
+// ProcessRanks is how many of the communicator's ranks are goroutines of this process, for the
+// engine's waits (engine/waiter.go): the host's ranks over an in-process local transport, else 1.
+func (t *Rank) ProcessRanks() int {
+	if _, inproc := t.local.(transport.Rank); inproc {
+		return t.h.s.RanksPerHost
+	}
+	return 1
+}
 
 // Region returns the local transport's region, except for a connection between hosts, whose
 // region is this host's copy (see the package doc).

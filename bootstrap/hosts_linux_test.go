@@ -148,16 +148,8 @@ func TestMpirunAcrossHosts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	// The rsh agent: mpirun calls it as AGENT HOST COMMAND... to start its daemon on HOST.
-	var agent strings.Builder
-	agent.WriteString("#!/bin/sh\nhost=$1\nshift\ncase $host in\n")
-	for h := range lab.Hosts() {
-		enter := lab.Command(ctx, h, "/bin/sh", "-c").Args
-		fmt.Fprintf(&agent, "%s) exec %s \"$*\" ;;\n", lab.Hostname(h), shellJoin(enter))
-	}
-	agent.WriteString("*) echo \"agent: unknown host $host\" >&2; exit 1 ;;\nesac\n")
 	agentPath := filepath.Join(dir, "agent.sh")
-	require.NoError(t, os.WriteFile(agentPath, []byte(agent.String()), 0o755))
+	require.NoError(t, lab.WriteRshAgent(agentPath))
 	hostfile := filepath.Join(dir, "hostfile")
 	require.NoError(t, os.WriteFile(hostfile, []byte(fmt.Sprintf("%s slots=2\n%s slots=2\n", lab.Hostname(0), lab.Hostname(1))), 0o644))
 
@@ -253,13 +245,4 @@ func cleanEnv() []string {
 		}
 	}
 	return env
-}
-
-// shellJoin quotes args for sh.
-func shellJoin(args []string) string {
-	q := make([]string, len(args))
-	for i, a := range args {
-		q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-	}
-	return strings.Join(q, " ")
 }

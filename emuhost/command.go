@@ -3,8 +3,10 @@ package emuhost
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -44,4 +46,32 @@ func (l *Lab) Command(ctx context.Context, host int, name string, args ...string
 	// group could hold them).
 	cmd.WaitDelay = 2 * time.Second
 	return cmd
+}
+
+// WriteRshAgent writes an executable shell script at path that Open MPI's mpirun can use as its
+// rsh agent (`--mca plm_rsh_agent PATH`) to start its daemons on the lab's hosts: called as
+// `AGENT HOST COMMAND...`, it runs COMMAND in the namespaces of the host whose hostname is HOST,
+// where ssh would log in on a real machine. Run mpirun itself on one host (Command), with a
+// hostfile of the lab's hostnames, and keep its own traffic on the lab's bridge
+// (`--mca oob_tcp_if_include eth0 --mca btl_tcp_if_include eth0`): the machine's namespace has no
+// route to the hosts.
+func (l *Lab) WriteRshAgent(path string) error {
+	if l.closed.Load() {
+		return fmt.Errorf("emuhost: rsh agent: lab %s is closed", l.rec.Lab)
+	}
+	var b strings.Builder
+	b.WriteString("#!/bin/sh\n# mpirun's rsh agent for emulated hosts (emuhost.Lab.WriteRshAgent)\nhost=$1\nshift\ncase $host in\n")
+	for h := range l.spec.Hosts {
+		args := l.Command(context.Background(), h, "/bin/sh", "-c").Args
+		q := make([]string, len(args))
+		for i, a := range args {
+			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		fmt.Fprintf(&b, "%s) exec %s \"$*\" ;;\n", l.Hostname(h), strings.Join(q, " "))
+	}
+	b.WriteString("*) echo \"emuhost rsh agent: unknown host $host\" >&2; exit 1 ;;\nesac\n")
+	if err := os.WriteFile(path, []byte(b.String()), 0o755); err != nil {
+		return fmt.Errorf("emuhost: rsh agent: %w", err)
+	}
+	return nil
 }

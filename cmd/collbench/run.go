@@ -71,6 +71,7 @@ type options struct {
 	maxNP     int           // --max-np (0: the host's limit, maxRanks)
 	timeout   time.Duration // --timeout: the engine's watchdog
 	rpn       int
+	hosts     int // --hosts: emulated hosts (hosts.go); 0: one host
 	transport string
 	device    string // --device: cpu (the engine on CPUs) or cuda (the GPU communicator)
 	bindTo    string
@@ -207,6 +208,7 @@ func newFlags(name string) (*options, *flag.FlagSet) {
 	fs.IntVar(&o.maxNP, "max-np", 0, "the most ranks -np may ask for (default: 8 per core, at least 16, and what memory holds)")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "watchdog: a rank whose peers move no data for this long aborts the job, naming the rank that stopped (0: off)")
 	fs.IntVar(&o.rpn, "ranks-per-node", 0, "ranks per virtual node (0: one node)")
+	fs.IntVar(&o.hosts, "hosts", 0, "H: run the job across H emulated hosts (network namespaces on one machine, root; -np spread evenly, TCP between hosts through the network transport); 0: one host")
 	fs.StringVar(&o.transport, "transport", "shm", "shm (ranks are processes) or inproc (goroutines)")
 	fs.StringVar(&o.device, "device", "cpu", "cpu (the engine on CPUs) or cuda (the GPU communicator, the ranks sharing device 0, through libcuda.so.1; without a driver: one line and exit status 3, a missing runtime, not bad input)")
 	fs.StringVar(&o.bindTo, "bind-to", "auto", "shm ranks on CPUs: auto (rank r on the (r mod c)-th of c CPUs when ranks outnumber them) or none")
@@ -560,6 +562,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if o.device == "cuda" {
 		return runCUDA(ctx, o, n, stdout)
+	}
+	if o.hosts > 0 {
+		if err := o.checkHosts(n); err != nil {
+			return usageError{err}
+		}
+		if h, ok := os.LookupEnv(envHostsRank); ok {
+			return runHost(ctx, o, n, h, stdout, stderr)
+		}
+		return runHosts(ctx, o, n, args, stdout, stderr)
 	}
 	if isRank && o.pinsCollNet() && os.Getenv(collnet.CollNetEnv) == "" {
 		return usagef("--algo %s needs a CollNet aggregation endpoint: start one (collbench --serve-collnet ADDR) and give the ranks its address in %s, or let collbench launch the job",

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/collplan/collplan/bootstrap"
+	"github.com/collplan/collplan/emuhost"
+	"github.com/collplan/collplan/engine"
+	"github.com/collplan/collplan/engine/transport"
+	enet "github.com/collplan/collplan/engine/transport/net"
+	"github.com/collplan/collplan/planner"
+)
+
+// --hosts H: a job across H emulated hosts (package emuhost: one network namespace, hostname and
+// /dev/shm per host on a private bridge, so nothing crosses between hosts but TCP). The launcher
+// makes the lab, starts one collbench process per host with torchrun's variables (GROUP_RANK,
+// LOCAL_WORLD_SIZE, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and a fresh COLLPLAN_JOB_SECRET, prints
+// host 0's table, and removes the lab. In each host process the host's -np/H ranks are goroutines
+// over an in-process local transport, each meets the others through bootstrap.Join as a torchrun
+// rank would, and the hosts' connections cross on the network transport (engine/transport/net).
+// The planner prices the job as H nodes of -np/H ranks.
+
+const (
+	envHostsRank = "COLLBENCH_HOSTS_RANK" // set in a host process: its host index
+	hostsPort    = 29611                  // the rendezvous port on host 0 (each lab is its own network)
+)
+
+// checkHosts validates --hosts against the other flags for n ranks and fixes the ranks per node.
+func (o *options) checkHosts(n int) error {
+	switch {
+	case o.hosts < 0 || o.hosts > emuhost.MaxHosts:
+		return fmt.Errorf("--hosts %d: want 1..%d emulated hosts", o.hosts, emuhost.MaxHosts)
+	case n%o.hosts != 0:
+		return fmt.Errorf("--hosts %d: -np %d does not spread evenly over the hosts", o.hosts, n)
+	case o.rpn != 0 && o.rpn != n/o.hosts:
+		return fmt.Errorf("--hosts %d: --ranks-per-node %d, but each host holds %d of the %d ranks (the network transport's nodes are the hosts)", o.hosts, o.rpn, n/o.hosts, n)
+	case o.device != "cpu":
+		return errors.New("--hosts runs the engine on CPUs (--device cpu)")
+	case o.pinsCollNet():
+		return fmt.Errorf("--hosts: --algo %s needs a CollNet aggregation endpoint on the lab's network, which --hosts does not start", o.algo)
+	}
+	o.rpn = n / o.hosts
+	return nil
+}
+
+// runHosts is the launcher of --hosts: the lab, one process per host, host 0's table on stdout.
+func runHosts(ctx context.Context, o *options, n int, args []string, stdout, stderr io.Writer) error {
+	exe, err := selfExe()
+	if err != nil {
+		return fmt.Errorf("finding collbench's executable: %w", err)
+	}
+	lctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	lab, err := emuhost.Create(lctx, emuhost.Spec{Hosts: o.hosts, Name: "cb"})
+	cancel()
+	if err != nil {
+		return runtimeError{fmt.Errorf("--hosts %d: %w", o.hosts, err)}
+	}
+	defer func() {
+		if err := lab.Close(); err != nil {
+			fmt.Fprintln(stderr, "collbench: warning:", err)
+		}
+	}()
+	secret := make([]byte, 24)
+	if _, err := rand.Read(secret); err != nil {
+		return err
+	}
+	jctx, stop := context.WithCancel(ctx)
+	defer stop()
+	per := n / o.hosts
+	errs := make([]error, o.hosts)
+	var wg sync.WaitGroup
+	var firstErr sync.Once
+	logw := &lockedWriter{w: stderr}
+	for h := range o.hosts {
+		cmd := lab.Command(jctx, h, exe, args...)
+		cmd.Env = append(os.Environ(), envHostsRank+"="+strconv.Itoa(h),
+			// The hosts share this machine's cores: each host process gets its share of them as Ps
+			// (unless GOMAXPROCS is set), so that H processes' polling threads do not outnumber
+			// the cores. With 2 Ps each, 2 hosts' 8-byte AllReduce took 1-2.4 ms; with 1, 35-65 us.
+			"GOMAXPROCS="+strconv.Itoa(gomaxprocsPerHost(o.hosts)),
+			"GROUP_RANK="+strconv.Itoa(h), "WORLD_SIZE="+strconv.Itoa(n), "LOCAL_WORLD_SIZE="+strconv.Itoa(per),
+			"MASTER_ADDR="+lab.Addr(0).String(), "MASTER_PORT="+strconv.Itoa(hostsPort),
+			bootstrap.EnvSecret+"="+hex.EncodeToString(secret))
+		cmd.Stdout = io.Discard
+		if h == 0 {
+			cmd.Stdout = stdout
+		}
+		pr, pw := io.Pipe()
+		cmd.Stderr = pw
+		go prefixLines(pr, logw, fmt.Sprintf("host %d (%s): ", h, lab.Hostname(h)))
+		if err := cmd.Start(); err != nil {
+			pw.Close()
+			return fmt.Errorf("--hosts: starting host %d: %w", h, err)
+		}
+		wg.Go(func() {
+			err := cmd.Wait()
+			pw.Close()
+			if err != nil {
+				errs[h] = fmt.Errorf("host %d: %w", h, err)
+				// The others end on their own (their transports see the host go), within
+				// the watchdog; the context kills what is left after a grace.
+				firstErr.Do(func() { time.AfterFunc(15*time.Second, stop) })
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// gomaxprocsPerHost is GOMAXPROCS for each of hosts host processes: the environment's, else the
+// machine's cores shared evenly, at least 1.
+func gomaxprocsPerHost(hosts int) int {
+	if v, err := strconv.Atoi(os.Getenv("GOMAXPROCS")); err == nil && v > 0 {
+		return v
+	}
+	return max(1, runtime.NumCPU()/hosts)
+}
+
+// prefixLines copies r to w line by line, each behind prefix.
+func prefixLines(r io.Reader, w io.Writer, prefix string) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fmt.Fprintf(w, "%s%s\n", prefix, sc.Text())
+	}
+}
+
+// runHost is one host process of --hosts: its ranks as goroutines, meeting every rank of the job
+// through bootstrap.Join and crossing to the other hosts on the network transport.
+func runHost(ctx context.Context, o *options, n int, hostEnv string, stdout, stderr io.Writer) error {
+	host, err := strconv.Atoi(hostEnv)
+	if err != nil || host < 0 || host >= o.hosts {
+		return usagef("%s=%q: want a host index below --hosts %d", envHostsRank, hostEnv, o.hosts)
+	}
+	per := n / o.hosts
+	cfg, plans, err := o.engineConfig(n)
+	if err != nil {
+		return err
+	}
+	var ab [2]*planner.DecisionTable
+	if len(o.ab) > 0 {
+		if ab, err = o.abTables(n); err != nil {
+			return err
+		}
+	}
+	ln, err := enet.Listen(os.Getenv("NCCL_SOCKET_IFNAME"), 0)
+	if err != nil {
+		return fmt.Errorf("host %d: %w", host, err)
+	}
+	defer ln.Close()
+	hostname, _ := os.Hostname()
+	jctx, cancel := context.WithTimeout(ctx, rendezvousTimeout)
+	defer cancel()
+	rosters := make([]bootstrap.Roster, per)
+	errs := make([]error, per)
+	var wg sync.WaitGroup
+	for i := range per {
+		// Each rank's identity as torchrun gives it to one process per rank: the host process
+		// was started with the host's variables, and the ranks' own (RANK, LOCAL_RANK) are theirs.
+		own := map[string]string{"RANK": strconv.Itoa(host*per + i), "LOCAL_RANK": strconv.Itoa(i)}
+		id, err := bootstrap.FromEnv(func(k string) (string, bool) {
+			if v, ok := own[k]; ok {
+				return v, true
+			}
+			return os.LookupEnv(k)
+		}, hostname)
+		if err != nil {
+			return fmt.Errorf("host %d: %w", host, err)
+		}
+		wg.Go(func() {
+			rosters[i], errs[i] = bootstrap.Join(jctx, id, bootstrap.Endpoint{Addrs: []string{ln.Addr().String()}})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("host %d: %w", host, err)
+	}
+	p, err := enet.PlacementOf(rosters[0], host*per)
+	if err != nil {
+		return fmt.Errorf("host %d: %w", host, err)
+	}
+	if p.Host != host || p.RanksPerHost != per {
+		return fmt.Errorf("host %d: the roster places rank %d on host %d at %d ranks per host, want host %d at %d",
+			host, host*per, p.Host, p.RanksPerHost, host, per)
+	}
+	local := transport.NewInProcess()
+	h, err := enet.Start(ctx, enet.Setup{Host: host, Ranks: n, RanksPerHost: per, Listener: ln, Peers: p.Peers,
+		Layout: enet.LayoutOf(cfg.Buffers), Timeout: 5 * time.Second}, local.Rank())
+	if err != nil {
+		return fmt.Errorf("host %d: %w", host, err)
+	}
+	defer h.Close()
+	comms := make([]*engine.Comm, per)
+	for i := range comms {
+		r := host*per + i
+		tr, err := h.Rank(r, local.Rank())
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", r, err)
+		}
+		if comms[i], err = engine.New(r, n, tr, cfg); err != nil {
+			return fmt.Errorf("rank %d: %w", r, err)
+		}
+		defer comms[i].Close()
+	}
+	logw := &lockedWriter{w: stderr}
+	transportName := fmt.Sprintf("net (%d emulated hosts x %d ranks, TCP between hosts, in-process inside)", o.hosts, per)
+	runErrs := make([]error, per)
+	for i, c := range comms {
+		out := io.Discard
+		if host == 0 && i == 0 {
+			out = stdout
+		}
+		bn := &bench{o: o, c: c, out: out, log: logw, plans: plans, transport: transportName, override: cfg.Override, ab: ab}
+		bn.setPolicy(cfg, c.Rank())
+		wg.Go(func() {
+			if runErrs[i] = bn.run(ctx); runErrs[i] != nil {
+				c.Abort()
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range runErrs {
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", host*per+i, err)
+		}
+	}
+	return nil
+}

@@ -86,6 +86,7 @@ type matrixCase struct {
 	channels int
 	misalign int
 	rootSel  int
+	invalid  bool // the full matrix's refused rows: ErrInvalid on every rank expected
 }
 
 func (m matrixCase) String() string {
@@ -99,6 +100,9 @@ func (m matrixCase) String() string {
 	}
 	if m.misalign != 0 {
 		s += "-misaligned"
+	}
+	if m.invalid {
+		s += "-invalid"
 	}
 	if m.ca.coll == costmodel.Broadcast || m.ca.coll == costmodel.Reduce {
 		s += fmt.Sprintf("-root%d", m.root())
@@ -286,6 +290,16 @@ func matrixCount(m matrixCase, cfgPayload int) int {
 	return (max(32, 12*m.n)*cfgPayload*m.channels)/es + 37
 }
 
+// caseCount is matrixCount on communicator c's buffers, where an NVLS, NVLS_TREE or CollNetDirect
+// AllReduce's wrapping size is larger: a step carries a chunk per head (the node's ranks), so the
+// size is that many times the bytes for as many steps.
+func caseCount(m matrixCase, c *Comm) int {
+	if (m.ca.algo == costmodel.NVLS || m.ca.algo == costmodel.NVLSTree || m.ca.algo == costmodel.CollNetDirect) && m.ca.coll == costmodel.AllReduce && m.size == sizeWrap {
+		return (32*c.topo.rpn*c.nvlsStepBytes()*m.channels)/m.do.dt.Size() + 37
+	}
+	return matrixCount(m, int(c.slotPayload(m.proto)))
+}
+
 const guardBytes = 16
 
 // guarded returns a buffer of need bytes starting misalign bytes into an allocation, followed by
@@ -386,12 +400,7 @@ func runMatrixCase(t *testing.T, m matrixCase) {
 	defer closeAll(comms)
 	n, dt, op, coll := m.n, m.do.dt, m.do.op, m.ca.coll
 	es := dt.Size()
-	count := matrixCount(m, int(comms[0].slotPayload(m.proto)))
-	if (m.ca.algo == costmodel.NVLS || m.ca.algo == costmodel.NVLSTree || m.ca.algo == costmodel.CollNetDirect) && coll == costmodel.AllReduce && m.size == sizeWrap {
-		// An NVLS (NVLS_TREE) AllReduce step carries a chunk per head, the node's ranks: that many
-		// times the bytes for as many steps.
-		count = (32*comms[0].topo.rpn*comms[0].nvlsStepBytes()*m.channels)/es + 37
-	}
+	count := caseCount(m, comms[0])
 	root := m.root()
 	reduces := coll == costmodel.AllReduce || coll == costmodel.ReduceScatter || coll == costmodel.Reduce
 	const seed = 7

@@ -210,6 +210,10 @@
 //   - engine/transport/collnet: the CollNet aggregation endpoint (server and framed protocol)
 //     and a head's client connection to it (Link). NCCL: src/transport/coll_net.cc and a
 //     collnet plugin.
+//   - engine/transport/nvls: the NVLS multicast object's geometry (Layout: its counters and up
+//     and down buffers, the layout word, the region name); engine.NVLSLayout is an alias of it.
+//     The object itself (nvlsGroup, ldReduce and st) is still in engine/nvls.go. NCCL:
+//     src/transport/nvls.cc's ncclNvlsBufferSetup.
 //   - engine/launch: the Launcher, CPU binding, the rank-process environment and the
 //     rendezvous over loopback TCP (Connect; Join in this package keeps its connections as the
 //     Session). NCCL: mpirun's side and src/bootstrap.cc.

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/collplan/collplan/engine/internal/prims"
 	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/engine/transport/collnet"
+	"github.com/collplan/collplan/engine/transport/nvls"
 	"github.com/collplan/collplan/kernels"
 )
 
@@ -66,59 +66,22 @@ import (
 // done (see run and blocked). The step count carries on across calls.
 
 // NVLSRegion returns the name of the multicast object of virtual node node on channel ch:
-// "nvls/NODE/CH".
-func NVLSRegion(node, ch int) string {
-	b := make([]byte, 0, 16)
-	b = append(b, "nvls/"...)
-	b = strconv.AppendInt(b, int64(node), 10)
-	b = append(b, '/')
-	b = strconv.AppendInt(b, int64(ch), 10)
-	return string(b)
-}
+// "nvls/NODE/CH" (nvls.Region).
+func NVLSRegion(node, ch int) string { return nvls.Region(node, ch) }
 
-// NVLSLayout is the geometry of a multicast object's region (the layout above), shared with any
-// other implementation of the same algorithm (a CUDA kernel with multimem instructions binds the
-// same buffers and counters): Members members, StepBytes bytes per head per step.
-type NVLSLayout struct {
-	Members   int
-	StepBytes int
-}
+// NVLSLayout is the geometry of a multicast object's region (the layout above; its room is
+// engine/transport/nvls), shared with any other implementation of the same algorithm (a CUDA
+// kernel with multimem instructions binds the same buffers and counters): Members members,
+// StepBytes bytes per head per step.
+type NVLSLayout = nvls.Layout
 
-// The counters of a member, in the order of its three lines.
+// The counters of a member, in the order of its three lines (nvls.Posted, nvls.Reduced,
+// nvls.Done).
 const (
-	NVLSPosted  = iota // steps whose input the member has scattered
-	NVLSReduced        // steps whose share the member has ld_reduced and st'd
-	NVLSDone           // steps the member has finished: their slots are free
+	NVLSPosted  = nvls.Posted  // steps whose input the member has scattered
+	NVLSReduced = nvls.Reduced // steps whose share the member has ld_reduced and st'd
+	NVLSDone    = nvls.Done    // steps the member has finished: their slots are free
 )
-
-const nvlsCtrOff = wire.LineBytes
-
-// SlotBytes = Members x StepBytes: one step's slot of a member's up or down buffer, a step per
-// head (nHeads = localRanks in one node, ncclNvlsBufferSetup).
-func (l NVLSLayout) SlotBytes() int { return l.Members * l.StepBytes }
-
-// BufferBytes = NCCL_STEPS x SlotBytes: a member's up or down buffer (NCCL's buffSize =
-// nvlsChunkSize x NCCL_STEPS per head).
-func (l NVLSLayout) BufferBytes() int { return NCCLSteps * l.SlotBytes() }
-
-// Size = 128 x (1 + 3 Members) + 2 x Members x BufferBytes: the region's bytes (a layout line and
-// three counter lines per member, then every member's up and down buffers).
-func (l NVLSLayout) Size() int { return l.dataOff() + 2*l.Members*l.BufferBytes() }
-
-// UpOffset = 128 x (1 + 3 Members) + 2m x BufferBytes: the byte offset of member m's up buffer.
-func (l NVLSLayout) UpOffset(m int) int { return l.dataOff() + 2*m*l.BufferBytes() }
-
-// DownOffset = UpOffset(m) + BufferBytes: the byte offset of member m's down buffer.
-func (l NVLSLayout) DownOffset(m int) int { return l.UpOffset(m) + l.BufferBytes() }
-
-// CounterOffset = 128 x (1 + 3m + k): the byte offset of member m's counter k (NVLSPosted,
-// NVLSReduced, NVLSDone), a 64-bit word alone in its 128-byte line.
-func (l NVLSLayout) CounterOffset(m, k int) int { return nvlsCtrOff + (3*m+k)*wire.LineBytes }
-
-func (l NVLSLayout) dataOff() int { return nvlsCtrOff + 3*l.Members*wire.LineBytes }
-func (l NVLSLayout) word() uint64 {
-	return wire.LayoutWord("nvls", uint64(l.Members), uint64(l.StepBytes))
-}
 
 // nvlsStepBytes is the NVLS step (one head's bytes per step) of buffers b: NCCL's nvlsChunkSize,
 // at most a Simple FIFO slot.
@@ -276,7 +239,7 @@ func (c *Comm) nodeGroup(groups *[]*nvlsGroup, ch int, name func(node, ch int) s
 		err = wire.CheckRegion(r, rn, size)
 	}
 	if err == nil {
-		err = wire.ClaimLayout(r, rn, l.word())
+		err = wire.ClaimLayout(r, rn, l.Word())
 	}
 	if err != nil {
 		return nil, err

@@ -366,12 +366,12 @@ func stepCounts(c *Comm) map[stepKey]uint64 {
 	}
 	for ch, g := range c.nvls {
 		if g != nil {
-			out[stepKey{kind: "nvls", a: ch}] = g.step
+			out[stepKey{kind: "nvls", a: ch}] = g.Step
 		}
 	}
 	for ch, g := range c.cnGroups {
 		if g != nil {
-			out[stepKey{kind: "region", a: ch}] = g.step
+			out[stepKey{kind: "region", a: ch}] = g.Step
 		}
 	}
 	for k, l := range c.cnLinks {

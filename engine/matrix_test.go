@@ -462,7 +462,7 @@ func runMatrixCase(t *testing.T, m matrixCase) {
 			}
 			for ch, g := range c.nvls {
 				if g != nil {
-					assert.GreaterOrEqual(t, g.step, uint64(3*NCCLSteps), "rank %d channel %d: multicast object carried %d steps", c.rank, ch, g.step)
+					assert.GreaterOrEqual(t, g.Step, uint64(3*NCCLSteps), "rank %d channel %d: multicast object carried %d steps", c.rank, ch, g.Step)
 				}
 			}
 		}

@@ -237,9 +237,9 @@ func (c *Comm) withCollNetCause(err error) error {
 func (wk *nvlsWorker) netBlocked(kind uint8, s uint64, i int, free uint64) int {
 	g, l := wk.g, wk.net
 	_, rem, share := wk.arStep(i)
-	mine := g.me*share < rem
+	mine := g.Me*share < rem
 	if kind == phNetUp {
-		if m := g.behind(g.posted, s+1); m >= 0 {
+		if m := g.Behind(g.Posted, s+1); m >= 0 {
 			return m
 		}
 		if mine && !l.SendReady() {
@@ -250,16 +250,16 @@ func (wk *nvlsWorker) netBlocked(kind uint8, s uint64, i int, free uint64) int {
 	if mine && !l.RecvReady() {
 		return wk.comm.n
 	}
-	return g.behind(g.done, free)
+	return g.Behind(g.Done, free)
 }
 
 // netAct runs net-up or net-down of step s on this rank's share, nb bytes at me*S of the slots.
 func (wk *nvlsWorker) netAct(kind uint8, s uint64, nb int) {
 	g, l, cl := wk.g, wk.net, wk.cl
-	off := g.me * g.l.StepBytes
+	off := g.Me * g.L.StepBytes
 	if kind == phNetUp {
 		if nb > 0 {
-			g.ldReduce(cl.comb, s, l.Payload(nb), off)
+			g.LdReduce(cl.comb, s, l.Payload(nb), off)
 			l.Send(cl.dt, wk.netOp, nb)
 			wk.stats.LdReduceBytes += uint64(nb)
 			wk.stats.WireBytes += uint64(nb)
@@ -277,12 +277,12 @@ func (wk *nvlsWorker) netAct(kind uint8, s uint64, nb int) {
 		if wk.postDiv {
 			cl.red.Finish(res)
 		}
-		g.st(s, res, off)
+		g.St(s, res, off)
 		l.Release()
 		wk.stats.RecvBytes += uint64(nb)
 		wk.stats.StBytes += uint64(nb)
 	}
-	wire.StoreRelease(g.reduced[g.me], s+1)
+	wire.StoreRelease(g.Reduced[g.Me], s+1)
 }
 
 func (wk *nvlsWorker) c() *Comm { return wk.comm }

@@ -119,7 +119,7 @@ func checkCollNetWrap(t *testing.T, comms []*Comm, a costmodel.Algo, wrap bool) 
 		}
 		for ch, g := range c.cnGroups {
 			if g != nil {
-				assert.GreaterOrEqual(t, g.step, uint64(3*NCCLSteps), "rank %d channel %d: region carried %d steps", c.rank, ch, g.step)
+				assert.GreaterOrEqual(t, g.Step, uint64(3*NCCLSteps), "rank %d channel %d: region carried %d steps", c.rank, ch, g.Step)
 			}
 		}
 		for k, l := range c.cnLinks {

@@ -216,6 +216,10 @@
 //   - engine/transport/collnet: the CollNet aggregation endpoint (server and framed protocol)
 //     and a head's client connection to it (Link). NCCL: src/transport/coll_net.cc and a
 //     collnet plugin.
+//   - engine/transport/nvls: the NVLS multicast object: its geometry (Layout: counters, up and
+//     down buffers, the layout word, the region name; engine.NVLSLayout is an alias) and one
+//     rank's view of a mapped region (Group, engine's nvlsGroup) with the switch's operations,
+//     LdReduce and St. NCCL: src/transport/nvls.cc.
 //   - engine/launch: the Launcher, CPU binding, the rank-process environment and the
 //     rendezvous over loopback TCP (Connect; Join in this package keeps its connections as the
 //     Session). NCCL: mpirun's side and src/bootstrap.cc.
@@ -228,13 +232,14 @@
 //     the worker's prims.Prims, which the worker embeds (a kernel's primitive is a direct call).
 //     The set-up of every algorithm stays here, as Comm methods over the Comm's channel state
 //     (rings, trees, mapped endpoints), and so do the NVLS, NVLS_TREE and CollNet kernels: they
-//     run on per-channel objects the Comm owns and maps on first use (nvlsGroup and the NVLS
+//     run on per-channel objects the Comm owns and maps on first use (nvls.Group and the NVLS
 //     worker, the CollNet links), read the Comm's topology and configuration in the kernel, and
 //     the NVLS worker's phases interleave NVLS, tree and network steps on one goroutine. Moving
 //     them needs those objects below this package, a larger change than this split's pure move.
-//   - NVLS's multicast object (nvlsGroup, NVLSLayout, nvls.go) stays with the NVLS kernel: its
-//     ldReduce and st are called per step by the NVLS, NVLS_TREE and CollNetDirect kernels, and
-//     it is mapped through the Comm's transport; engine/transport/nvls is not made.
+//   - NVLS's multicast object (nvls.Group) has its room, but engine maps its region through the
+//     Comm's transport (nodeGroup) and the NVLS, NVLS_TREE and CollNetDirect kernels read its
+//     fields and call LdReduce and St per step directly (concrete type, no interface: the
+//     per-step functions' sizes are those of before the move).
 //   - A wait (wire.Waiter) checks the rank's control words through a wire.Ctl that the Comm
 //     owns, not the Comm itself: the wire room cannot import this package. The Ctl's two
 //     functions (AgreePoll, AbortError) are the only calls through a function value, and they

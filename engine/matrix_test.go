@@ -23,7 +23,7 @@ import (
 //	dtype x op               the 12 dtypes with sum; avg, min, max, prod, premulsum on float32,
 //	                         int32, float16, bfloat16 and fp8e4m3
 //	n                        1..9
-//	ranks per node           1, 2, n
+//	ranks per node           1, 2, 3, n (3 clamps to n below 3 ranks)
 //	size                     0, 1 element, 13 elements, and a size that wraps every FIFO at least
 //	                         3 times (not a multiple of a line, slot or chunk)
 //	in place                 no, yes
@@ -80,12 +80,13 @@ type matrixCase struct {
 	proto    costmodel.Proto
 	do       dtOp
 	n        int
-	rpn      int // 1, 2, or 0 for n
+	rpn      int // 1, 2, 3, or 0 for n
 	size     int
 	inPlace  bool
 	channels int
 	misalign int
 	rootSel  int
+	invalid  bool // the full matrix's refused rows: ErrInvalid on every rank expected
 }
 
 func (m matrixCase) String() string {
@@ -99,6 +100,9 @@ func (m matrixCase) String() string {
 	}
 	if m.misalign != 0 {
 		s += "-misaligned"
+	}
+	if m.invalid {
+		s += "-invalid"
 	}
 	if m.ca.coll == costmodel.Broadcast || m.ca.coll == costmodel.Reduce {
 		s += fmt.Sprintf("-root%d", m.root())
@@ -198,7 +202,7 @@ func matrixCases(short bool) []matrixCase {
 		ns = []int{1, 2, 3, 5, 8, 9}
 	}
 	dos := dtOps(short)
-	rpns := []int{1, 2, 0}
+	rpns := []int{1, 2, 3, 0}
 	axes := []int{len(collAlgos), len(protos), len(dos), len(ns), len(rpns), 4, 2, 3, 2, 3}
 	var cases []matrixCase
 	for _, row := range pairwise(axes, 42) {
@@ -246,7 +250,7 @@ func TestMatrixPAT(t *testing.T) {
 
 // TestPairwiseCovers checks the covering property the matrix relies on.
 func TestPairwiseCovers(t *testing.T) {
-	axes := []int{6, 3, 37, 9, 3, 4, 2, 3, 2, 3}
+	axes := []int{6, 3, 37, 9, 4, 4, 2, 3, 2, 3}
 	rows := pairwise(axes, 42)
 	for a := range axes {
 		for b := a + 1; b < len(axes); b++ {
@@ -284,6 +288,16 @@ func matrixCount(m matrixCase, cfgPayload int) int {
 		return 13
 	}
 	return (max(32, 12*m.n)*cfgPayload*m.channels)/es + 37
+}
+
+// caseCount is matrixCount on communicator c's buffers, where an NVLS, NVLS_TREE or CollNetDirect
+// AllReduce's wrapping size is larger: a step carries a chunk per head (the node's ranks), so the
+// size is that many times the bytes for as many steps.
+func caseCount(m matrixCase, c *Comm) int {
+	if (m.ca.algo == costmodel.NVLS || m.ca.algo == costmodel.NVLSTree || m.ca.algo == costmodel.CollNetDirect) && m.ca.coll == costmodel.AllReduce && m.size == sizeWrap {
+		return (32*c.topo.rpn*c.nvlsStepBytes()*m.channels)/m.do.dt.Size() + 37
+	}
+	return matrixCount(m, int(c.slotPayload(m.proto)))
 }
 
 const guardBytes = 16
@@ -386,12 +400,7 @@ func runMatrixCase(t *testing.T, m matrixCase) {
 	defer closeAll(comms)
 	n, dt, op, coll := m.n, m.do.dt, m.do.op, m.ca.coll
 	es := dt.Size()
-	count := matrixCount(m, int(comms[0].slotPayload(m.proto)))
-	if (m.ca.algo == costmodel.NVLS || m.ca.algo == costmodel.NVLSTree || m.ca.algo == costmodel.CollNetDirect) && coll == costmodel.AllReduce && m.size == sizeWrap {
-		// An NVLS (NVLS_TREE) AllReduce step carries a chunk per head, the node's ranks: that many
-		// times the bytes for as many steps.
-		count = (32*comms[0].topo.rpn*comms[0].nvlsStepBytes()*m.channels)/es + 37
-	}
+	count := caseCount(m, comms[0])
 	root := m.root()
 	reduces := coll == costmodel.AllReduce || coll == costmodel.ReduceScatter || coll == costmodel.Reduce
 	const seed = 7
@@ -453,7 +462,7 @@ func runMatrixCase(t *testing.T, m matrixCase) {
 			}
 			for ch, g := range c.nvls {
 				if g != nil {
-					assert.GreaterOrEqual(t, g.step, uint64(3*NCCLSteps), "rank %d channel %d: multicast object carried %d steps", c.rank, ch, g.step)
+					assert.GreaterOrEqual(t, g.Step, uint64(3*NCCLSteps), "rank %d channel %d: multicast object carried %d steps", c.rank, ch, g.Step)
 				}
 			}
 		}

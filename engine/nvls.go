@@ -2,15 +2,13 @@ package engine
 
 import (
 	"fmt"
-	"strconv"
 	"sync"
-	"sync/atomic"
 
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/engine/internal/algorithm"
-	"github.com/collplan/collplan/engine/internal/prims"
 	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/engine/transport/collnet"
+	"github.com/collplan/collplan/engine/transport/nvls"
 	"github.com/collplan/collplan/kernels"
 )
 
@@ -66,59 +64,22 @@ import (
 // done (see run and blocked). The step count carries on across calls.
 
 // NVLSRegion returns the name of the multicast object of virtual node node on channel ch:
-// "nvls/NODE/CH".
-func NVLSRegion(node, ch int) string {
-	b := make([]byte, 0, 16)
-	b = append(b, "nvls/"...)
-	b = strconv.AppendInt(b, int64(node), 10)
-	b = append(b, '/')
-	b = strconv.AppendInt(b, int64(ch), 10)
-	return string(b)
-}
+// "nvls/NODE/CH" (nvls.Region).
+func NVLSRegion(node, ch int) string { return nvls.Region(node, ch) }
 
-// NVLSLayout is the geometry of a multicast object's region (the layout above), shared with any
-// other implementation of the same algorithm (a CUDA kernel with multimem instructions binds the
-// same buffers and counters): Members members, StepBytes bytes per head per step.
-type NVLSLayout struct {
-	Members   int
-	StepBytes int
-}
+// NVLSLayout is the geometry of a multicast object's region (the layout above; its room is
+// engine/transport/nvls), shared with any other implementation of the same algorithm (a CUDA
+// kernel with multimem instructions binds the same buffers and counters): Members members,
+// StepBytes bytes per head per step.
+type NVLSLayout = nvls.Layout
 
-// The counters of a member, in the order of its three lines.
+// The counters of a member, in the order of its three lines (nvls.Posted, nvls.Reduced,
+// nvls.Done).
 const (
-	NVLSPosted  = iota // steps whose input the member has scattered
-	NVLSReduced        // steps whose share the member has ld_reduced and st'd
-	NVLSDone           // steps the member has finished: their slots are free
+	NVLSPosted  = nvls.Posted  // steps whose input the member has scattered
+	NVLSReduced = nvls.Reduced // steps whose share the member has ld_reduced and st'd
+	NVLSDone    = nvls.Done    // steps the member has finished: their slots are free
 )
-
-const nvlsCtrOff = wire.LineBytes
-
-// SlotBytes = Members x StepBytes: one step's slot of a member's up or down buffer, a step per
-// head (nHeads = localRanks in one node, ncclNvlsBufferSetup).
-func (l NVLSLayout) SlotBytes() int { return l.Members * l.StepBytes }
-
-// BufferBytes = NCCL_STEPS x SlotBytes: a member's up or down buffer (NCCL's buffSize =
-// nvlsChunkSize x NCCL_STEPS per head).
-func (l NVLSLayout) BufferBytes() int { return NCCLSteps * l.SlotBytes() }
-
-// Size = 128 x (1 + 3 Members) + 2 x Members x BufferBytes: the region's bytes (a layout line and
-// three counter lines per member, then every member's up and down buffers).
-func (l NVLSLayout) Size() int { return l.dataOff() + 2*l.Members*l.BufferBytes() }
-
-// UpOffset = 128 x (1 + 3 Members) + 2m x BufferBytes: the byte offset of member m's up buffer.
-func (l NVLSLayout) UpOffset(m int) int { return l.dataOff() + 2*m*l.BufferBytes() }
-
-// DownOffset = UpOffset(m) + BufferBytes: the byte offset of member m's down buffer.
-func (l NVLSLayout) DownOffset(m int) int { return l.UpOffset(m) + l.BufferBytes() }
-
-// CounterOffset = 128 x (1 + 3m + k): the byte offset of member m's counter k (NVLSPosted,
-// NVLSReduced, NVLSDone), a 64-bit word alone in its 128-byte line.
-func (l NVLSLayout) CounterOffset(m, k int) int { return nvlsCtrOff + (3*m+k)*wire.LineBytes }
-
-func (l NVLSLayout) dataOff() int { return nvlsCtrOff + 3*l.Members*wire.LineBytes }
-func (l NVLSLayout) word() uint64 {
-	return wire.LayoutWord("nvls", uint64(l.Members), uint64(l.StepBytes))
-}
 
 // nvlsStepBytes is the NVLS step (one head's bytes per step) of buffers b: NCCL's nvlsChunkSize,
 // at most a Simple FIFO slot.
@@ -127,65 +88,8 @@ func (c *Comm) nvlsStepBytes() int {
 	return int(min(b.NVLSChunk, b.Simple/NCCLSteps))
 }
 
-// nvlsGroup is this rank's view of one channel's multicast object.
-type nvlsGroup struct {
-	l       NVLSLayout
-	me      int       // this rank's member index (its local rank in the node)
-	rank0   int       // the rank of member 0
-	up, dn  [][]byte  // per member: the whole up and down buffers
-	posted  []*uint64 // per member
-	reduced []*uint64
-	done    []*uint64
-	step    uint64 // this rank's next step (the same on every member)
-}
-
-func newNVLSGroup(r []byte, l NVLSLayout, me, rank0 int) *nvlsGroup {
-	g := &nvlsGroup{l: l, me: me, rank0: rank0}
-	for m := 0; m < l.Members; m++ {
-		g.up = append(g.up, r[l.UpOffset(m):l.UpOffset(m)+l.BufferBytes()])
-		g.dn = append(g.dn, r[l.DownOffset(m):l.DownOffset(m)+l.BufferBytes()])
-		g.posted = append(g.posted, wire.WordAt(r, l.CounterOffset(m, NVLSPosted)))
-		g.reduced = append(g.reduced, wire.WordAt(r, l.CounterOffset(m, NVLSReduced)))
-		g.done = append(g.done, wire.WordAt(r, l.CounterOffset(m, NVLSDone)))
-	}
-	return g
-}
-
-// slotAt returns bytes [off, off+nb) of member m's up (down when dn) slot of step s.
-func (g *nvlsGroup) slotAt(s uint64, m int, dn bool, off, nb int) []byte {
-	o := int(s%NCCLSteps)*g.l.SlotBytes() + off
-	if dn {
-		return g.dn[m][o : o+nb : o+nb]
-	}
-	return g.up[m][o : o+nb : o+nb]
-}
-
-// ldReduce stores into dst the reduction with red of bytes [off, off+len(dst)) of step s's up
-// slots across every member: multimem.ld_reduce, with this rank doing the switch's adds.
-func (g *nvlsGroup) ldReduce(red kernels.Reducer, s uint64, dst []byte, off int) {
-	nb := len(dst)
-	if nb == 0 {
-		return
-	}
-	if g.l.Members == 1 {
-		copy(dst, g.slotAt(s, 0, false, off, nb))
-		return
-	}
-	red.Reduce(dst, g.slotAt(s, 0, false, off, nb), g.slotAt(s, 1, false, off, nb))
-	for m := 2; m < g.l.Members; m++ {
-		red.Reduce(dst, dst, g.slotAt(s, m, false, off, nb))
-	}
-}
-
-// st writes data into bytes [off, off+len(data)) of step s's down slot of every member:
-// multimem.st. (A member whose slot is data already is skipped.)
-func (g *nvlsGroup) st(s uint64, data []byte, off int) {
-	for m := 0; m < g.l.Members; m++ {
-		if d := g.slotAt(s, m, true, off, len(data)); !prims.SameBytes(d, data) {
-			copy(d, data)
-		}
-	}
-}
+// nvlsGroup is this rank's view of one channel's multicast object (its room: engine/transport/nvls).
+type nvlsGroup = nvls.Group
 
 // nvlsWorker runs one channel's NVLS share of a call on one goroutine.
 type nvlsWorker struct {
@@ -276,12 +180,12 @@ func (c *Comm) nodeGroup(groups *[]*nvlsGroup, ch int, name func(node, ch int) s
 		err = wire.CheckRegion(r, rn, size)
 	}
 	if err == nil {
-		err = wire.ClaimLayout(r, rn, l.word())
+		err = wire.ClaimLayout(r, rn, l.Word())
 	}
 	if err != nil {
 		return nil, err
 	}
-	g := newNVLSGroup(r, l, c.rank-node*rpn, node*rpn)
+	g := nvls.NewGroup(r, l, c.rank-node*rpn, node*rpn)
 	(*groups)[ch] = g
 	return g, nil
 }
@@ -307,7 +211,7 @@ func (c *Comm) executeNVLS(w *wire.Waiter, cl *call) error {
 		var err error
 		if isCollNet {
 			if g, err = c.collNetGroupFor(ch); err == nil {
-				link, err = c.collNetLink(ch, g.me)
+				link, err = c.collNetLink(ch, g.Me)
 			}
 		} else {
 			g, err = c.nvlsGroupFor(ch)
@@ -446,10 +350,10 @@ func (wk *nvlsWorker) run() error {
 	g := wk.g
 	per := wk.cl.plan.chunkElems
 	if wk.cl.coll == costmodel.AllReduce {
-		per *= g.l.Members
+		per *= g.L.Members
 	}
 	steps := uint64(algorithm.DivUp(wk.hi-wk.lo, per))
-	base := g.step
+	base := g.Step
 	var next [4]uint64 // per phase: the next step (from base)
 	last := len(ph) - 1
 	for i := 0; next[last] < steps; {
@@ -481,18 +385,8 @@ func (wk *nvlsWorker) run() error {
 		}
 		i++
 	}
-	g.step = base + steps
+	g.Step = base + steps
 	return nil
-}
-
-// behind returns the rank of a member whose counter is below v, or -1 when none is.
-func (g *nvlsGroup) behind(ctr []*uint64, v uint64) int {
-	for m, p := range ctr {
-		if atomic.LoadUint64(p) < v {
-			return g.rank0 + m
-		}
-	}
-	return -1
 }
 
 // blocked returns the rank that phase kind of step s, the i-th step of the call on this channel,
@@ -505,31 +399,31 @@ func (wk *nvlsWorker) blocked(kind uint8, s uint64, i int) int {
 	}
 	switch kind {
 	case phScatter:
-		return g.behind(g.reduced, free)
+		return g.Behind(g.Reduced, free)
 	case phReduce:
-		if m := g.behind(g.posted, s+1); m >= 0 {
+		if m := g.Behind(g.Posted, s+1); m >= 0 {
 			return m
 		}
-		return g.behind(g.done, free)
+		return g.Behind(g.Done, free)
 	case phSt:
-		return g.behind(g.done, free)
+		return g.Behind(g.Done, free)
 	case phGather:
-		return g.behind(g.reduced, s+1)
+		return g.Behind(g.Reduced, s+1)
 	case phTreeUp, phTreeDown:
 		return wk.treeBlocked(kind, s, i, free)
 	case phCnScatter:
-		return g.behind(g.reduced, free)
+		return g.Behind(g.Reduced, free)
 	case phNetUp, phNetDown:
 		return wk.netBlocked(kind, s, i, free)
 	}
-	return g.behind(g.posted, s+1) // phLdReduce
+	return g.Behind(g.Posted, s+1) // phLdReduce
 }
 
 // arStep returns AllReduce's step i on this channel: rem elements from element off, in shares of
 // share elements (the last one shorter, or empty), share h at h*S of the slot. A full step is n
 // shares of a chunk; a shorter last step is cut into n aligned shares.
 func (wk *nvlsWorker) arStep(i int) (off, rem, share int) {
-	n, ce := wk.g.l.Members, wk.cl.plan.chunkElems
+	n, ce := wk.g.L.Members, wk.cl.plan.chunkElems
 	off = wk.lo + i*n*ce
 	rem = min(wk.hi-off, n*ce)
 	share = ce
@@ -542,7 +436,7 @@ func (wk *nvlsWorker) arStep(i int) (off, rem, share int) {
 // act runs phase kind of step s, the i-th step of the call on this channel.
 func (wk *nvlsWorker) act(kind uint8, s uint64, i int) {
 	cl, g := wk.cl, wk.g
-	n, es, me, S := g.l.Members, cl.es, g.me, g.l.StepBytes
+	n, es, me, S := g.L.Members, cl.es, g.Me, g.L.StepBytes
 	ce := cl.plan.chunkElems
 	me64 := s + 1
 	if cl.coll == costmodel.AllReduce {
@@ -552,19 +446,19 @@ func (wk *nvlsWorker) act(kind uint8, s uint64, i int) {
 			in := algorithm.Span(cl.send, off, rem, es)
 			for h := 0; h*share < rem; h++ {
 				e0, e1 := h*share, min((h+1)*share, rem)
-				copy(g.slotAt(s, me, false, h*S, (e1-e0)*es), in[e0*es:e1*es])
+				copy(g.SlotAt(s, me, false, h*S, (e1-e0)*es), in[e0*es:e1*es])
 			}
-			wire.StoreRelease(g.posted[me], me64)
+			wire.StoreRelease(g.Posted[me], me64)
 		case phReduce:
 			if e0 := me * share; e0 < rem {
 				e1 := min(e0+share, rem)
-				mine := g.slotAt(s, me, true, me*S, (e1-e0)*es)
-				g.ldReduce(cl.red, s, mine, me*S)
-				g.st(s, mine, me*S)
+				mine := g.SlotAt(s, me, true, me*S, (e1-e0)*es)
+				g.LdReduce(cl.red, s, mine, me*S)
+				g.St(s, mine, me*S)
 				wk.stats.LdReduceBytes += uint64(len(mine))
 				wk.stats.StBytes += uint64(len(mine))
 			}
-			wire.StoreRelease(g.reduced[me], me64)
+			wire.StoreRelease(g.Reduced[me], me64)
 		case phTreeUp, phTreeDown:
 			nb := 0
 			if e0 := me * share; e0 < rem {
@@ -581,16 +475,16 @@ func (wk *nvlsWorker) act(kind uint8, s uint64, i int) {
 			in := algorithm.Span(cl.send, off, rem, es)
 			for h := 0; h*share < rem; h++ {
 				e0, e1 := h*share, min((h+1)*share, rem)
-				cl.red.Load(g.slotAt(s, me, false, h*S, (e1-e0)*es), in[e0*es:e1*es])
+				cl.red.Load(g.SlotAt(s, me, false, h*S, (e1-e0)*es), in[e0*es:e1*es])
 			}
-			wire.StoreRelease(g.posted[me], me64)
+			wire.StoreRelease(g.Posted[me], me64)
 		default: // phGather
 			out := algorithm.Span(cl.recv, off, rem, es)
 			for h := 0; h*share < rem; h++ {
 				e0, e1 := h*share, min((h+1)*share, rem)
-				copy(out[e0*es:e1*es], g.slotAt(s, me, true, h*S, (e1-e0)*es))
+				copy(out[e0*es:e1*es], g.SlotAt(s, me, true, h*S, (e1-e0)*es))
 			}
-			wire.StoreRelease(g.done[me], me64)
+			wire.StoreRelease(g.Done[me], me64)
 		}
 		return
 	}
@@ -601,26 +495,26 @@ func (wk *nvlsWorker) act(kind uint8, s uint64, i int) {
 	nb := nel * es
 	switch kind {
 	case phSt:
-		g.st(s, algorithm.Span(cl.send, e0, nel, es), me*S)
+		g.St(s, algorithm.Span(cl.send, e0, nel, es), me*S)
 		wk.stats.StBytes += uint64(nb)
-		wire.StoreRelease(g.posted[me], me64)
-		wire.StoreRelease(g.reduced[me], me64)
+		wire.StoreRelease(g.Posted[me], me64)
+		wire.StoreRelease(g.Reduced[me], me64)
 	case phGather:
 		for h := 0; h < n; h++ {
 			if h != me || !cl.inPlace {
-				copy(algorithm.Span(cl.recv, h*count+e0, nel, es), g.slotAt(s, me, true, h*S, nb))
+				copy(algorithm.Span(cl.recv, h*count+e0, nel, es), g.SlotAt(s, me, true, h*S, nb))
 			}
 		}
-		wire.StoreRelease(g.done[me], me64)
+		wire.StoreRelease(g.Done[me], me64)
 	case phScatter:
 		for h := 0; h < n; h++ {
-			copy(g.slotAt(s, me, false, h*S, nb), algorithm.Span(cl.send, h*count+e0, nel, es))
+			copy(g.SlotAt(s, me, false, h*S, nb), algorithm.Span(cl.send, h*count+e0, nel, es))
 		}
-		wire.StoreRelease(g.posted[me], me64)
+		wire.StoreRelease(g.Posted[me], me64)
 	default: // phLdReduce
-		g.ldReduce(cl.red, s, algorithm.Span(cl.recv, e0, nel, es), me*S)
+		g.LdReduce(cl.red, s, algorithm.Span(cl.recv, e0, nel, es), me*S)
 		wk.stats.LdReduceBytes += uint64(nb)
-		wire.StoreRelease(g.reduced[me], me64)
-		wire.StoreRelease(g.done[me], me64)
+		wire.StoreRelease(g.Reduced[me], me64)
+		wire.StoreRelease(g.Done[me], me64)
 	}
 }

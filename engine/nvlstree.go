@@ -143,9 +143,9 @@ func (c *Comm) nvlsTreeLinksFor(ch int) (*nvlsTreeLinks, error) {
 func (wk *nvlsWorker) treeBlocked(kind uint8, s uint64, i int, free uint64) int {
 	g, t := wk.g, wk.tree
 	_, rem, share := wk.arStep(i)
-	mine := g.me*share < rem // this rank's share of the step is not empty: it moves through the tree
+	mine := g.Me*share < rem // this rank's share of the step is not empty: it moves through the tree
 	if kind == phTreeUp {
-		if m := g.behind(g.posted, s+1); m >= 0 {
+		if m := g.Behind(g.Posted, s+1); m >= 0 {
 			return m
 		}
 		if mine {
@@ -165,7 +165,7 @@ func (wk *nvlsWorker) treeBlocked(kind uint8, s uint64, i int, free uint64) int 
 		return t.fromUp.Peer
 	}
 	// The root's tree-up, and tree-down: st into the down slots, send to the children.
-	if m := g.behind(g.done, free); m >= 0 {
+	if m := g.Behind(g.Done, free); m >= 0 {
 		return m
 	}
 	if mine {
@@ -182,7 +182,7 @@ func (wk *nvlsWorker) treeBlocked(kind uint8, s uint64, i int, free uint64) int 
 // (treeBlocked has seen every connection ready, so no wait below waits).
 func (wk *nvlsWorker) treeAct(kind uint8, s uint64, nb int) {
 	g, t, cl := wk.g, wk.tree, wk.cl
-	off := g.me * g.l.StepBytes
+	off := g.Me * g.L.StepBytes
 	var res []byte // the share's final value, at the root's tree-up and at tree-down
 	if nb > 0 {
 		switch {
@@ -192,11 +192,11 @@ func (wk *nvlsWorker) treeAct(kind uint8, s uint64, nb int) {
 		default:
 			// Tree-up: the node's sum of the share straight into the parent's slot (at the root,
 			// into this rank's own down slot, which st then skips), plus the children's partials.
-			dst := g.slotAt(s, g.me, true, off, nb)
+			dst := g.SlotAt(s, g.Me, true, off, nb)
 			if t.toUp != nil {
 				dst = t.toUp.SimpleSlotBytes(nb)
 			}
-			g.ldReduce(cl.red, s, dst, off)
+			g.LdReduce(cl.red, s, dst, off)
 			wk.stats.LdReduceBytes += uint64(nb)
 			for _, e := range t.fromKids[:t.nKids] {
 				cl.comb.Reduce(dst, dst, e.SimpleSlotBytes(nb))
@@ -209,7 +209,7 @@ func (wk *nvlsWorker) treeAct(kind uint8, s uint64, nb int) {
 			}
 			res = dst
 		}
-		g.st(s, res, off)
+		g.St(s, res, off)
 		wk.stats.StBytes += uint64(nb)
 		for _, e := range t.toKids[:t.nKids] {
 			copy(e.SimpleSlotBytes(nb), res)
@@ -221,7 +221,7 @@ func (wk *nvlsWorker) treeAct(kind uint8, s uint64, nb int) {
 	} else if kind == phTreeUp && t.toUp != nil {
 		return
 	}
-	wire.StoreRelease(g.reduced[g.me], s+1)
+	wire.StoreRelease(g.Reduced[g.Me], s+1)
 }
 
 // sent publishes a Simple step of nb bytes on e and counts it.

@@ -59,7 +59,7 @@ func checkNVLSTreeConns(t *testing.T, comms []*Comm, wrap bool) {
 		}
 		for ch, g := range c.nvls {
 			if g != nil {
-				assert.GreaterOrEqual(t, g.step, uint64(3*NCCLSteps), "rank %d channel %d: multicast object carried %d steps", c.rank, ch, g.step)
+				assert.GreaterOrEqual(t, g.Step, uint64(3*NCCLSteps), "rank %d channel %d: multicast object carried %d steps", c.rank, ch, g.Step)
 			}
 		}
 	}

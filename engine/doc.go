@@ -250,10 +250,13 @@
 //     values and type); so are the wire layout constants (LineBytes, ...) that the CUDA kernels'
 //     generated header reads.
 //
-// A new transport (the planned engine/transport/net, TCP between hosts) is one more package
-// below engine/transport that implements transport.Transport; a rank passes it to New. The
-// engine asks nothing else of it: every region it maps goes through Transport.Region, and only
-// the in-process transport (transport.Rank) is told apart, to know its ranks are goroutines.
+// The network transport (engine/transport/net, TCP between hosts) is one more package below
+// engine/transport that implements transport.Transport; a rank passes it to New. The engine asks
+// little else of a transport: every region it maps goes through Transport.Region; the in-process
+// transport (transport.Rank) is told apart, to know its ranks are goroutines; and a transport may
+// say how many ranks it places per host (RanksPerHost, which New holds Config.RanksPerNode to) and
+// how many of its ranks are goroutines of this process (ProcessRanks: the network transport's host
+// processes), which sets how the waits yield (waiter.go).
 //
 // # Shared memory
 //

@@ -45,7 +45,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	if os.Getenv("COLLPLAN_RANK") != "" {
+	if os.Getenv("COLLPLAN_RANK") != "" || os.Getenv(envHostsRank) != "" {
 		if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
 			fmt.Fprintln(os.Stderr, "collbench:", err)
 			os.Exit(1)

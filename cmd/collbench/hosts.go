@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	stdnet "net"
 	"os"
 	"runtime"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"github.com/collplan/collplan/emuhost"
 	"github.com/collplan/collplan/engine"
 	"github.com/collplan/collplan/engine/transport"
+	"github.com/collplan/collplan/engine/transport/collnet"
 	enet "github.com/collplan/collplan/engine/transport/net"
 	"github.com/collplan/collplan/planner"
 )
@@ -29,7 +31,8 @@ import (
 // host 0's table, and removes the lab. In each host process the host's -np/H ranks are goroutines
 // over an in-process local transport, each meets the others through bootstrap.Join as a torchrun
 // rank would, and the hosts' connections cross on the network transport (engine/transport/net).
-// The planner prices the job as H nodes of -np/H ranks.
+// The planner prices the job as H nodes of -np/H ranks; where it (or --algo) may run CollNet, host 0
+// serves the aggregation endpoint on the lab's network.
 
 const (
 	envHostsRank = "COLLBENCH_HOSTS_RANK" // set in a host process: its host index
@@ -47,8 +50,6 @@ func (o *options) checkHosts(n int) error {
 		return fmt.Errorf("--hosts %d: --ranks-per-node %d, but each host holds %d of the %d ranks (the network transport's nodes are the hosts)", o.hosts, o.rpn, n/o.hosts, n)
 	case o.device != "cpu":
 		return errors.New("--hosts runs the engine on CPUs (--device cpu)")
-	case o.pinsCollNet():
-		return fmt.Errorf("--hosts: --algo %s needs a CollNet aggregation endpoint on the lab's network, which --hosts does not start", o.algo)
 	}
 	o.rpn = n / o.hosts
 	return nil
@@ -152,6 +153,18 @@ func runHost(ctx context.Context, o *options, n int, hostEnv string, stdout, std
 	if len(o.ab) > 0 {
 		if ab, err = o.abTables(n); err != nil {
 			return err
+		}
+	}
+	// CollNet's aggregation endpoint, where a pin or the tables may run CollNet: host 0 serves it
+	// on the lab's network, at the port after the rendezvous's, where every host finds it.
+	if cfg.CollNet.Addr == "" && (o.pinsCollNet() || plansCollNet(append(cfg.Tables, ab[0], ab[1]))) {
+		cfg.CollNet.Addr = stdnet.JoinHostPort(os.Getenv("MASTER_ADDR"), strconv.Itoa(hostsPort+1))
+		if host == 0 {
+			ep, err := collnet.ListenCollNet(cfg.CollNet.Addr)
+			if err != nil {
+				return fmt.Errorf("host 0: %w", err)
+			}
+			defer ep.Close()
 		}
 	}
 	ln, err := enet.Listen(os.Getenv("NCCL_SOCKET_IFNAME"), 0)

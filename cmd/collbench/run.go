@@ -553,24 +553,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		n = 2
 	}
 	// Everything a rank would find wrong with the flags is found here, once, before any rank
-	// starts (a launcher's ranks would each print the same error).
+	// starts (a launcher's ranks would each print the same error). --hosts first: it sets the
+	// ranks per node that the pins are checked at.
+	if o.hosts != 0 {
+		if err := o.checkHosts(n); err != nil {
+			return usageError{err}
+		}
+	}
 	if err := o.validate(n); err != nil {
 		return usageError{err}
 	}
 	if err := o.checkLimits(n, !isRank); err != nil {
 		return err
 	}
-	if o.device == "cuda" {
-		return runCUDA(ctx, o, n, stdout)
-	}
-	if o.hosts > 0 {
-		if err := o.checkHosts(n); err != nil {
-			return usageError{err}
-		}
+	if o.hosts != 0 {
 		if h, ok := os.LookupEnv(envHostsRank); ok {
 			return runHost(ctx, o, n, h, stdout, stderr)
 		}
 		return runHosts(ctx, o, n, args, stdout, stderr)
+	}
+	if o.device == "cuda" {
+		return runCUDA(ctx, o, n, stdout)
 	}
 	if isRank && o.pinsCollNet() && os.Getenv(collnet.CollNetEnv) == "" {
 		return usagef("--algo %s needs a CollNet aggregation endpoint: start one (collbench --serve-collnet ADDR) and give the ranks its address in %s, or let collbench launch the job",

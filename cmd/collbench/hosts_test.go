@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -90,4 +93,83 @@ func TestHostsFlags(t *testing.T) {
 		assert.Contains(t, err.Error(), tc.want)
 		assert.Equal(t, 2, exitCode(err), "%v", tc.args)
 	}
+}
+
+// TestHostsLost: a host's process killed (SIGKILL), or its link cut (its interface down), mid-sweep:
+// the job ends with an error within 10 s, host 0's ranks naming the lost host's first rank, and the
+// lab is gone afterwards (host 1's network namespace removed).
+func TestHostsLost(t *testing.T) {
+	requireHosts(t)
+	for _, how := range []string{"kill", "linkdown"} {
+		t.Run(how, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			var out, errb syncBuffer
+			done := make(chan error, 1)
+			go func() {
+				done <- run(ctx, []string{"allreduce", "--hosts", "2", "-np", "4", "-b", "8", "-e", "64K", "-f", "4", "-N", "0", "-n", "20", "-w", "1"}, &out, &errb)
+			}()
+			require.Eventually(t, func() bool { return strings.Contains(out.String(), "float     sum") }, 30*time.Second, 20*time.Millisecond,
+				"the sweep started: %s", errb.String())
+			pid := hostProcess(t, "1")
+			require.NotZero(t, pid, "host 1's process")
+			idOut, err := exec.Command("ip", "netns", "identify", strconv.Itoa(pid)).CombinedOutput()
+			require.NoError(t, err, "%s", idOut)
+			ns := strings.TrimSpace(string(idOut))
+			require.NotEmpty(t, ns, "host 1's network namespace")
+			require.Contains(t, netnsList(t), ns)
+			t0 := time.Now()
+			if how == "kill" {
+				require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+			} else {
+				o, err := exec.Command("ip", "-n", ns, "link", "set", "eth0", "down").CombinedOutput()
+				require.NoError(t, err, "%s", o)
+			}
+			select {
+			case err := <-done:
+				took := time.Since(t0)
+				require.Error(t, err)
+				assert.Less(t, took, 10*time.Second)
+				assert.Contains(t, errb.String(), "rank 2", "host 0's ranks name the lost host's first rank")
+				t.Logf("%s: ended %v after the fault: %v", how, took.Round(time.Millisecond), err)
+			case <-time.After(20 * time.Second):
+				t.Fatalf("still running 20 s after the fault: %s", errb.String())
+			}
+			assert.NotContains(t, netnsList(t), ns, "the lab's namespaces are removed")
+		})
+	}
+}
+
+// hostProcess returns the pid of this process's --hosts child for host h (its environment holds
+// COLLBENCH_HOSTS_RANK=h), or 0.
+func hostProcess(t *testing.T, h string) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	want := []byte(envHostsRank + "=" + h + "\x00")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err == nil && bytes.Contains(env, want) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// netnsList lists the network namespaces now present (ip netns list).
+func netnsList(t *testing.T) []string {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "list").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	var ns []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) > 0 {
+			ns = append(ns, f[0])
+		}
+	}
+	return ns
 }

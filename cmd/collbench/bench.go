@@ -37,6 +37,8 @@ type bench struct {
 	es      int
 	corrupt bool
 
+	hostNames []string // each rank's host, when the job spans hosts (--hosts); nil: this host's name
+
 	sendBuf, recvBuf []byte // sized for maxBytes
 
 	curCount int // count of the call being checked
@@ -266,7 +268,10 @@ func (b *bench) preamble(ctx context.Context) error {
 	host = strings.ReplaceAll(host, " ", "_")
 	for r := 0; r < b.n; r++ {
 		h := host
-		if rpn < b.n { // virtual nodes show as hosts, so the sweep names its node count
+		switch {
+		case len(b.hostNames) == b.n:
+			h = strings.ReplaceAll(b.hostNames[r], " ", "_")
+		case rpn < b.n: // virtual nodes show as hosts, so the sweep names its node count
 			h = fmt.Sprintf("%s-vnode%d", host, r/rpn)
 		}
 		fmt.Fprintf(w, "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s\n",

@@ -226,6 +226,12 @@ func runHost(ctx context.Context, o *options, n int, hostEnv string, stdout, std
 		}
 		defer comms[i].Close()
 	}
+	hostNames := make([]string, n)
+	for _, rec := range rosters[0].Records {
+		if rec.Rank >= 0 && rec.Rank < n {
+			hostNames[rec.Rank] = rec.Host
+		}
+	}
 	logw := &lockedWriter{w: stderr}
 	transportName := fmt.Sprintf("net (%d emulated hosts x %d ranks, TCP between hosts, in-process inside)", o.hosts, per)
 	runErrs := make([]error, per)
@@ -234,7 +240,8 @@ func runHost(ctx context.Context, o *options, n int, hostEnv string, stdout, std
 		if host == 0 && i == 0 {
 			out = stdout
 		}
-		bn := &bench{o: o, c: c, out: out, log: logw, plans: plans, transport: transportName, override: cfg.Override, ab: ab}
+		bn := &bench{o: o, c: c, out: out, log: logw, plans: plans, transport: transportName, override: cfg.Override, ab: ab,
+			hostNames: hostNames}
 		bn.setPolicy(cfg, c.Rank())
 		wg.Go(func() {
 			if runErrs[i] = bn.run(ctx); runErrs[i] != nil {

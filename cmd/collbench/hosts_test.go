@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -44,14 +45,15 @@ func requireHosts(t *testing.T) {
 func TestHostsJob(t *testing.T) {
 	requireHosts(t)
 	for _, tc := range []struct {
-		name string
-		args []string
-		want string
+		name   string
+		args   []string
+		want   string
+		n, per int // ranks, ranks per host
 	}{
-		{"allreduce 2 hosts x 2", []string{"allreduce", "--hosts", "2", "-np", "4", "-b", "8", "-e", "256K", "-f", "8"}, "net (2 emulated hosts x 2 ranks"},
-		{"allgather 3 hosts x 1 LL128", []string{"allgather", "--hosts", "3", "-np", "3", "-b", "96", "-e", "96K", "-f", "32", "--proto", "LL128"}, "net (3 emulated hosts x 1 ranks"},
-		{"reducescatter 2 hosts x 2 LL", []string{"reducescatter", "--hosts", "2", "-np", "4", "-b", "64", "-e", "64K", "-f", "32", "--proto", "LL", "-d", "int32"}, "net (2 emulated hosts x 2 ranks"},
-		{"allreduce CollNetDirect", []string{"allreduce", "--hosts", "2", "-np", "4", "-b", "1K", "-e", "1M", "-f", "32", "--algo", "CollNetDirect"}, "net (2 emulated hosts x 2 ranks"},
+		{"allreduce 2 hosts x 2", []string{"allreduce", "--hosts", "2", "-np", "4", "-b", "8", "-e", "256K", "-f", "8"}, "net (2 emulated hosts x 2 ranks", 4, 2},
+		{"allgather 3 hosts x 1 LL128", []string{"allgather", "--hosts", "3", "-np", "3", "-b", "96", "-e", "96K", "-f", "32", "--proto", "LL128"}, "net (3 emulated hosts x 1 ranks", 3, 1},
+		{"reducescatter 2 hosts x 2 LL", []string{"reducescatter", "--hosts", "2", "-np", "4", "-b", "64", "-e", "64K", "-f", "32", "--proto", "LL", "-d", "int32"}, "net (2 emulated hosts x 2 ranks", 4, 2},
+		{"allreduce CollNetDirect", []string{"allreduce", "--hosts", "2", "-np", "4", "-b", "1K", "-e", "1M", "-f", "32", "--algo", "CollNetDirect"}, "net (2 emulated hosts x 2 ranks", 4, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -62,6 +64,10 @@ func TestHostsJob(t *testing.T) {
 			text := out.String()
 			assert.Contains(t, text, tc.want)
 			assert.Contains(t, text, "# Out of bounds values : 0 OK")
+			// The preamble names each rank's own host (calibrate reads the ranks per node from it).
+			for r := range tc.n {
+				assert.Regexp(t, fmt.Sprintf(`Rank +%d .* on +cb-h%d `, r, r/tc.per), text)
+			}
 			rows := 0
 			for _, l := range strings.Split(text, "\n") {
 				if f := strings.Fields(l); len(f) >= 13 && !strings.HasPrefix(f[0], "#") {

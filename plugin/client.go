@@ -51,6 +51,10 @@ type Config struct {
 	StartTimeout, CallTimeout time.Duration
 	// SHA256, when set, pins the binary: a plugin whose checksum differs is not started.
 	SHA256 []byte
+	// ConfigSHA256, when set, pins the configuration file the same way: a start (a restart after
+	// a crash included) whose ConfigPath no longer holds those bytes is refused, so a plugin never
+	// runs with a configuration other than the one it was opened with.
+	ConfigSHA256 []byte
 	// Logger receives the host's messages: a failure, once, with the plugin's stderr. Default:
 	// warnings and errors to os.Stderr. go-plugin's own chatter goes to it only at debug level.
 	Logger hclog.Logger
@@ -442,6 +446,11 @@ func (c *Client) dialProcess(context.Context) (*instance, error) {
 	if c.cfg.SHA256 != nil {
 		if err := checkSum(c.cfg.Path, c.cfg.SHA256); err != nil {
 			return nil, &startError{err: err, stderr: stderr}
+		}
+	}
+	if c.cfg.ConfigSHA256 != nil && c.cfg.ConfigPath != "" {
+		if err := checkSum(c.cfg.ConfigPath, c.cfg.ConfigSHA256); err != nil {
+			return nil, &startError{err: fmt.Errorf("configuration changed since the tuner was opened: %w", err), stderr: stderr}
 		}
 	}
 	timeout := c.cfg.StartTimeout

@@ -16,6 +16,10 @@ type Spec struct {
 	Config  string        // configuration file handed to the plugin; "" for none
 	Timeout time.Duration // start and per-call deadline; 0 takes the defaults
 	SHA256  string        // the binary's SHA-256 in hex, pinning it; "" for no pin
+	// ConfigSHA256 pins the configuration file's bytes (hex SHA-256) the same way; "" for no pin.
+	// The planner service pins both when it loads a set, so that a restart after a crash runs
+	// the binary and the configuration the set was loaded with, or nothing.
+	ConfigSHA256 string
 }
 
 // None reports whether s names no tuner (the planner's built-in policy).
@@ -59,6 +63,11 @@ func (s Spec) config() (Config, string, error) {
 	if s.SHA256 != "" {
 		if cfg.SHA256, err = hex.DecodeString(strings.TrimSpace(s.SHA256)); err != nil || len(cfg.SHA256) != 32 {
 			return Config{}, "", fmt.Errorf("plugin: tuner sha256 %q: want 64 hex digits", s.SHA256)
+		}
+	}
+	if s.ConfigSHA256 != "" {
+		if cfg.ConfigSHA256, err = hex.DecodeString(strings.TrimSpace(s.ConfigSHA256)); err != nil || len(cfg.ConfigSHA256) != 32 {
+			return Config{}, "", fmt.Errorf("plugin: tuner configuration sha256 %q: want 64 hex digits", s.ConfigSHA256)
 		}
 	}
 	if s.Config != "" {

@@ -139,11 +139,20 @@ func loadSet(cfg *Config, gen uint64, m *metrics, logTo io.Writer) (*set, error)
 }
 
 // pinBinary pins spec's binary to its SHA-256 as the file is now, unless --tuner-sha256 pinned it
-// already: a set's plugin that crashes is restarted from the binary the set was loaded with, or not
-// at all (the built-in policy answers, saying the checksum changed), never from a file replaced
-// since then, which only the next reload starts. (The configuration file is read again at a
-// restart, as the plugin's own start reads it.)
+// already, and its configuration file to its SHA-256 as it is now: a set's plugin that crashes is
+// restarted from the binary and the configuration the set was loaded with, or not at all (the
+// built-in policy answers, saying which checksum changed), never from files replaced since then,
+// which only the next reload starts. (Before the configuration was pinned, a crashing tuner
+// restarted while the next generation's configuration was already in place answered with it,
+// labelled as its own generation: TestHotSwapUnderLoad, under load.)
 func pinBinary(spec plugin.Spec) (plugin.Spec, error) {
+	if spec.Config != "" && spec.ConfigSHA256 == "" {
+		sum, err := plugin.FileSHA256(spec.Config)
+		if err != nil {
+			return spec, fmt.Errorf("--tuner-config %s: %w", spec.Config, err)
+		}
+		spec.ConfigSHA256 = hex.EncodeToString(sum)
+	}
 	if spec.SHA256 != "" {
 		return spec, nil
 	}

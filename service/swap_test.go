@@ -206,3 +206,33 @@ func TestCrashedTunerKeepsItsBinary(t *testing.T) {
 	assert.Equal(t, "swap", a.Policy, a.TunerNote)
 	assert.Equal(t, "RING/LL", a.Algo+"/"+a.Proto)
 }
+
+// TestCrashedTunerKeepsItsConfig: the same for the configuration file. tuner-fault loaded with
+// "exit" crashes; its configuration is then rewritten to "ok" (a mode in which it answers) at the
+// same path, binary unchanged: after the restart backoff the requests are still the built-in
+// policy's, saying the configuration changed, never the tuner's answers under the new
+// configuration labelled as this set's; only a reload runs it. Failed before the configuration
+// was pinned: the restarted tuner answered ("expected: builtin, actual: swap"), which is what
+// TestHotSwapUnderLoad met under load when a swap's configuration landed before its reload.
+func TestCrashedTunerKeepsItsConfig(t *testing.T) {
+	dir := t.TempDir()
+	swapTo(t, dir, "tuner-fault", "exit\n")
+	cfg := testConfig()
+	cfg.Tuners = []plugin.Spec{{Name: filepath.Join(dir, "tuner-swap"), Config: filepath.Join(dir, "swap.conf"), Timeout: 3 * time.Second}}
+	s := newTestServer(t, cfg)
+	h := s.Handler()
+	q := `{"node":"h100","nodes":2,"coll":"allreduce","bytes":4096,"tuner":"swap"}`
+	a, _ := plan1(t, h, q)
+	require.Equal(t, report.BuiltinPolicy, a.Policy, "the crashing tuner's first answer")
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "swap.conf"), []byte("ok\n"), 0o644))
+	time.Sleep(1500 * time.Millisecond) // past the client's first restart backoff (1 s)
+	a, _ = plan1(t, h, q)
+	assert.Equal(t, report.BuiltinPolicy, a.Policy, "answer after the backoff: %s/%s", a.Algo, a.Proto)
+	assert.Contains(t, a.TunerNote, "configuration changed")
+
+	_, err := s.Reload()
+	require.NoError(t, err)
+	a, _ = plan1(t, h, q)
+	assert.Equal(t, "swap", a.Policy, a.TunerNote)
+}

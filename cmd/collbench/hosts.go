@@ -51,6 +51,14 @@ func (o *options) checkHosts(n int) error {
 	case o.device != "cpu":
 		return errors.New("--hosts runs the engine on CPUs (--device cpu)")
 	}
+	// The host processes inherit the environment: a bad socket count or delay is refused here,
+	// before any host starts.
+	if _, err := enet.SocketsFromEnv(os.LookupEnv); err != nil {
+		return fmt.Errorf("--hosts: %w", err)
+	}
+	if _, err := enet.DelayFromEnv(os.LookupEnv); err != nil {
+		return fmt.Errorf("--hosts: %w", err)
+	}
 	o.rpn = n / o.hosts
 	return nil
 }
@@ -207,9 +215,17 @@ func runHost(ctx context.Context, o *options, n int, hostEnv string, stdout, std
 		return fmt.Errorf("host %d: the roster places rank %d on host %d at %d ranks per host, want host %d at %d",
 			host, host*per, p.Host, p.RanksPerHost, host, per)
 	}
+	sockets, err := enet.SocketsFromEnv(os.LookupEnv)
+	if err != nil {
+		return usagef("host %d: %v", host, err)
+	}
+	delay, err := enet.DelayFromEnv(os.LookupEnv)
+	if err != nil {
+		return usagef("host %d: %v", host, err)
+	}
 	local := transport.NewInProcess()
 	h, err := enet.Start(ctx, enet.Setup{Host: host, Ranks: n, RanksPerHost: per, Listener: ln, Peers: p.Peers,
-		Layout: enet.LayoutOf(cfg.Buffers), Timeout: 5 * time.Second}, local.Rank())
+		Layout: enet.LayoutOf(cfg.Buffers), Timeout: 5 * time.Second, Sockets: sockets, Delay: delay}, local.Rank())
 	if err != nil {
 		return fmt.Errorf("host %d: %w", host, err)
 	}

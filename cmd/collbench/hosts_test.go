@@ -49,13 +49,20 @@ func TestHostsJob(t *testing.T) {
 		args   []string
 		want   string
 		n, per int // ranks, ranks per host
+		env    map[string]string
 	}{
-		{"allreduce 2 hosts x 2", []string{"allreduce", "--hosts", "2", "-np", "4", "-b", "8", "-e", "256K", "-f", "8"}, "net (2 emulated hosts x 2 ranks", 4, 2},
-		{"allgather 3 hosts x 1 LL128", []string{"allgather", "--hosts", "3", "-np", "3", "-b", "96", "-e", "96K", "-f", "32", "--proto", "LL128"}, "net (3 emulated hosts x 1 ranks", 3, 1},
-		{"reducescatter 2 hosts x 2 LL", []string{"reducescatter", "--hosts", "2", "-np", "4", "-b", "64", "-e", "64K", "-f", "32", "--proto", "LL", "-d", "int32"}, "net (2 emulated hosts x 2 ranks", 4, 2},
-		{"allreduce CollNetDirect", []string{"allreduce", "--hosts", "2", "-np", "4", "-b", "1K", "-e", "1M", "-f", "32", "--algo", "CollNetDirect"}, "net (2 emulated hosts x 2 ranks", 4, 2},
+		{"allreduce 2 hosts x 2", []string{"allreduce", "--hosts", "2", "-np", "4", "-b", "8", "-e", "256K", "-f", "8"}, "net (2 emulated hosts x 2 ranks", 4, 2, nil},
+		{"allgather 3 hosts x 1 LL128", []string{"allgather", "--hosts", "3", "-np", "3", "-b", "96", "-e", "96K", "-f", "32", "--proto", "LL128"}, "net (3 emulated hosts x 1 ranks", 3, 1, nil},
+		{"reducescatter 2 hosts x 2 LL", []string{"reducescatter", "--hosts", "2", "-np", "4", "-b", "64", "-e", "64K", "-f", "32", "--proto", "LL", "-d", "int32"}, "net (2 emulated hosts x 2 ranks", 4, 2, nil},
+		{"allreduce CollNetDirect", []string{"allreduce", "--hosts", "2", "-np", "4", "-b", "1K", "-e", "1M", "-f", "32", "--algo", "CollNetDirect"}, "net (2 emulated hosts x 2 ranks", 4, 2, nil},
+		// 1 thread x 3 sockets: steps of 512 KiB striped in 64 KiB+ tasks; 200 us per frame.
+		{"allreduce 2 hosts x 1, 3 data sockets, delay", []string{"allreduce", "--hosts", "2", "-np", "2", "-b", "8", "-e", "4M", "-f", "64"}, "net (2 emulated hosts x 1 ranks", 2, 1,
+			map[string]string{"NCCL_SOCKET_NTHREADS": "1", "NCCL_NSOCKS_PERTHREAD": "3", "COLLPLAN_NET_DELAY_US": "200"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
 			var out, errb syncBuffer
@@ -87,17 +94,28 @@ func TestHostsFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want string
+		env  map[string]string
 	}{
-		{[]string{"allreduce", "--hosts", "3", "-np", "4"}, "--hosts 3: -np 4 does not spread evenly over the hosts"},
-		{[]string{"allreduce", "--hosts", "2", "-np", "4", "--ranks-per-node", "1"}, "--ranks-per-node 1, but each host holds 2 of the 4 ranks"},
-		{[]string{"allreduce", "--hosts", "2", "--device", "cuda"}, "--hosts runs the engine on CPUs (--device cpu)"},
-		{[]string{"allreduce", "--hosts", "-1"}, "--hosts -1: want 1..250 emulated hosts"},
+		{[]string{"allreduce", "--hosts", "3", "-np", "4"}, "--hosts 3: -np 4 does not spread evenly over the hosts", nil},
+		{[]string{"allreduce", "--hosts", "2", "-np", "4", "--ranks-per-node", "1"}, "--ranks-per-node 1, but each host holds 2 of the 4 ranks", nil},
+		{[]string{"allreduce", "--hosts", "2", "--device", "cuda"}, "--hosts runs the engine on CPUs (--device cpu)", nil},
+		{[]string{"allreduce", "--hosts", "-1"}, "--hosts -1: want 1..250 emulated hosts", nil},
+		{[]string{"allreduce", "--hosts", "2"}, "NCCL_SOCKET_NTHREADS=16 x NCCL_NSOCKS_PERTHREAD=8 = 128 sockets: at most 64",
+			map[string]string{"NCCL_SOCKET_NTHREADS": "16", "NCCL_NSOCKS_PERTHREAD": "8"}},
+		{[]string{"allreduce", "--hosts", "2"}, `NCCL_NSOCKS_PERTHREAD="x": want an integer`, map[string]string{"NCCL_NSOCKS_PERTHREAD": "x"}},
+		{[]string{"allreduce", "--hosts", "2"}, `COLLPLAN_NET_DELAY_US="-3": want whole microseconds`, map[string]string{"COLLPLAN_NET_DELAY_US": "-3"}},
 	} {
+		for k, v := range tc.env {
+			t.Setenv(k, v)
+		}
 		var out, errb syncBuffer
 		err := run(context.Background(), tc.args, &out, &errb)
 		require.Error(t, err, "%v", tc.args)
 		assert.Contains(t, err.Error(), tc.want)
 		assert.Equal(t, 2, exitCode(err), "%v", tc.args)
+		for k := range tc.env {
+			os.Unsetenv(k) // t.Setenv restores at the end of the test; the next case starts clean
+		}
 	}
 }
 

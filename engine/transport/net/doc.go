@@ -38,12 +38,23 @@
 //     line carries that step's flag, or the tail passed s+1); the current slot is then scanned once
 //     more, and what is complete goes. Stale lines never match: their flags are older step numbers.
 //
+// # Sockets
+//
+// Each pair of hosts has a control socket and Setup.Sockets data sockets (NCCL_SOCKET_NTHREADS x
+// NCCL_NSOCKS_PERTHREAD, SocketsFromEnv: none by default, as NCCL on an ordinary NIC). Headers
+// and payloads up to 128 bytes go on the control socket; a longer payload is cut into tasks of
+// max(64 KiB, ceil(n/sockets)) bytes (NCCL's MIN_CHUNKSIZE) on the data sockets in turn (stripe).
+// The poller flushes the last socket before it writes another, so the one reader, taking the
+// pieces in the writer's order, never waits for bytes held in a user-space buffer. A probe every
+// Timeout/4 reads one byte from each data socket, so an idle one's loss shows too.
+//
 // Receiver side, the reader stores a frame with a local sender's ordering: LL words with one 8-byte
 // store each (the flag inside each half), LL128 lines payload then flag with a release store,
 // Simple payload then tail with a release store. So LL128 stays legal across hosts: a line's flag
 // is never visible before its 120 bytes, because the far proxy reads the payload only after
-// acquiring the flag, sends whole 128-byte lines in order over one ordered byte stream, and the
-// reader writes the payload before the release store of the flag; the receiver acquires the flag
+// acquiring the flag, sends whole 128-byte lines in order, and the reader reassembles a frame's
+// pieces from every socket before it writes the payload and then the release store of the flag
+// (a line cut across two sockets is whole before its flag is stored); the receiver acquires the flag
 // before reading, as it does for a local sender. The poller watches each local receiver's head and
 // sends it back; the far reader stores it (release) into the sender's copy, so the sender never
 // runs more than NCCL_STEPS slots ahead of the remote receiver: staging stays bounded as on one
@@ -51,6 +62,12 @@
 //
 // The proxy polls: it yields while there is work and for 64 empty passes, then sleeps 20 us,
 // doubling up to 500 us, until something moves (2 cores: it does not spin a core forever).
+//
+// # Injected latency
+//
+// Setup.Delay (COLLPLAN_NET_DELAY_US, DelayFromEnv; an emulation knob, 0 by default) makes the
+// reader hold each frame until the send time in its header plus the delay (hold): from receipt,
+// a burst would wait one delay per frame.
 //
 // # Failures
 //
@@ -70,13 +87,12 @@
 //
 // # Not done
 //
-// One socket per pair of hosts carries every connection (no NCCL_NSOCKS_PERTHREAD x
-// NCCL_SOCKET_NTHREADS striping). One Host serves all of a host's ranks, which are goroutines of
+// No helper threads: the poller writes and one reader per link reads every socket. One Host serves all of a host's ranks, which are goroutines of
 // one process over an in-process local transport: rank processes sharing a host through shm would
 // each need a Host and one mirror writer per (rank, host) chosen among them. The proxy relies on a
 // sender's plain stores becoming visible in program order (amd64; the race build's stores are
 // atomic). The hosts' connection layouts are compared in the hello (the accepting host
 // refuses a mismatch with ErrConfig; the dialing host then sees its link closed and aborts), and a
-// rank's region size must match Setup.Layout; Setup.Layout equal to Config.Buffers is the caller's. Not wired into engine/launch or
-// collbench.
+// rank's region size must match Setup.Layout; Setup.Layout equal to Config.Buffers is the caller's. Not wired into engine/launch
+// (collbench --hosts uses it).
 package net

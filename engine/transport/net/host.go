@@ -1,7 +1,6 @@
 package net
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -38,6 +37,16 @@ type Setup struct {
 	// Timeout bounds connection set-up and every socket read and write; a peer silent for this
 	// long (heartbeats every Timeout/4) is lost. 0 means 5 s.
 	Timeout time.Duration
+	// Sockets is the data sockets per pair of hosts beside the control socket, 0..MaxSockets
+	// (NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD: SocketsFromEnv); every host must have the
+	// same. 0: every payload on the control socket.
+	Sockets int
+	// ChunkBytes is the smallest piece a payload is striped in over the data sockets; 0 means
+	// MinChunkBytes (NCCL's). Tests set it small to stripe tiny buffers.
+	ChunkBytes int
+	// Delay is the latency the receiving proxy adds to every frame (COLLPLAN_NET_DELAY_US:
+	// DelayFromEnv), an emulation knob for hosts on one machine; 0, the default, adds none.
+	Delay time.Duration
 }
 
 // Host is one host's net transport: the proxies that copy the cross-host connections and the
@@ -62,6 +71,7 @@ type Host struct {
 	raceSync uint64 // the race detector's edge through the sockets (pass, readLoop)
 
 	stop    chan struct{}
+	wake    chan struct{}  // a reader applied a frame (the poller's back-off ends)
 	done    sync.WaitGroup // the poller
 	readers sync.WaitGroup
 	once    sync.Once
@@ -106,8 +116,14 @@ func Start(ctx context.Context, s Setup, local transport.Transport) (*Host, erro
 		return nil, fmt.Errorf("%w: net: nil listener or local transport", wire.ErrInvalid)
 	case s.Timeout < 0:
 		return nil, fmt.Errorf("%w: net: Timeout %v", wire.ErrInvalid, s.Timeout)
+	case s.Sockets < 0 || s.Sockets > MaxSockets:
+		return nil, fmt.Errorf("%w: net: Sockets %d: want 0..%d (%s x %s)", wire.ErrInvalid, s.Sockets, MaxSockets, EnvSocketThreads, EnvSocksPerThread)
+	case s.ChunkBytes < 0:
+		return nil, fmt.Errorf("%w: net: ChunkBytes %d", wire.ErrInvalid, s.ChunkBytes)
+	case s.Delay < 0 || s.Delay > maxDelay:
+		return nil, fmt.Errorf("%w: net: Delay %v: want 0..%v (%s)", wire.ErrInvalid, s.Delay, maxDelay, EnvDelay)
 	}
-	h := &Host{s: s, local: local, links: make([]*link, hosts), conns: make(map[connKey]*conn), stop: make(chan struct{})}
+	h := &Host{s: s, local: local, links: make([]*link, hosts), conns: make(map[connKey]*conn), stop: make(chan struct{}), wake: make(chan struct{}, 1)}
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
 	if err := h.connect(ctx); err != nil {
@@ -132,12 +148,21 @@ func Start(ctx context.Context, s Setup, local transport.Transport) (*Host, erro
 	return h, nil
 }
 
-// hello is the first frame on a socket: magic, the dialer's host index, ranks, ranks per host and
-// the connection layout word (ConnLayout.Word), each 8 bytes.
+// hello is the first frame on a socket: magic, the dialer's host index, ranks, ranks per host,
+// the connection layout word (ConnLayout.Word), the data sockets per link (Setup.Sockets) and
+// this socket's index in its link (0: control), each 8 bytes.
 const (
 	helloMagic = 0x6e65746870726f78 // "netnprox"
-	helloBytes = 40
+	helloBytes = 56
 )
+
+// chunk is the striping's smallest piece.
+func (h *Host) chunk() int {
+	if h.s.ChunkBytes > 0 {
+		return h.s.ChunkBytes
+	}
+	return MinChunkBytes
+}
 
 func (h *Host) connect(ctx context.Context) error {
 	var wg sync.WaitGroup
@@ -148,7 +173,7 @@ func (h *Host) connect(ctx context.Context) error {
 		go func(j int) {
 			defer wg.Done()
 			var d stdnet.Dialer
-			for {
+			for idx := 0; idx <= h.s.Sockets; {
 				c, err := d.DialContext(ctx, "tcp", h.s.Peers[j])
 				if err == nil {
 					tuneSocket(c, h.s.Timeout)
@@ -158,23 +183,26 @@ func (h *Host) connect(ctx context.Context) error {
 					binary.LittleEndian.PutUint64(b[16:], uint64(h.s.Ranks))
 					binary.LittleEndian.PutUint64(b[24:], uint64(h.s.RanksPerHost))
 					binary.LittleEndian.PutUint64(b[32:], h.s.Layout.Word())
+					binary.LittleEndian.PutUint64(b[40:], uint64(h.s.Sockets))
+					binary.LittleEndian.PutUint64(b[48:], uint64(idx))
 					c.SetWriteDeadline(deadline)
 					if _, err = c.Write(b[:]); err == nil {
-						h.setLink(j, c)
-						return
+						h.setSock(j, idx, c)
+						idx++
+						continue
 					}
 					c.Close()
 				}
 				select {
 				case <-ctx.Done():
-					errs <- fmt.Errorf("net: host %d: dial host %d at %s: %w", h.s.Host, j, h.s.Peers[j], err)
+					errs <- fmt.Errorf("net: host %d: dial host %d at %s (socket %d of %d): %w", h.s.Host, j, h.s.Peers[j], idx, 1+h.s.Sockets, err)
 					return
 				case <-time.After(20 * time.Millisecond):
 				}
 			}
 		}(j)
 	}
-	want := len(h.links) - 1 - h.s.Host
+	want := (len(h.links) - 1 - h.s.Host) * (1 + h.s.Sockets)
 	if want > 0 {
 		if dl, ok := h.s.Listener.(interface{ SetDeadline(time.Time) error }); ok {
 			dl.SetDeadline(deadline)
@@ -184,7 +212,7 @@ func (h *Host) connect(ctx context.Context) error {
 		c, err := h.s.Listener.Accept()
 		if err != nil {
 			wg.Wait()
-			return fmt.Errorf("net: host %d: accept (%d of %d hosts above joined): %w", h.s.Host, got, want, err)
+			return fmt.Errorf("net: host %d: accept (%d of %d sockets from the hosts above joined): %w", h.s.Host, got, want, err)
 		}
 		tuneSocket(c, h.s.Timeout)
 		var b [helloBytes]byte
@@ -194,7 +222,18 @@ func (h *Host) connect(ctx context.Context) error {
 			continue // not one of ours, or too slow: wait for the next
 		}
 		j := int(binary.LittleEndian.Uint64(b[8:]))
-		if binary.LittleEndian.Uint64(b[0:]) != helloMagic || j <= h.s.Host || j >= len(h.links) || h.getLink(j) != nil {
+		idx := int(binary.LittleEndian.Uint64(b[48:]))
+		if binary.LittleEndian.Uint64(b[0:]) != helloMagic || j <= h.s.Host || j >= len(h.links) {
+			c.Close()
+			continue
+		}
+		if ns := int(binary.LittleEndian.Uint64(b[40:])); ns != h.s.Sockets {
+			c.Close()
+			wg.Wait()
+			return fmt.Errorf("%w: net: host %d has %d data sockets per link, host %d has %d (%s x %s must agree)",
+				wire.ErrConfig, j, ns, h.s.Host, h.s.Sockets, EnvSocketThreads, EnvSocksPerThread)
+		}
+		if idx < 0 || idx > h.s.Sockets || h.hasSock(j, idx) {
 			c.Close()
 			continue
 		}
@@ -210,7 +249,7 @@ func (h *Host) connect(ctx context.Context) error {
 			return fmt.Errorf("%w: net: host %d's connection layout (word %#x) differs from host %d's (%d, %d, %d bytes of LL, LL128, Simple: word %#x)",
 				wire.ErrConfig, j, w, h.s.Host, h.s.Layout.LLBytes, h.s.Layout.LL128Bytes, h.s.Layout.SimpleBytes, h.s.Layout.Word())
 		}
-		h.setLink(j, c)
+		h.setSock(j, idx, c)
 		got++
 	}
 	wg.Wait()
@@ -225,17 +264,20 @@ func (h *Host) connect(ctx context.Context) error {
 // network poller (spinReader): as long as the engine's waits yield before they sleep.
 const readSpin = time.Millisecond
 
-func (h *Host) setLink(j int, c stdnet.Conn) {
-	h.mu.Lock()
-	c.SetDeadline(time.Time{})
-	h.links[j] = &link{host: j, c: c, w: bufio.NewWriterSize(c, 256<<10), r: bufio.NewReaderSize(newSpinReader(c, readSpin), 256<<10), lastSend: time.Now()}
-	h.mu.Unlock()
-}
-
-func (h *Host) getLink(j int) *link {
+// setSock installs socket idx of the link to host j.
+func (h *Host) setSock(j, idx int, c stdnet.Conn) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.links[j]
+	if h.links[j] == nil {
+		h.links[j] = &link{host: j, socks: make([]*sock, 1+h.s.Sockets), lastSend: time.Now()}
+	}
+	h.links[j].socks[idx] = newSock(c)
+}
+
+func (h *Host) hasSock(j, idx int) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.links[j] != nil && h.links[j].socks[idx] != nil
 }
 
 // tuneSocket sets TCP_NODELAY and, where the system has it, TCP_USER_TIMEOUT (tcp_linux.go).
@@ -252,6 +294,24 @@ func (h *Host) HostOf(r int) int { return r / h.s.RanksPerHost }
 // RanksPerHost is the count of consecutive ranks on each host; engine.New checks that
 // Config.RanksPerNode equals it.
 func (h *Host) RanksPerHost() int { return h.s.RanksPerHost }
+
+// SocketBytes is the payload bytes this host has written on each data socket (1..Sockets) of
+// its link to host j; index 0 is unused (the control socket's payloads are not counted here).
+func (h *Host) SocketBytes(j int) []int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	l := h.links[j]
+	if l == nil {
+		return nil
+	}
+	out := make([]int64, len(l.socks))
+	for i, s := range l.socks {
+		if i > 0 && s != nil {
+			out[i] = s.sent.Load()
+		}
+	}
+	return out
+}
 
 // SentBytes is the payload bytes (FIFO lines and slots) this host has sent over TCP.
 func (h *Host) SentBytes() int64 { return h.sentBytes.Load() }
@@ -381,7 +441,7 @@ func (h *Host) cut() {
 	h.mu.Lock()
 	for _, l := range h.links {
 		if l != nil {
-			l.c.Close()
+			l.close()
 		}
 	}
 	h.mu.Unlock()
@@ -397,7 +457,7 @@ func (h *Host) closeLinks() {
 	defer h.mu.Unlock()
 	for _, l := range h.links {
 		if l != nil {
-			l.c.Close()
+			l.close()
 		}
 	}
 }

@@ -32,7 +32,7 @@ type job struct {
 
 // startJob makes hosts x perHost ranks: each host's ranks share an in-process transport, the
 // hosts talk over loopback TCP.
-func startJob(t testing.TB, hosts, perHost int, cfg engine.Config) *job {
+func startJob(t testing.TB, hosts, perHost int, cfg engine.Config, opts ...func(*Setup)) *job {
 	t.Helper()
 	n := hosts * perHost
 	cfg.RanksPerNode = perHost
@@ -57,8 +57,11 @@ func startJob(t testing.TB, hosts, perHost int, cfg engine.Config) *job {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			j.hosts[i], errs[i] = Start(context.Background(), Setup{Host: i, Ranks: n, RanksPerHost: perHost,
-				Listener: lns[i], Peers: peers, Layout: layout, Timeout: 3 * time.Second}, locals[i].Rank())
+			s := Setup{Host: i, Ranks: n, RanksPerHost: perHost, Listener: lns[i], Peers: peers, Layout: layout, Timeout: 3 * time.Second}
+			for _, o := range opts {
+				o(&s)
+			}
+			j.hosts[i], errs[i] = Start(context.Background(), s, locals[i].Rank())
 		}(i)
 	}
 	wg.Wait()
@@ -115,15 +118,24 @@ func inputs(r, count int) []int32 {
 	return v
 }
 
+// striped stripes every payload above InlineBytes over n data sockets in pieces of at least 16
+// bytes, so the tiny buffers' frames (LL 32 B, Simple 64 B, LL128 up to 240 B) are cut: a LL128
+// line's 128 bytes then arrive over two or more sockets; below InlineBytes they stay on the
+// control socket, so both paths run.
+func striped(n int) func(*Setup) {
+	return func(s *Setup) { s.Sockets, s.ChunkBytes = n, 16 }
+}
+
 func TestCollectivesAcrossHosts(t *testing.T) {
-	type shape struct{ hosts, perHost int }
-	shapes := []shape{{2, 2}, {3, 1}, {3, 2}}
+	type shape struct{ hosts, perHost, sockets int }
+	// Sockets 0 (every payload on the control socket), 1, 2 and 4 data sockets per link.
+	shapes := []shape{{2, 2, 0}, {3, 1, 0}, {3, 2, 0}, {2, 2, 1}, {2, 2, 2}, {3, 1, 4}, {2, 2, 4}}
 	protos := []costmodel.Proto{costmodel.LL, costmodel.LL128, costmodel.Simple}
 	counts := []int{0, 1, 13, 61, 1531} // 1531 int32 = 6124 B: not a multiple of 8, 120 or 64; wraps every FIFO >= 3 times
 	for _, sh := range shapes {
 		for _, p := range protos {
-			t.Run(fmt.Sprintf("hosts=%d/per=%d/%v", sh.hosts, sh.perHost, p), func(t *testing.T) {
-				j := startJob(t, sh.hosts, sh.perHost, engine.Config{Timeout: 10 * time.Second})
+			t.Run(fmt.Sprintf("hosts=%d/per=%d/sockets=%d/%v", sh.hosts, sh.perHost, sh.sockets, p), func(t *testing.T) {
+				j := startJob(t, sh.hosts, sh.perHost, engine.Config{Timeout: 10 * time.Second}, striped(sh.sockets))
 				defer j.close()
 				n := len(j.comms)
 				for _, count := range counts {
@@ -364,7 +376,7 @@ func TestBadInput(t *testing.T) {
 		s.Timeout = 300 * time.Millisecond
 		_, err := Start(context.Background(), s, local)
 		require.Error(t, err)
-		assert.Contains(t, err.Error(), "accept (0 of 1 hosts above joined)")
+		assert.Contains(t, err.Error(), "accept (0 of 1 sockets from the hosts above joined)")
 	})
 }
 

@@ -1,12 +1,10 @@
 package net
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	stdnet "net"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -18,17 +16,26 @@ import (
 // link is the TCP socket between this host and one other. Only the poller writes it; only the
 // link's reader reads it.
 type link struct {
-	host     int
-	c        stdnet.Conn
-	w        *bufio.Writer
-	r        *bufio.Reader
-	lastSend time.Time
-	dirty    bool
-	dead     bool
+	host      int
+	socks     []*sock // 0: the control socket; 1..: data sockets (Setup.Sockets)
+	lastSend  time.Time
+	lastProbe time.Time
+	dirty     bool
+	dead      bool
+
+	// the poller's side
+	cur      *sock     // the socket last written (put)
+	wnext    int       // the data socket of the next striped piece written
+	deadline time.Time // this pass's write deadline
+	stamp    int64     // this pass's send time (Unix ns), in every header
+	werr     error     // the first write error of this pass
+
+	rnext int // the reader's side: the data socket of the next striped piece read
 }
 
-// Frame kinds. Every frame is a 32-byte header {kind u8, pad 3, ch u32, from u32, to u32, off u32,
-// n u32, val u64} and n payload bytes.
+// Frame kinds. Every frame is a 40-byte header {kind u8, pad 3, ch u32, from u32, to u32, off u32,
+// n u32, val u64, sent i64 (the sending pass's clock, Unix ns: Setup.Delay)} on the control
+// socket and n payload bytes, striped over the data sockets past InlineBytes (stripe).
 const (
 	fLL         = 1 + iota // n bytes of whole LL lines (flags included) at off of connection (ch, from, to)
 	fLL128                 // n bytes of whole LL128 lines at off: the far side stores each line's flag last
@@ -38,7 +45,8 @@ const (
 	fAbort                 // the abort word val
 	fPing                  // heartbeat
 	fBye                   // a clean close
-	headerBytes = 32
+	fProbe                 // one byte on each data socket in turn: a lost idle data socket shows too
+	headerBytes = 40
 )
 
 func (l *link) frame(kind int, k connKey, off, n int, val uint64) {
@@ -50,8 +58,8 @@ func (l *link) frame(kind int, k connKey, off, n int, val uint64) {
 	binary.LittleEndian.PutUint32(b[16:], uint32(off))
 	binary.LittleEndian.PutUint32(b[20:], uint32(n))
 	binary.LittleEndian.PutUint64(b[24:], val)
-	l.w.Write(b[:]) // errors surface at Flush
-	l.dirty = true
+	binary.LittleEndian.PutUint64(b[32:], uint64(l.stamp))
+	l.put(l.socks[0], b[:])
 }
 
 // poll is the proxy of every cross-host connection and control line of this host: it forwards
@@ -69,8 +77,13 @@ func (h *Host) poll() {
 			stopping = true
 		default:
 		}
-		moved := h.pass(&scratch)
 		now := time.Now()
+		for _, l := range h.links {
+			if l != nil {
+				l.deadline, l.stamp = now.Add(h.s.Timeout), now.UnixNano()
+			}
+		}
+		moved := h.pass(&scratch)
 		for _, l := range h.links {
 			if l == nil || l.dead {
 				continue
@@ -80,15 +93,27 @@ func (h *Host) poll() {
 			} else if now.Sub(l.lastSend) > h.s.Timeout/4 {
 				l.frame(fPing, connKey{}, 0, 0, 0)
 			}
+			if !stopping && len(l.socks) > 1 && now.Sub(l.lastProbe) > h.s.Timeout/4 {
+				// The reader takes a data socket only when a striped piece is due on it, so a
+				// data socket that carries nothing for a while is probed, busy link or not.
+				l.frame(fProbe, connKey{}, 0, 0, 0)
+				for _, s := range l.socks[1:] {
+					l.put(s, []byte{0})
+				}
+				l.lastProbe = now
+			}
 			if l.dirty {
-				l.c.SetWriteDeadline(now.Add(h.s.Timeout))
-				if err := l.w.Flush(); err != nil {
+				l.flushCur()
+				if err := l.werr; err != nil {
 					l.dead = true
 					if !stopping {
 						h.fail(l.host, fmt.Errorf("write: %w", err))
 					}
 				}
 				l.dirty, l.lastSend = false, now
+				for _, s := range l.socks {
+					s.armed = false
+				}
 			}
 		}
 		if stopping {
@@ -103,7 +128,15 @@ func (h *Host) poll() {
 			runtime.Gosched()
 			continue
 		}
-		time.Sleep(min(20*time.Microsecond<<min(idle-64, 5), 500*time.Microsecond))
+		// A frame the reader applies wakes the poller at once: the local rank it unblocked will
+		// answer, and a poller deep in its back-off would add up to 500 us to every hop (with
+		// Setup.Delay, every hop found it asleep).
+		wait := time.NewTimer(min(20*time.Microsecond<<min(idle-64, 5), 500*time.Microsecond))
+		select {
+		case <-h.wake:
+		case <-wait.C:
+		}
+		wait.Stop()
 	}
 }
 
@@ -166,7 +199,7 @@ func (h *Host) passCtrl() bool {
 			for _, l := range h.links {
 				if l != nil && !l.dead {
 					l.frame(fCtrl, connKey{from: uint32(r)}, off, wire.LineBytes, 0)
-					l.w.Write(b[:])
+					l.putPayload(b[:], h.chunk())
 				}
 			}
 		}
@@ -260,7 +293,7 @@ func (h *Host) forward(c *conn, scratch *[]byte) bool {
 				off := g.simOff + int(s%wire.NCCLSteps)*g.simpleSlot
 				nb := min(max(wire.SimpleSize(c.r, s), 0), g.simpleSlot)
 				c.peer.frame(fSimple, c.key, off, nb, s+1)
-				c.peer.w.Write(c.r[off : off+nb])
+				c.peer.putPayload(c.r[off:off+nb], h.chunk())
 				h.sentBytes.Add(int64(nb))
 				c.step++
 				moved = true
@@ -303,10 +336,10 @@ func (h *Host) forward(c *conn, scratch *[]byte) bool {
 					binary.LittleEndian.PutUint64(b[i:], atomic.LoadUint64(wire.WordAt(c.r, off+i)))
 				}
 				c.peer.frame(fLL, c.key, off, n, 0)
-				c.peer.w.Write(b)
+				c.peer.putPayload(b, h.chunk())
 			} else {
 				c.peer.frame(fLL128, c.key, off, n, 0)
-				c.peer.w.Write(c.r[off : off+n])
+				c.peer.putPayload(c.r[off:off+n], h.chunk())
 			}
 			h.sentBytes.Add(int64(n))
 			c.line, moved = k, true
@@ -349,17 +382,34 @@ func (h *Host) readLoop(l *link) error {
 	var line [wire.LineBytes]byte
 	var scratch []byte
 	for {
-		l.c.SetReadDeadline(time.Now().Add(h.s.Timeout))
-		if _, err := io.ReadFull(l.r, b[:]); err != nil {
+		l.socks[0].c.SetReadDeadline(time.Now().Add(h.s.Timeout))
+		if _, err := io.ReadFull(l.socks[0].r, b[:]); err != nil {
 			return fmt.Errorf("read: %w", err)
+		}
+		if h.s.Delay > 0 {
+			hold(int64(binary.LittleEndian.Uint64(b[32:])), h.s.Delay)
 		}
 		kind := int(b[0])
 		k := connKey{binary.LittleEndian.Uint32(b[4:]), binary.LittleEndian.Uint32(b[8:]), binary.LittleEndian.Uint32(b[12:])}
 		off, n := int(binary.LittleEndian.Uint32(b[16:])), int(binary.LittleEndian.Uint32(b[20:]))
 		val := binary.LittleEndian.Uint64(b[24:])
 		wire.RaceAcquire(unsafe.Pointer(&h.raceSync))
+		if kind != fPing && kind != fProbe {
+			select {
+			case h.wake <- struct{}{}:
+			default:
+			}
+		}
 		switch kind {
 		case fPing:
+		case fProbe:
+			var one [1]byte
+			for i, s := range l.socks[1:] {
+				s.c.SetReadDeadline(time.Now().Add(h.s.Timeout))
+				if _, err := io.ReadFull(s.r, one[:]); err != nil {
+					return fmt.Errorf("read socket %d (probe): %w", i+1, err)
+				}
+			}
 		case fBye:
 			return errBye
 		case fAbort:
@@ -369,8 +419,8 @@ func (h *Host) readLoop(l *link) error {
 			if int(k.from) >= h.s.Ranks || h.HostOf(int(k.from)) != l.host || n != wire.LineBytes || off < base || off >= base+wire.CtrlRankSize || off%wire.LineBytes != 0 {
 				return fmt.Errorf("bad control frame (rank %d, offset %d, %d bytes)", k.from, off, n)
 			}
-			if _, err := io.ReadFull(l.r, line[:]); err != nil {
-				return fmt.Errorf("read: %w", err)
+			if err := l.readPayload(line[:], h.chunk(), h.s.Timeout); err != nil {
+				return err
 			}
 			// Words 1.. first, word 0 (a descriptor's seq; the state word) last with release.
 			for i := wire.LineBytes/8 - 1; i >= 0; i-- {
@@ -423,8 +473,8 @@ func (h *Host) apply(l *link, c *conn, kind, off, n int, val uint64, scratch *[]
 	}
 	if kind == fSimple {
 		// The receiver reads the slot only after the tail says so.
-		if _, err := io.ReadFull(l.r, c.r[off:off+n]); err != nil {
-			return fmt.Errorf("read: %w", err)
+		if err := l.readPayload(c.r[off:off+n], h.chunk(), h.s.Timeout); err != nil {
+			return err
 		}
 		wire.StoreRelease(wire.WordAt(c.r, wire.ConnTailOffset), val)
 		return nil
@@ -433,8 +483,8 @@ func (h *Host) apply(l *link, c *conn, kind, off, n int, val uint64, scratch *[]
 		*scratch = make([]byte, n)
 	}
 	b := (*scratch)[:n]
-	if _, err := io.ReadFull(l.r, b); err != nil {
-		return fmt.Errorf("read: %w", err)
+	if err := l.readPayload(b, h.chunk(), h.s.Timeout); err != nil {
+		return err
 	}
 	if kind == fLL {
 		for i := 0; i < n; i += 8 {
@@ -448,4 +498,28 @@ func (h *Host) apply(l *link, c *conn, kind, off, n int, val uint64, scratch *[]
 		wire.StoreRelease(wire.WordAt(dst, wire.LL128FlagOffset), binary.LittleEndian.Uint64(b[i+wire.LL128FlagOffset:]))
 	}
 	return nil
+}
+
+// hold waits until a frame sent at sent (Unix ns, the far pass's clock) is delay old: the
+// injected latency of Setup.Delay. The send time travels in the header rather than the delay
+// counting from receipt, because the reader takes frames one after another: counted from when
+// the reader got to each, a burst of k frames would wait k delays instead of one, and the knob
+// would cut bandwidth instead of adding latency. The hosts' clocks must agree (emulated hosts
+// share one kernel's clock); a hold is never longer than delay, whatever the stamp says.
+func hold(sent int64, delay time.Duration) {
+	until := time.Unix(0, sent).Add(delay)
+	if lim := time.Now().Add(delay); until.After(lim) {
+		until = lim
+	}
+	for {
+		d := time.Until(until)
+		if d <= 0 {
+			return
+		}
+		if d > time.Millisecond {
+			time.Sleep(d - 500*time.Microsecond) // a timer's lateness (tens of us) stays inside the rest
+			continue
+		}
+		runtime.Gosched()
+	}
 }

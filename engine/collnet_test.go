@@ -129,14 +129,24 @@ func checkCollNetWrap(t *testing.T, comms []*Comm, a costmodel.Algo, wrap bool) 
 }
 
 // TestCollNetMatrix is the correctness matrix's CollNet rows: AllReduce pinned to CollNetDirect
-// and CollNetChain with Simple, a pairwise covering set over every dtype/op the endpoint admits,
+// and CollNetChain, and AllGather (every dtype) and ReduceScatter pinned to CollNetDirect, with
+// Simple, a pairwise covering set over every dtype/op the endpoint admits,
 // the shapes above, the four sizes (0, 1 element, 13 elements, and a size that wraps every
 // region, connection and endpoint connection 3+ times), in place or not, 1-3 channels and both
 // alignments, checked against the brute-force oracle.
 func TestCollNetMatrix(t *testing.T) {
-	dos := collNetDtOps(testing.Short())
+	arDos := collNetDtOps(testing.Short())
+	var agDos []dtOp
+	for dt := kernels.Dtype(0); dt < kernels.NumDtypes; dt++ {
+		agDos = append(agDos, dtOp{dt, kernels.Sum})
+	}
 	start := time.Now()
-	for _, a := range []costmodel.Algo{costmodel.CollNetDirect, costmodel.CollNetChain} {
+	for _, ca := range []collAlgo{{costmodel.AllReduce, costmodel.CollNetDirect}, {costmodel.AllReduce, costmodel.CollNetChain},
+		{costmodel.AllGather, costmodel.CollNetDirect}, {costmodel.ReduceScatter, costmodel.CollNetDirect}} {
+		a, dos := ca.algo, arDos
+		if ca.coll == costmodel.AllGather {
+			dos = agDos
+		}
 		shapes := collNetDirectShapes
 		if a == costmodel.CollNetChain {
 			shapes = collNetChainShapes
@@ -145,7 +155,7 @@ func TestCollNetMatrix(t *testing.T) {
 		rows := pairwise(axes, 23)
 		for _, row := range rows {
 			sh := shapes[row[1]]
-			m := matrixCase{ca: collAlgo{costmodel.AllReduce, a}, proto: costmodel.Simple, do: dos[row[0]], n: sh[0], rpn: sh[1],
+			m := matrixCase{ca: ca, proto: costmodel.Simple, do: dos[row[0]], n: sh[0], rpn: sh[1],
 				size: row[2], inPlace: row[3] == 1, channels: row[4] + 1, misalign: row[5]}
 			t.Run(m.String(), func(t *testing.T) { runMatrixCase(t, m) })
 		}
@@ -176,8 +186,16 @@ func TestCollNetInvalid(t *testing.T) {
 			}
 			if a == costmodel.CollNetDirect {
 				cases = append(cases,
-					invalidCase{"allgather", 4, 2, costmodel.AllGather, costmodel.Simple, f32, kernels.Sum, "iallgather and ireducescatter"},
-					invalidCase{"reducescatter", 4, 2, costmodel.ReduceScatter, costmodel.Simple, f32, kernels.Sum, "iallgather and ireducescatter"},
+					// AllGather and ReduceScatter run (the endpoint has iallgather and
+					// ireducescatter), under the same rules but the op/dtype matrix, which
+					// AllGather skips.
+					invalidCase{"allgather-LL", 4, 2, costmodel.AllGather, costmodel.LL, f32, kernels.Sum, "with Simple only"},
+					invalidCase{"allgather-one-node", 4, 4, costmodel.AllGather, costmodel.Simple, kernels.Int8, kernels.Sum, "2 or more nodes"},
+					invalidCase{"allgather-uneven-nodes", 5, 2, costmodel.AllGather, costmodel.Simple, f32, kernels.Sum, "the same size"},
+					invalidCase{"reducescatter-LL128", 4, 2, costmodel.ReduceScatter, costmodel.LL128, f32, kernels.Sum, "with Simple only"},
+					invalidCase{"reducescatter-int8", 4, 2, costmodel.ReduceScatter, costmodel.Simple, kernels.Int8, kernels.Sum, "the endpoint reduces"},
+					invalidCase{"reducescatter-prod", 4, 2, costmodel.ReduceScatter, costmodel.Simple, f32, kernels.Prod, "the endpoint reduces"},
+					invalidCase{"reducescatter-nine-local", 18, 9, costmodel.ReduceScatter, costmodel.Simple, f32, kernels.Sum, "at most 8 local ranks"},
 					invalidCase{"uneven-nodes", 5, 2, costmodel.AllReduce, costmodel.Simple, f32, kernels.Sum, "the same size"},
 					invalidCase{"nine-local", 18, 9, costmodel.AllReduce, costmodel.Simple, f32, kernels.Sum, "at most 8 local ranks"})
 			} else {

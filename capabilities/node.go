@@ -110,6 +110,13 @@ func fromNode(n *tables.Node, nNodes int) (Topology, error) {
 		t.NVLSSupport = t.NVLSSupport || em.MulticastSwitch
 		t.CollNetEnable = t.CollNetEnable || em.ReducingNetwork
 		t.CollNetChainSupport = t.CollNetChainSupport || em.ReducingNetwork // the endpoint runs Chain too
+		if em.ReducingNetwork {
+			// The engine's endpoint is a plugin with iallgather and ireducescatter, and its
+			// CollNetDirect makes every local rank a head (engine/collnet.go): NCCL's rule that
+			// no node has more local ranks than CollNet heads then always holds.
+			t.CollNetPluginIAllGather, t.CollNetPluginIReduceScatter = true, true
+			t.CollNetHeadsNum = max(t.CollNetHeadsNum, t.MaxLocalRanks)
+		}
 	}
 	if t.MaxTreePattern == 0 {
 		t.MaxTreePattern = defaultMaxTreePattern

@@ -32,13 +32,13 @@ import (
 //     reduction from the network and, "the first in the broadcast chain", applies the postOp and
 //     sends it down the chain (recvCopySend, recv at the far end). Up and down run concurrently
 //     (the kernel splits its threads in two);
-//   - legality: AllReduce (CollNetDirect also AllGather and ReduceScatter, but only with a plugin
-//     that has iallgather and ireducescatter: this endpoint has neither, so NCCL would not pick
-//     them); Simple only (busBw = 0 for LL and LL128); CollNet is built only for 2 or more nodes;
+//   - legality: AllReduce; CollNetDirect also AllGather and ReduceScatter, with a plugin that has
+//     iallgather and ireducescatter (this endpoint has both: collnet.Has) and every node's
+//     localRanks <= collNetHeadsNum (here every local rank is a head); Simple only (busBw = 0 for LL and LL128); CollNet is built only for 2 or more nodes;
 //     CollNetDirect only when no node has more than NCCL_MAX_DIRECT_ARITY+1 = 8 local ranks; the
 //     op/dtype must be in collNetSupportMatrix, the plugin's answer, looked up with avg and
 //     PreMulSum translated to sum (getCollNetSupport: the pre-op and post-op run on the GPUs,
-//     the network sums). This endpoint answers yes for sum, min and max on int32, uint32, int64,
+//     the network sums; AllGather skips the matrix). This endpoint answers yes for sum, min and max on int32, uint32, int64,
 //     uint64, float16, float32, float64 and bfloat16 (a SHARP-class switch: no 8-bit types, no
 //     prod); so avg and PreMulSum run on those dtypes too;
 //   - the chunk (calcCollChunking): CollNetDirect starts from the Simple step (NCCL_BUFFSIZE /
@@ -81,15 +81,27 @@ func collNetWireOp(op kernels.Op) kernels.Op {
 	return op
 }
 
+// collNetColl is the endpoint's collective for coll (AllReduce, AllGather, ReduceScatter).
+func collNetColl(coll costmodel.Coll) collnet.Coll {
+	switch coll {
+	case costmodel.AllGather:
+		return collnet.AllGather
+	case costmodel.ReduceScatter:
+		return collnet.ReduceScatter
+	}
+	return collnet.AllReduce
+}
+
 // collNetCheck returns the error of a CollNet plan that NCCL would not run (see the facts above):
 // ErrInvalid, the same on every rank.
 func collNetCheck(a costmodel.Algo, n, rpn int, coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, proto costmodel.Proto) error {
 	nNodes := algorithm.DivUp(n, rpn)
+	gathers := a == costmodel.CollNetDirect && (coll == costmodel.AllGather || coll == costmodel.ReduceScatter)
 	switch {
-	case a == costmodel.CollNetDirect && (coll == costmodel.AllGather || coll == costmodel.ReduceScatter):
-		return fmt.Errorf("%w: COLLNET_DIRECT for %v (NCCL runs it only with a collnet plugin that has iallgather and ireducescatter; the engine's endpoint reduces, it does not gather or scatter)",
+	case gathers && !collnet.Has(collNetColl(coll)):
+		return fmt.Errorf("%w: COLLNET_DIRECT for %v (NCCL runs it only with a collnet plugin that has iallgather and ireducescatter)",
 			ErrInvalid, coll)
-	case coll != costmodel.AllReduce:
+	case coll != costmodel.AllReduce && !gathers:
 		return fmt.Errorf("%w: %v for %v (NCCL runs CollNet for AllReduce, and CollNetDirect for AllGather and ReduceScatter with a plugin that has them)",
 			ErrInvalid, a, coll)
 	case proto != costmodel.Simple:
@@ -101,7 +113,7 @@ func collNetCheck(a costmodel.Algo, n, rpn int, coll costmodel.Coll, dt kernels.
 			ErrInvalid, n, rpn)
 	case a == costmodel.CollNetDirect && rpn > maxCollNetHeads:
 		return fmt.Errorf("%w: COLLNET_DIRECT with %d ranks per node (NCCL allows at most %d local ranks)", ErrInvalid, rpn, maxCollNetHeads)
-	case !collnet.OpOK(dt, collNetWireOp(op)):
+	case coll != costmodel.AllGather && !collnet.OpOK(dt, collNetWireOp(op)):
 		return fmt.Errorf("%w: %v %v with %v %v (the endpoint reduces sum, min and max of 32- and 64-bit integers and of float16, bfloat16, float32 and float64; avg and PreMulSum travel as sum)",
 			ErrInvalid, a, coll, dt, op)
 	}
@@ -260,7 +272,7 @@ func (wk *nvlsWorker) netAct(kind uint8, s uint64, nb int) {
 	if kind == phNetUp {
 		if nb > 0 {
 			g.LdReduce(cl.comb, s, l.Payload(nb), off)
-			l.Send(cl.dt, wk.netOp, nb)
+			l.Send(collnet.AllReduce, cl.dt, wk.netOp, nb)
 			wk.stats.LdReduceBytes += uint64(nb)
 			wk.stats.WireBytes += uint64(nb)
 			wk.stats.PayloadBytes += uint64(nb)
@@ -351,7 +363,7 @@ func (r *cnChainRun) run(w *worker) error {
 			} else {
 				w.Red.Load(dst, in)
 			}
-			l.Send(cl.dt, r.netOp, nb)
+			l.Send(collnet.AllReduce, cl.dt, r.netOp, nb)
 			w.Stats.WireBytes += uint64(nb)
 			w.Stats.PayloadBytes += uint64(nb)
 			w.Stats.Steps++
@@ -398,4 +410,150 @@ func (r *cnChainRun) run(w *worker) error {
 		i++
 	}
 	return nil
+}
+
+// CollNetDirect AllGather and ReduceScatter on the NVLS worker. A call step i carries a chunk of
+// ce elements at e0 of every block; it runs as nNodes region steps j = i*nNodes + k, one per node
+// k, so each region slot holds one node's part whatever the node count (the slots keep NVLS's
+// size). This rank (local index me of node K) heads share me: the blocks of ranks k*rpn + me.
+//
+//	AllGather (the plugin's iallgather: each node's part in, every node's parts out)
+//	  ag-up      k = 0: a credit on the endpoint connection; sends this rank's own chunk (its
+//	             input needs no node partner: the head of share me is rank me itself); publishes
+//	             posted
+//	  ag-down    the result is in (nNodes chunks, node k's at k*nb) and every member's done >= j-7:
+//	             st's node k's chunk into every member's down slot at me*S (release at the last
+//	             k); publishes reduced
+//	  ag-gather  every member's reduced >= j+1: copies slot h*S of its down slot to block
+//	             k*rpn + h of the output, for every local h; publishes done
+//
+//	ReduceScatter (the plugin's ireducescatter: nNodes parts in, the part of this node out)
+//	  rs-scatter every member's reduced >= j-7: loads, with the pre-op, the chunk of block
+//	             k*rpn + h of its input into its up slot at h*S, for every local h; publishes
+//	             posted
+//	  rs-up      every member's posted >= j+1 and a credit: reduces share me across the members'
+//	             up slots into part k of the frame; at the last k sends the nNodes parts
+//	  rs-down    at the last k, the result is in: the post-op, then this rank's output chunk;
+//	             publishes reduced and done
+//
+// NCCL's all_gather.h and reduce_scatter.h run the same exchange with direct pointers into the
+// peers' buffers: the region stands for them, as it does for AllReduce.
+
+// cnGatherStep returns region step j's chunk: node k, elements [e0, e0+nel) of every block.
+func (wk *nvlsWorker) cnGatherStep(j int) (k, e0, nel int) {
+	nNodes, ce := wk.c().topo.nNodes, wk.cl.plan.chunkElems
+	k = j % nNodes
+	e0 = wk.lo + (j/nNodes)*ce
+	return k, e0, min(ce, wk.hi-e0)
+}
+
+// cnGatherBlocked is blocked for the AllGather and ReduceScatter phases of region step s, the
+// j-th of the call on this channel (a wait for the endpoint names rank n).
+func (wk *nvlsWorker) cnGatherBlocked(kind uint8, s uint64, j int, free uint64) int {
+	g, l := wk.g, wk.net
+	k, _, _ := wk.cnGatherStep(j)
+	last := k == wk.c().topo.nNodes-1
+	switch kind {
+	case phCnAgUp:
+		if k == 0 && !l.SendReady() {
+			return wk.comm.n
+		}
+		return -1
+	case phCnAgDown:
+		if !l.RecvReady() {
+			return wk.comm.n
+		}
+		return g.Behind(g.Done, free)
+	case phCnAgGather:
+		return g.Behind(g.Reduced, s+1)
+	case phCnRsScatter:
+		return g.Behind(g.Reduced, free)
+	case phCnRsUp:
+		if m := g.Behind(g.Posted, s+1); m >= 0 {
+			return m
+		}
+		if !l.SendReady() {
+			return wk.comm.n
+		}
+		return -1
+	}
+	if last && !l.RecvReady() { // phCnRsDown
+		return wk.comm.n
+	}
+	return -1
+}
+
+// cnGatherAct runs an AllGather or ReduceScatter phase of region step s, the j-th of the call.
+func (wk *nvlsWorker) cnGatherAct(kind uint8, s uint64, j int) {
+	cl, g, l := wk.cl, wk.g, wk.net
+	rpn, nNodes := g.L.Members, wk.c().topo.nNodes
+	me, S, es, count := g.Me, g.L.StepBytes, cl.es, cl.count
+	k, e0, nel := wk.cnGatherStep(j)
+	nb := nel * es
+	last := k == nNodes-1
+	addr := wk.c().cfg.CollNet.Addr
+	switch kind {
+	case phCnAgUp:
+		if k == 0 {
+			copy(l.Payload(nb), algorithm.Span(cl.send, e0, nel, es))
+			l.Send(collnet.AllGather, cl.dt, kernels.Sum, nb)
+			wk.stats.WireBytes += uint64(nb)
+			wk.stats.PayloadBytes += uint64(nb)
+			wk.stats.Steps++
+		}
+		wire.StoreRelease(g.Posted[me], s+1)
+	case phCnAgDown:
+		res := l.Result()
+		if len(res) != nNodes*nb {
+			l.Fail(fmt.Errorf("engine: CollNet endpoint %s: AllGather result of %d bytes for %d nodes' %d", addr, len(res), nNodes, nb))
+			return // the abort ends the next wait
+		}
+		g.St(s, res[k*nb:(k+1)*nb], me*S)
+		wk.stats.StBytes += uint64(nb)
+		if last {
+			l.Release()
+			wk.stats.RecvBytes += uint64(len(res))
+		}
+		wire.StoreRelease(g.Reduced[me], s+1)
+	case phCnAgGather:
+		for h := 0; h < rpn; h++ {
+			r := k*rpn + h
+			if r != wk.c().rank || !cl.inPlace {
+				copy(algorithm.Span(cl.recv, r*count+e0, nel, es), g.SlotAt(s, me, true, h*S, nb))
+			}
+		}
+		wire.StoreRelease(g.Done[me], s+1)
+	case phCnRsScatter:
+		for h := 0; h < rpn; h++ {
+			cl.red.Load(g.SlotAt(s, me, false, h*S, nb), algorithm.Span(cl.send, (k*rpn+h)*count+e0, nel, es))
+		}
+		wire.StoreRelease(g.Posted[me], s+1)
+	case phCnRsUp:
+		frame := l.Payload(nNodes * nb)
+		g.LdReduce(cl.comb, s, frame[k*nb:(k+1)*nb], me*S)
+		wk.stats.LdReduceBytes += uint64(nb)
+		if last {
+			l.Send(collnet.ReduceScatter, cl.dt, wk.netOp, nNodes*nb)
+			wk.stats.WireBytes += uint64(nNodes * nb)
+			wk.stats.PayloadBytes += uint64(nNodes * nb)
+			wk.stats.Steps++
+		}
+	default: // phCnRsDown
+		if last {
+			res := l.Result()
+			if len(res) != nb {
+				l.Fail(fmt.Errorf("engine: CollNet endpoint %s: ReduceScatter result of %d bytes for a part of %d", addr, len(res), nb))
+				return
+			}
+			out := algorithm.Span(cl.recv, e0, nel, es)
+			copy(out, res)
+			if wk.postDiv {
+				cl.red.Finish(out)
+			}
+			l.Release()
+			wk.stats.RecvBytes += uint64(nb)
+		}
+		wire.StoreRelease(g.Reduced[me], s+1)
+		wire.StoreRelease(g.Done[me], s+1)
+	}
 }

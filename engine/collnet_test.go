@@ -129,14 +129,24 @@ func checkCollNetWrap(t *testing.T, comms []*Comm, a costmodel.Algo, wrap bool) 
 }
 
 // TestCollNetMatrix is the correctness matrix's CollNet rows: AllReduce pinned to CollNetDirect
-// and CollNetChain with Simple, a pairwise covering set over every dtype/op the endpoint admits,
+// and CollNetChain, and AllGather (every dtype) and ReduceScatter pinned to CollNetDirect, with
+// Simple, a pairwise covering set over every dtype/op the endpoint admits,
 // the shapes above, the four sizes (0, 1 element, 13 elements, and a size that wraps every
 // region, connection and endpoint connection 3+ times), in place or not, 1-3 channels and both
 // alignments, checked against the brute-force oracle.
 func TestCollNetMatrix(t *testing.T) {
-	dos := collNetDtOps(testing.Short())
+	arDos := collNetDtOps(testing.Short())
+	var agDos []dtOp
+	for dt := kernels.Dtype(0); dt < kernels.NumDtypes; dt++ {
+		agDos = append(agDos, dtOp{dt, kernels.Sum})
+	}
 	start := time.Now()
-	for _, a := range []costmodel.Algo{costmodel.CollNetDirect, costmodel.CollNetChain} {
+	for _, ca := range []collAlgo{{costmodel.AllReduce, costmodel.CollNetDirect}, {costmodel.AllReduce, costmodel.CollNetChain},
+		{costmodel.AllGather, costmodel.CollNetDirect}, {costmodel.ReduceScatter, costmodel.CollNetDirect}} {
+		a, dos := ca.algo, arDos
+		if ca.coll == costmodel.AllGather {
+			dos = agDos
+		}
 		shapes := collNetDirectShapes
 		if a == costmodel.CollNetChain {
 			shapes = collNetChainShapes
@@ -145,7 +155,7 @@ func TestCollNetMatrix(t *testing.T) {
 		rows := pairwise(axes, 23)
 		for _, row := range rows {
 			sh := shapes[row[1]]
-			m := matrixCase{ca: collAlgo{costmodel.AllReduce, a}, proto: costmodel.Simple, do: dos[row[0]], n: sh[0], rpn: sh[1],
+			m := matrixCase{ca: ca, proto: costmodel.Simple, do: dos[row[0]], n: sh[0], rpn: sh[1],
 				size: row[2], inPlace: row[3] == 1, channels: row[4] + 1, misalign: row[5]}
 			t.Run(m.String(), func(t *testing.T) { runMatrixCase(t, m) })
 		}
@@ -176,8 +186,16 @@ func TestCollNetInvalid(t *testing.T) {
 			}
 			if a == costmodel.CollNetDirect {
 				cases = append(cases,
-					invalidCase{"allgather", 4, 2, costmodel.AllGather, costmodel.Simple, f32, kernels.Sum, "iallgather and ireducescatter"},
-					invalidCase{"reducescatter", 4, 2, costmodel.ReduceScatter, costmodel.Simple, f32, kernels.Sum, "iallgather and ireducescatter"},
+					// AllGather and ReduceScatter run (the endpoint has iallgather and
+					// ireducescatter), under the same rules but the op/dtype matrix, which
+					// AllGather skips.
+					invalidCase{"allgather-LL", 4, 2, costmodel.AllGather, costmodel.LL, f32, kernels.Sum, "with Simple only"},
+					invalidCase{"allgather-one-node", 4, 4, costmodel.AllGather, costmodel.Simple, kernels.Int8, kernels.Sum, "2 or more nodes"},
+					invalidCase{"allgather-uneven-nodes", 5, 2, costmodel.AllGather, costmodel.Simple, f32, kernels.Sum, "the same size"},
+					invalidCase{"reducescatter-LL128", 4, 2, costmodel.ReduceScatter, costmodel.LL128, f32, kernels.Sum, "with Simple only"},
+					invalidCase{"reducescatter-int8", 4, 2, costmodel.ReduceScatter, costmodel.Simple, kernels.Int8, kernels.Sum, "the endpoint reduces"},
+					invalidCase{"reducescatter-prod", 4, 2, costmodel.ReduceScatter, costmodel.Simple, f32, kernels.Prod, "the endpoint reduces"},
+					invalidCase{"reducescatter-nine-local", 18, 9, costmodel.ReduceScatter, costmodel.Simple, f32, kernels.Sum, "at most 8 local ranks"},
 					invalidCase{"uneven-nodes", 5, 2, costmodel.AllReduce, costmodel.Simple, f32, kernels.Sum, "the same size"},
 					invalidCase{"nine-local", 18, 9, costmodel.AllReduce, costmodel.Simple, f32, kernels.Sum, "at most 8 local ranks"})
 			} else {
@@ -215,12 +233,30 @@ func TestCollNetNoEndpoint(t *testing.T) {
 	}
 }
 
+// collNetRows are the (collective, algorithm) rows the engine runs on CollNet.
+var collNetRows = []collAlgo{{costmodel.AllReduce, costmodel.CollNetDirect}, {costmodel.AllReduce, costmodel.CollNetChain},
+	{costmodel.AllGather, costmodel.CollNetDirect}, {costmodel.ReduceScatter, costmodel.CollNetDirect}}
+
+// collNetCall runs coll on float32 with sum: count elements per rank's block, send of count
+// (AllGather) or n*count (ReduceScatter) elements, recv of n*count (AllGather) or count
+// (ReduceScatter); AllReduce in place on send.
+func collNetCall(c *Comm, coll costmodel.Coll, send, recv []byte, count int) error {
+	switch coll {
+	case costmodel.AllGather:
+		return c.AllGather(bg, send[:4*count], recv, count, kernels.Float32)
+	case costmodel.ReduceScatter:
+		return c.ReduceScatter(bg, send, recv[:4*count], count, kernels.Float32, kernels.Sum)
+	}
+	return c.AllReduce(bg, send, send, count, kernels.Float32, kernels.Sum)
+}
+
 // TestCollNetEndpointDies: the aggregation endpoint going away in the middle of a call ends the
 // call on every rank within 10 s (the heads' connections end and abort the communicator; the other
-// ranks see the abort word), and later calls fail at once.
+// ranks see the abort word), and later calls fail at once: for every CollNet row.
 func TestCollNetEndpointDies(t *testing.T) {
-	for _, a := range []costmodel.Algo{costmodel.CollNetDirect, costmodel.CollNetChain} {
-		t.Run(a.String(), func(t *testing.T) {
+	for _, ca := range collNetRows {
+		a := ca.algo
+		t.Run(ca.coll.String()+"-"+a.String(), func(t *testing.T) {
 			ep, err := collnet.ListenCollNet("127.0.0.1:0")
 			require.NoError(t, err)
 			defer ep.Close()
@@ -229,7 +265,18 @@ func TestCollNetEndpointDies(t *testing.T) {
 			comms, err := NewInProcess(4, cfg)
 			require.NoError(t, err)
 			defer closeAll(comms)
-			const count = 1 << 22 // tiny slots: minutes of steps, so the call is running at the close
+			count := 1 << 22 // tiny slots: minutes of steps, so the call is running at the close
+			if ca.coll != costmodel.AllReduce {
+				count = 1 << 20 // blocks of count: 4 MiB per rank
+			}
+			size := 4 * count
+			if ca.coll != costmodel.AllReduce {
+				size *= len(comms)
+			}
+			sends, recvs := make([][]byte, len(comms)), make([][]byte, len(comms))
+			for r := range comms { // before the clock starts: every rank is in the call at the close
+				sends[r], recvs[r] = make([]byte, size), make([]byte, size)
+			}
 			closed := make(chan time.Time, 1)
 			go func() {
 				time.Sleep(200 * time.Millisecond)
@@ -237,8 +284,7 @@ func TestCollNetEndpointDies(t *testing.T) {
 				ep.Close()
 			}()
 			errs := runRanks(t, comms, 20*time.Second, func(r int, c *Comm) error {
-				b := make([]byte, 4*count)
-				return c.AllReduce(bg, b, b, count, kernels.Float32, kernels.Sum)
+				return collNetCall(c, ca.coll, sends[r], recvs[r], count)
 			})
 			assert.Less(t, time.Since(<-closed), 10*time.Second)
 			for r, err := range errs {
@@ -288,17 +334,18 @@ func TestCollNetCoreProduct(t *testing.T) {
 // TestCollNetNoAllocationPerStep: a CollNet call allocates nothing per step, on the ranks or in
 // the (in-process) endpoint: as many allocations for a call of many steps as for one of a few.
 func TestCollNetNoAllocationPerStep(t *testing.T) {
-	for _, a := range []costmodel.Algo{costmodel.CollNetDirect, costmodel.CollNetChain} {
-		t.Run(a.String(), func(t *testing.T) {
+	for _, ca := range collNetRows {
+		a := ca.algo
+		t.Run(ca.coll.String()+"-"+a.String(), func(t *testing.T) {
 			const n = 4
 			cfg := Config{Buffers: tinyBuffers(), RanksPerNode: 2, Override: Pin(a, costmodel.Simple)}
 			cfg.CollNet.Addr = testCollNetAddr(t)
 			comms, err := NewInProcess(n, cfg)
 			require.NoError(t, err)
 			defer closeAll(comms)
-			bufs := make([][]byte, n)
+			bufs, outs := make([][]byte, n), make([][]byte, n)
 			for r := range bufs {
-				bufs[r] = make([]byte, 8000*4)
+				bufs[r], outs[r] = make([]byte, n*8000*4), make([]byte, n*8000*4)
 			}
 			// Both calls take long enough that every goroutine of the call reaches its waits' sleep
 			// phase, whose first time.Sleep allocates the goroutine's timer (once per call's
@@ -310,7 +357,11 @@ func TestCollNetNoAllocationPerStep(t *testing.T) {
 			allocs := func(count int) float64 {
 				return testing.AllocsPerRun(runs, func() {
 					errs := runRanks(t, comms, 10*time.Second, func(r int, c *Comm) error {
-						return c.AllReduce(bg, bufs[r], bufs[r], count, kernels.Float32, kernels.Sum)
+						per := count
+						if ca.coll != costmodel.AllReduce {
+							per /= n // as many bytes as AllReduce's: n blocks
+						}
+						return collNetCall(c, ca.coll, bufs[r], outs[r], per)
 					})
 					for _, err := range errs {
 						require.NoError(t, err)

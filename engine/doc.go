@@ -105,8 +105,8 @@
 // phases join the NVLS worker's pipeline on its goroutine, each running only when its counters
 // and connections are ready.
 //
-// CollNetDirect and CollNetChain, for AllReduce with Simple on 2 or more virtual nodes
-// (collnet.go), as NCCL's COLLNET_DIRECT and COLLNET_CHAIN kernels: the network's reduction across
+// CollNetDirect and CollNetChain, for AllReduce with Simple on 2 or more virtual nodes, and
+// CollNetDirect for AllGather and ReduceScatter (collnet.go), as NCCL's COLLNET_DIRECT and COLLNET_CHAIN kernels: the network's reduction across
 // the nodes is the aggregation endpoint's (engine/transport/collnet), a server standing for a
 // reducing switch that every head reaches over TCP (Config.CollNet; COLLPLAN_COLLNET_ADDR for rank
 // processes). CollNetDirect: every rank of a node is a head, of share h of every step, as NCCL's
@@ -120,6 +120,13 @@
 // step) to its first rank, the head: Tree's reduce-up and broadcast-down along it, and a head
 // worker that sends each step's node sum to the endpoint as soon as its child's partial is in and a
 // credit is free, and sends each result (post-op applied) down as soon as it is back.
+// CollNetDirect AllGather and ReduceScatter use the endpoint's iallgather and ireducescatter and
+// the same region, one region step per (chunk, node): AllGather's head h sends its own chunk,
+// gets every node's back and st's each into every member's down buffer, from which every rank
+// copies the blocks of the node's heads; ReduceScatter's ranks scatter (with the pre-op) the
+// chunks of the blocks each head owns, head h reduces them across the node into one frame of
+// nNodes parts, and the endpoint returns the sum of its own node's part, which is the head's
+// output chunk (post-op applied).
 //
 // # Plans
 //
@@ -144,10 +151,10 @@
 // (NVLS's rule). Its chunk is NCCL's NVLS_TREE chunk: the NVLS step, at most 64 KiB on 4 or more
 // nodes, shrunk to 256, 128, 64 and 32 KiB below 32, 16, 4 and 1 times RanksPerNode chunks. A
 // CollNet plan NCCL would not run is ErrInvalid on every rank: a collective other than AllReduce
-// (CollNetDirect AllGather and ReduceScatter need a plugin with iallgather and ireducescatter,
-// which the endpoint lacks); LL or LL128; one virtual node; for CollNetDirect nodes of different
+// (and, for CollNetDirect, AllGather and ReduceScatter, which the endpoint's iallgather and
+// ireducescatter run); LL or LL128; one virtual node; for CollNetDirect nodes of different
 // sizes or of more than 8 ranks (NCCL_MAX_DIRECT_ARITY+1); an op/dtype outside the endpoint's
-// collNetSupportMatrix (sum, min and max of int32, uint32, int64, uint64, float16, bfloat16, float32
+// collNetSupportMatrix, AllGather excepted (sum, min and max of int32, uint32, int64, uint64, float16, bfloat16, float32
 // and float64, looked up with avg and PreMulSum as sum, as getCollNetSupport does: their pre- and
 // post-ops run on the ranks). Without an endpoint (Config.CollNet.Addr empty) a CollNet call is
 // ErrConfig on every rank. Its chunk, one FIFO step (per head for CollNetDirect), is NCCL's CollNet

@@ -97,13 +97,12 @@ func fullRPNs(n int, proto costmodel.Proto) []int {
 
 // fullNewPaths are the (collective, algorithm) rows besides Ring and Tree that the engine runs:
 // every row of NCCL's menu (reference §"legality lists": AllReduce: Tree, Ring, CollNetDirect,
-// CollNetChain, NVLS, NVLSTree; AllGather, ReduceScatter: Ring, CollNetDirect, NVLS, PAT) but
-// CollNetDirect's AllGather and ReduceScatter, which the engine refuses (its endpoint reduces, it
-// does not gather or scatter: issue 13 item 2 is not built) and fullInvalidCases expects refused.
+// CollNetChain, NVLS, NVLSTree; AllGather, ReduceScatter: Ring, CollNetDirect, NVLS, PAT).
 var fullNewPaths = []collAlgo{
 	{costmodel.AllReduce, costmodel.NVLS}, {costmodel.AllGather, costmodel.NVLS}, {costmodel.ReduceScatter, costmodel.NVLS},
 	{costmodel.AllReduce, costmodel.NVLSTree},
 	{costmodel.AllReduce, costmodel.CollNetDirect}, {costmodel.AllReduce, costmodel.CollNetChain},
+	{costmodel.AllGather, costmodel.CollNetDirect}, {costmodel.ReduceScatter, costmodel.CollNetDirect},
 	{costmodel.AllGather, costmodel.PAT}, {costmodel.ReduceScatter, costmodel.PAT},
 }
 
@@ -118,9 +117,11 @@ var fullNewAlgos = []costmodel.Algo{costmodel.NVLS, costmodel.NVLSTree, costmode
 //     dtype, the others the switch's pairs (sum of int32, uint32, int64, uint64, float16,
 //     bfloat16, float32, float64; min and max of those but float32 and float64);
 //   - NVLS_TREE: AllReduce on 2 or more nodes of the same size, 2 or more ranks each, NVLS's pairs;
-//   - CollNetDirect: AllReduce on 2 or more nodes of the same size, at most 8 ranks each;
-//     CollNetChain: AllReduce on 2 or more nodes; both the endpoint's pairs (sum, min and max of
-//     the eight dtypes above; avg and PreMulSum travel as sum; no prod, no 8-bit dtype);
+//   - CollNetDirect: AllReduce, AllGather and ReduceScatter (rule 10: the endpoint has iallgather
+//     and ireducescatter, every local rank is a head) on 2 or more nodes of the same size, at most
+//     8 ranks each; CollNetChain: AllReduce on 2 or more nodes; AllReduce and ReduceScatter take
+//     the endpoint's pairs (sum, min and max of the eight dtypes above; avg and PreMulSum travel
+//     as sum; no prod, no 8-bit dtype), AllGather any dtype (collNetSupport skips the matrix);
 //   - PAT: AllGather and ReduceScatter at one rank per node; ReduceScatter refuses avg and
 //     PreMulSum (NCCL's PAT runs neither PreMulSum nor SumPostDiv).
 func fullLegal(ca collAlgo, n, rpn int, dt kernels.Dtype, op kernels.Op) bool {
@@ -141,7 +142,8 @@ func fullLegal(ca collAlgo, n, rpn int, dt kernels.Dtype, op kernels.Op) bool {
 	case costmodel.NVLSTree:
 		return coll == costmodel.AllReduce && rpn >= 2 && n%rpn == 0 && nodes >= 2 && switchPair
 	case costmodel.CollNetDirect:
-		return coll == costmodel.AllReduce && nodes >= 2 && n%rpn == 0 && rpn <= 8 && endpointPair
+		inMenu := coll == costmodel.AllReduce || coll == costmodel.AllGather || coll == costmodel.ReduceScatter
+		return inMenu && nodes >= 2 && n%rpn == 0 && rpn <= 8 && (coll == costmodel.AllGather || endpointPair)
 	case costmodel.CollNetChain:
 		return coll == costmodel.AllReduce && nodes >= 2 && endpointPair
 	case costmodel.PAT:

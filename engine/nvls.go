@@ -225,7 +225,7 @@ func (c *Comm) executeNVLS(w *wire.Waiter, cl *call) error {
 		}
 		wk := c.nvlsWks[ch]
 		*wk = nvlsWorker{comm: c, w: *w, g: g, cl: cl, ch: ch, lo: lo, hi: min(total, lo+per), net: link}
-		if link != nil {
+		if link != nil && cl.coll != costmodel.AllGather {
 			wk.netOp, wk.postDiv = collNetWireOp(cl.opKind), cl.red.DevOp() == kernels.DevSumPostDiv
 		}
 		if cl.plan.Algo == costmodel.NVLSTree {
@@ -317,13 +317,20 @@ const (
 	phCnScatter // CollNetDirect (collnet.go): scatter with the pre-op
 	phNetUp
 	phNetDown
+	phCnAgUp // CollNetDirect AllGather and ReduceScatter (collnet.go)
+	phCnAgDown
+	phCnAgGather
+	phCnRsScatter
+	phCnRsUp
+	phCnRsDown
 )
 
 // nvlsPhases are the phases of AllReduce, AllGather and ReduceScatter, upstream first, then
 // NVLS_TREE AllReduce's at a tree's root and elsewhere, then CollNetDirect AllReduce's.
 var nvlsPhases = [...][]uint8{{phScatter, phReduce, phGather}, {phSt, phGather}, {phScatter, phLdReduce},
 	{phScatter, phTreeUp, phGather}, {phScatter, phTreeUp, phTreeDown, phGather},
-	{phCnScatter, phNetUp, phNetDown, phGather}}
+	{phCnScatter, phNetUp, phNetDown, phGather},
+	{phCnAgUp, phCnAgDown, phCnAgGather}, {phCnRsScatter, phCnRsUp, phCnRsDown}}
 
 // run pipelines the call's steps through its phases on one goroutine, as NCCL's runNvls runs them
 // in separate warps: each round it runs, upstream first, every phase whose step is ready (a phase
@@ -344,15 +351,25 @@ func (wk *nvlsWorker) run() error {
 			ph = nvlsPhases[4]
 		}
 	}
-	if wk.net != nil {
-		ph = nvlsPhases[5]
-	}
 	g := wk.g
 	per := wk.cl.plan.chunkElems
 	if wk.cl.coll == costmodel.AllReduce {
 		per *= g.L.Members
 	}
 	steps := uint64(algorithm.DivUp(wk.hi-wk.lo, per))
+	if wk.net != nil {
+		switch wk.cl.coll {
+		case costmodel.AllGather:
+			ph = nvlsPhases[6]
+		case costmodel.ReduceScatter:
+			ph = nvlsPhases[7]
+		default:
+			ph = nvlsPhases[5]
+		}
+		if wk.cl.coll != costmodel.AllReduce {
+			steps *= uint64(wk.c().topo.nNodes) // a region step per (chunk, node): collnet.go
+		}
+	}
 	base := g.Step
 	var next [4]uint64 // per phase: the next step (from base)
 	last := len(ph) - 1
@@ -415,6 +432,8 @@ func (wk *nvlsWorker) blocked(kind uint8, s uint64, i int) int {
 		return g.Behind(g.Reduced, free)
 	case phNetUp, phNetDown:
 		return wk.netBlocked(kind, s, i, free)
+	case phCnAgUp, phCnAgDown, phCnAgGather, phCnRsScatter, phCnRsUp, phCnRsDown:
+		return wk.cnGatherBlocked(kind, s, i, free)
 	}
 	return g.Behind(g.Posted, s+1) // phLdReduce
 }
@@ -439,6 +458,10 @@ func (wk *nvlsWorker) act(kind uint8, s uint64, i int) {
 	n, es, me, S := g.L.Members, cl.es, g.Me, g.L.StepBytes
 	ce := cl.plan.chunkElems
 	me64 := s + 1
+	if kind >= phCnAgUp {
+		wk.cnGatherAct(kind, s, i)
+		return
+	}
 	if cl.coll == costmodel.AllReduce {
 		off, rem, share := wk.arStep(i)
 		switch kind {

@@ -44,7 +44,8 @@ func menuListing(t *testing.T, m map[string]any) string {
 // with a price, at the shapes where the engine runs them (golden files in testdata/explain-cpu:
 // every cell's legality and reason; go test ./cmd/planner -run TestExplainCPUEmulatedPaths -update
 // rewrites them): NVLS on one node of 2 and of 4 ranks, NVLS_TREE on 2 nodes of 2, PAT at one rank
-// per node. The shipped overlay applies at 1 x 2 (its cells' shape) and the NVLS cell, which it
+// per node, CollNetDirect AllGather and ReduceScatter on 2 or more nodes (the emulated network's
+// iallgather and ireducescatter). The shipped overlay applies at 1 x 2 (its cells' shape) and the NVLS cell, which it
 // does not fit, is the model's, not refused.
 func TestExplainCPUEmulatedPaths(t *testing.T) {
 	clearNCCLEnv(t)
@@ -57,8 +58,10 @@ func TestExplainCPUEmulatedPaths(t *testing.T) {
 		{"allreduce-1x4", []string{"--coll", "allreduce", "--gpus-per-node", "4"}, []string{"NVLS/SIMPLE"}},
 		{"allreduce-2x2", []string{"--coll", "allreduce", "--nodes", "2"}, []string{"NVLS_TREE/SIMPLE", "COLLNET_DIRECT/SIMPLE", "COLLNET_CHAIN/SIMPLE"}},
 		{"allgather-1x2", []string{"--coll", "allgather"}, []string{"NVLS/SIMPLE"}},
-		{"allgather-4x1", []string{"--coll", "allgather", "--nodes", "4", "--gpus-per-node", "1"}, []string{"PAT/SIMPLE"}},
-		{"reducescatter-2x1", []string{"--coll", "reducescatter", "--nodes", "2", "--gpus-per-node", "1"}, []string{"PAT/SIMPLE"}},
+		{"allgather-4x1", []string{"--coll", "allgather", "--nodes", "4", "--gpus-per-node", "1"}, []string{"PAT/SIMPLE", "COLLNET_DIRECT/SIMPLE"}},
+		{"allgather-2x2", []string{"--coll", "allgather", "--nodes", "2"}, []string{"COLLNET_DIRECT/SIMPLE"}},
+		{"reducescatter-2x1", []string{"--coll", "reducescatter", "--nodes", "2", "--gpus-per-node", "1"}, []string{"PAT/SIMPLE", "COLLNET_DIRECT/SIMPLE"}},
+		{"reducescatter-2x2", []string{"--coll", "reducescatter", "--nodes", "2"}, []string{"COLLNET_DIRECT/SIMPLE"}},
 	} {
 		t.Run(tc.golden, func(t *testing.T) {
 			m := explainJSON(t, append([]string{"--node", "cpu", "--bytes", "1M"}, tc.args...)...)

@@ -57,11 +57,20 @@ const closeWait = 250 * time.Millisecond
 // same deadline. Nothing read is trusted as a
 // size before it is checked, so a bad peer cannot make the endpoint allocate.
 //
+// Collectives. The endpoint is a plugin with iallgather and ireducescatter besides the reduction
+// (Has): every data frame names its collective, and the contributors of a step must agree on it.
+// With B the bytes one node sends in a step: AllReduce returns the B bytes reduced across the
+// nodes; AllGather returns nNodes*B bytes, node k's contribution at k*B; ReduceScatter takes
+// nNodes slices of B/nNodes bytes, reduces them across the nodes and returns slice k to node k.
+// A step's per-node part (B for AllReduce and AllGather, B/nNodes for ReduceScatter) is at most
+// the hello's maxStep, and no frame either way exceeds CollNetMaxFrame.
+//
 // Wire format (little-endian):
 //
-//	hello   (48 B)  magic u32 "CNT1", version u32, job u64, channel u32, share u32, node u32,
+//	hello   (48 B)  magic u32 "CNT1", version u32 (2), job u64, channel u32, share u32, node u32,
 //	                nNodes u32, maxStep u32, 12 zero bytes
-//	data    (24 B + payload)  kind u32 (1), dtype u8, op u8, 2 zero bytes, step u64, bytes u32,
+//	data    (24 B + payload)  kind u32 (1), dtype u8, op u8, collective u8 (0 AllReduce,
+//	                1 AllGather, 2 ReduceScatter), 1 zero byte, step u64, bytes u32,
 //	                4 zero bytes, then bytes of payload (contributor to endpoint)
 //	result  (24 B + payload)  kind u32 (1), 4 zero bytes, step u64, bytes u32, 4 zero bytes,
 //	                payload (endpoint to contributor)
@@ -69,7 +78,7 @@ const closeWait = 250 * time.Millisecond
 //	bye     (24 B)  kind u32 (3): the contributor closes cleanly
 const (
 	cnMagic      = 0x31544e43 // "CNT1"
-	cnVersion    = 1
+	cnVersion    = 2          // 2: data frames name their collective (AllGather, ReduceScatter)
 	cnHelloBytes = 48
 	cnHdrBytes   = 24
 	cnKindData   = 1
@@ -81,7 +90,37 @@ const (
 	CollNetMaxStep = 16 << 20
 	// CollNetMaxNodes is the most contributors (virtual nodes) a group may have.
 	CollNetMaxNodes = 1 << 12
+	// CollNetMaxFrame is the largest payload of a frame either way (an AllGather result or a
+	// ReduceScatter contribution is nNodes per-node parts).
+	CollNetMaxFrame = 64 << 20
 )
+
+// Coll is a collective the endpoint runs across the nodes.
+type Coll uint8
+
+// The endpoint's collectives (the data frame's collective byte).
+const (
+	AllReduce Coll = iota
+	AllGather
+	ReduceScatter
+	numColls
+)
+
+func (c Coll) String() string {
+	switch c {
+	case AllReduce:
+		return "AllReduce"
+	case AllGather:
+		return "AllGather"
+	case ReduceScatter:
+		return "ReduceScatter"
+	}
+	return fmt.Sprintf("collective %d", int(c))
+}
+
+// Has reports whether the endpoint runs collective c: what a collnet plugin advertises (NCCL asks
+// for iallgather and ireducescatter before it prices CollNetDirect AllGather and ReduceScatter).
+func Has(c Coll) bool { return c < numColls }
 
 // CollNetEnv is the environment variable that gives rank processes the endpoint's address.
 const CollNetEnv = "COLLPLAN_COLLNET_ADDR"
@@ -139,10 +178,15 @@ func parseHello(b []byte) (cnHello, error) {
 
 // putHdr writes a frame header.
 func putHdr(b []byte, kind uint32, dt kernels.Dtype, op kernels.Op, step uint64, nb int) {
+	putHdrColl(b, kind, AllReduce, dt, op, step, nb)
+}
+
+// putHdrColl writes a frame header naming collective k.
+func putHdrColl(b []byte, kind uint32, k Coll, dt kernels.Dtype, op kernels.Op, step uint64, nb int) {
 	le := binary.LittleEndian
 	clear(b[:cnHdrBytes])
 	le.PutUint32(b[0:], kind)
-	b[4], b[5] = byte(dt), byte(op)
+	b[4], b[5], b[6] = byte(dt), byte(op), byte(k)
 	le.PutUint64(b[8:], step)
 	le.PutUint32(b[16:], uint32(nb))
 }
@@ -178,11 +222,13 @@ type cnGroup struct {
 	members []*cnMember // by node
 	joined  int
 	slots   [NCCLSteps]cnSlot
+	hdr     [cnHdrBytes]byte // a ReduceScatter result's header (under mu)
 }
 
 type cnSlot struct {
 	step  uint64
 	n     int // contributions in
+	coll  Coll
 	dt    kernels.Dtype
 	op    kernels.Op
 	nb    int
@@ -304,7 +350,7 @@ func (e *CollNetEndpoint) serve(c net.Conn) {
 		e.logf("collnet endpoint: %s: %v", c.RemoteAddr(), err)
 		return
 	}
-	buf := make([]byte, g.maxStep)
+	var buf []byte // grown to the largest checked frame (at most CollNetMaxFrame)
 	var hdr [cnHdrBytes]byte
 	for {
 		c.SetReadDeadline(time.Time{}) // a contributor may idle between calls for as long as it likes
@@ -323,16 +369,19 @@ func (e *CollNetEndpoint) serve(c net.Conn) {
 			e.leave(g, m)
 			return
 		}
-		dt, op, step, nb := kernels.Dtype(hdr[4]), kernels.Op(hdr[5]), le.Uint64(hdr[8:]), int(le.Uint32(hdr[16:]))
-		if msg := g.check(m, kind, dt, op, step, nb); msg != "" {
+		dt, op, k, step, nb := kernels.Dtype(hdr[4]), kernels.Op(hdr[5]), Coll(hdr[6]), le.Uint64(hdr[8:]), int(le.Uint32(hdr[16:]))
+		if msg := g.check(m, kind, k, dt, op, step, nb); msg != "" {
 			e.fail(g.job, fmt.Sprintf("channel %d share %d: node %d: %s", g.key[0], g.key[1], m.node, msg))
 			return
+		}
+		if nb > len(buf) {
+			buf = make([]byte, nb)
 		}
 		if _, err := io.ReadFull(c, buf[:nb]); err != nil {
 			e.fail(g.job, fmt.Sprintf("channel %d share %d: node %d: step %d payload: %v", g.key[0], g.key[1], m.node, step, err))
 			return
 		}
-		if msg := g.contribute(m, dt, op, step, buf[:nb]); msg != "" {
+		if msg := g.contribute(m, k, dt, op, step, buf[:nb]); msg != "" {
 			e.fail(g.job, fmt.Sprintf("channel %d share %d: %s", g.key[0], g.key[1], msg))
 			return
 		}
@@ -449,33 +498,62 @@ func OpOK(dt kernels.Dtype, op kernels.Op) bool {
 }
 
 // check validates a data frame's header from member m; it returns why it is bad, or "".
-func (g *cnGroup) check(m *cnMember, kind uint32, dt kernels.Dtype, op kernels.Op, step uint64, nb int) string {
+func (g *cnGroup) check(m *cnMember, kind uint32, k Coll, dt kernels.Dtype, op kernels.Op, step uint64, nb int) string {
+	part := nb // the per-node part of the step
+	if k == ReduceScatter {
+		part = nb / g.nNodes
+	}
 	switch {
 	case kind != cnKindData:
 		return fmt.Sprintf("frame kind %d (want data, %d, or bye, %d)", kind, cnKindData, cnKindBye)
 	case step != m.next:
 		return fmt.Sprintf("step %d, want %d (steps go in order)", step, m.next)
-	case !dt.Valid() || !OpOK(dt, op):
-		return fmt.Sprintf("step %d: dtype %d op %d, which the endpoint does not reduce", step, int(dt), int(op))
-	case nb <= 0 || nb > g.maxStep || nb%dt.Size() != 0:
-		return fmt.Sprintf("step %d: %d bytes (want 1..%d, whole %v elements)", step, nb, g.maxStep, dt)
+	case !Has(k):
+		return fmt.Sprintf("step %d: collective %d, which the endpoint does not run", step, int(k))
+	case !dt.Valid() || k != AllGather && !OpOK(dt, op):
+		return fmt.Sprintf("step %d: %v with dtype %d op %d, which the endpoint does not reduce", step, k, int(dt), int(op))
+	case nb <= 0 || part > g.maxStep || nb%dt.Size() != 0:
+		return fmt.Sprintf("step %d: %v of %d bytes (want 1..%d per node, whole %v elements)", step, k, nb, g.maxStep, dt)
+	case k == ReduceScatter && nb%(g.nNodes*dt.Size()) != 0:
+		return fmt.Sprintf("step %d: ReduceScatter of %d bytes (want %d slices of whole %v elements)", step, nb, g.nNodes, dt)
+	case k == AllGather && int64(nb)*int64(g.nNodes) > CollNetMaxFrame || nb > CollNetMaxFrame:
+		return fmt.Sprintf("step %d: %v of %d bytes from each of %d nodes (frames are at most %d bytes)", step, k, nb, g.nNodes, CollNetMaxFrame)
 	}
 	return ""
 }
 
 // contribute adds member m's contribution to step; the last one of the step sends the result to
 // every member. It returns why the contribution is bad, or "".
-func (g *cnGroup) contribute(m *cnMember, dt kernels.Dtype, op kernels.Op, step uint64, data []byte) string {
+func (g *cnGroup) contribute(m *cnMember, k Coll, dt kernels.Dtype, op kernels.Op, step uint64, data []byte) string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	m.next++
 	sl := &g.slots[step%NCCLSteps]
 	nb := len(data)
-	if sl.frame == nil {
-		sl.frame = make([]byte, cnHdrBytes+g.maxStep)
+	accBytes := nb // AllGather gathers every node's nb bytes side by side
+	if k == AllGather {
+		accBytes = nb * g.nNodes
 	}
-	acc := sl.frame[cnHdrBytes : cnHdrBytes+nb]
-	if sl.n == 0 {
+	if len(sl.frame) < cnHdrBytes+accBytes {
+		sl.frame = make([]byte, cnHdrBytes+max(accBytes, g.maxStep))
+	}
+	acc := sl.frame[cnHdrBytes : cnHdrBytes+accBytes]
+	if sl.n > 0 {
+		switch {
+		case sl.step != step:
+			return fmt.Sprintf("node %d sent step %d while step %d still holds its slot (more than %d steps outstanding)",
+				m.node, step, sl.step, NCCLSteps)
+		case sl.coll != k || sl.dt != dt || sl.op != op || sl.nb != nb:
+			return fmt.Sprintf("step %d: node %d sent %v of %d bytes of %v %v, another node %v of %d bytes of %v %v",
+				step, m.node, k, nb, dt, op, sl.coll, sl.nb, sl.dt, sl.op)
+		}
+	}
+	if k == AllGather {
+		if sl.n == 0 {
+			sl.step, sl.coll, sl.dt, sl.op, sl.nb = step, k, dt, op, nb
+		}
+		copy(acc[m.node*nb:], data)
+	} else if sl.n == 0 {
 		if sl.dt != dt || sl.op != op || sl.red.NRanks() == 0 {
 			red, err := kernels.NewReducer(dt, op, 1, nil)
 			if err != nil {
@@ -483,31 +561,33 @@ func (g *cnGroup) contribute(m *cnMember, dt kernels.Dtype, op kernels.Op, step 
 			}
 			sl.red = red
 		}
-		sl.step, sl.dt, sl.op, sl.nb = step, dt, op, nb
+		sl.step, sl.coll, sl.dt, sl.op, sl.nb = step, k, dt, op, nb
 		copy(acc, data)
 	} else {
-		switch {
-		case sl.step != step:
-			return fmt.Sprintf("node %d sent step %d while step %d still holds its slot (more than %d steps outstanding)",
-				m.node, step, sl.step, NCCLSteps)
-		case sl.dt != dt || sl.op != op || sl.nb != nb:
-			return fmt.Sprintf("step %d: node %d sent %d bytes of %v %v, another node %d bytes of %v %v",
-				step, m.node, nb, dt, op, sl.nb, sl.dt, sl.op)
-		}
 		sl.red.Reduce(acc, acc, data)
 	}
 	if sl.n++; sl.n < g.nNodes {
 		return ""
 	}
 	sl.n = 0
-	putHdr(sl.frame, cnKindData, 0, 0, step, nb)
+	hdr := g.hdr[:]
 	for _, r := range g.members {
 		if r == nil {
 			return fmt.Sprintf("step %d complete with a node gone", step)
 		}
 		r.wmu.Lock()
 		r.conn.SetWriteDeadline(time.Now().Add(IOTimeout))
-		_, err := r.conn.Write(sl.frame[:cnHdrBytes+nb])
+		var err error
+		if k == ReduceScatter { // node r's slice: its own header, then the slice
+			part := nb / g.nNodes
+			putHdr(hdr, cnKindData, 0, 0, step, part)
+			if _, err = r.conn.Write(hdr); err == nil {
+				_, err = r.conn.Write(acc[r.node*part : (r.node+1)*part])
+			}
+		} else { // AllReduce, AllGather: the whole accumulator, one write
+			putHdr(sl.frame, cnKindData, 0, 0, step, len(acc))
+			_, err = r.conn.Write(sl.frame[:cnHdrBytes+len(acc)])
+		}
 		r.wmu.Unlock()
 		if err != nil {
 			return fmt.Sprintf("step %d: sending the result to node %d: %v", step, r.node, err)
@@ -532,8 +612,9 @@ type Link struct {
 	conn    net.Conn
 	rc      syscall.RawConn
 	maxStep int
-	buf     []byte // a data frame: header, then up to maxStep payload bytes
-	res     [NCCLSteps][]byte
+	nNodes  int
+	buf     []byte            // a data frame: header, then the payload (grown to nNodes*maxStep at most)
+	res     [NCCLSteps][]byte // grown like buf: an AllGather result is nNodes parts
 	resLen  [NCCLSteps]int
 
 	sent, consumed, arrived uint64 // steps sent, results consumed, results received
@@ -579,7 +660,7 @@ func Dial(ctl *wire.Ctl, addr, job string, ch, share, node, nNodes, maxStep int)
 		conn.Close()
 		return nil, fmt.Errorf("engine: CollNet endpoint %s: hello: %w", addr, err)
 	}
-	l := &Link{ctl: ctl, addr: addr, conn: conn, rc: rc, maxStep: maxStep, buf: make([]byte, cnHdrBytes+maxStep)}
+	l := &Link{ctl: ctl, addr: addr, conn: conn, rc: rc, maxStep: maxStep, nNodes: nNodes, buf: make([]byte, cnHdrBytes+maxStep)}
 	l.readFn = func(fd uintptr) bool {
 		l.rn, l.rerr = syscall.Read(int(fd), l.rbuf)
 		return true // never wait for the poller
@@ -653,9 +734,12 @@ func (l *Link) poll() {
 			case step != l.arrived || l.arrived-l.consumed >= NCCLSteps || l.arrived >= l.sent:
 				l.Fail(fmt.Errorf("engine: CollNet endpoint %s: a result for step %d, want %d", addr, step, l.arrived))
 				return
-			case nb > l.maxStep:
-				l.Fail(fmt.Errorf("engine: CollNet endpoint %s: a result of %d bytes (steps are at most %d)", addr, nb, l.maxStep))
+			case nb > l.maxFrame():
+				l.Fail(fmt.Errorf("engine: CollNet endpoint %s: a result of %d bytes (results are at most %d)", addr, nb, l.maxFrame()))
 				return
+			}
+			if i := step % NCCLSteps; len(l.res[i]) < nb {
+				l.res[i] = make([]byte, nb)
 			}
 			l.resLen[step%NCCLSteps] = nb
 			l.inPayload, l.payGot = true, 0
@@ -686,13 +770,24 @@ func (l *Link) SendReady() bool { return l.sent-l.consumed < NCCLSteps }
 // Sent is the number of steps sent on the connection.
 func (l *Link) Sent() uint64 { return l.sent }
 
-// Payload is where the next step's nb bytes go before send.
-func (l *Link) Payload(nb int) []byte { return l.buf[cnHdrBytes : cnHdrBytes+nb : cnHdrBytes+nb] }
+// maxFrame is the most payload bytes of a frame either way: nNodes parts of a step (an
+// AllGather result, a ReduceScatter contribution), within CollNetMaxFrame.
+func (l *Link) maxFrame() int { return min(l.nNodes*l.maxStep, CollNetMaxFrame) }
 
-// Send sends the next step: nb bytes of payload, reduced with op on dt. A failed write aborts the
-// communicator (the next wait returns the abort).
-func (l *Link) Send(dt kernels.Dtype, op kernels.Op, nb int) {
-	putHdr(l.buf, cnKindData, dt, op, l.sent, nb)
+// Payload is where the next step's nb bytes go before send (nb at most nNodes steps: a
+// ReduceScatter contribution).
+func (l *Link) Payload(nb int) []byte {
+	if len(l.buf) < cnHdrBytes+nb {
+		l.buf = make([]byte, cnHdrBytes+min(nb, l.maxFrame()))
+	}
+	return l.buf[cnHdrBytes : cnHdrBytes+nb : cnHdrBytes+nb]
+}
+
+// Send sends the next step of collective k: nb bytes of payload (filled through Payload), reduced
+// with op on dt (AllReduce, ReduceScatter). A failed write aborts the communicator (the next wait
+// returns the abort).
+func (l *Link) Send(k Coll, dt kernels.Dtype, op kernels.Op, nb int) {
+	putHdrColl(l.buf, cnKindData, k, dt, op, l.sent, nb)
 	l.sent++
 	l.conn.SetWriteDeadline(time.Now().Add(IOTimeout))
 	if _, err := l.conn.Write(l.buf[:cnHdrBytes+nb]); err != nil {

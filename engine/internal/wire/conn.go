@@ -93,20 +93,25 @@ func (e *Endpoint) SimpleSlotBytes(nb int) []byte {
 	return e.simple[o : o+nb : o+nb]
 }
 
-// PublishSimple ends a Simple send: the step's byte count (the nb of the sender's last
-// SimpleSlotBytes, which every sender calls for the slot it fills) into the slot's size word of
-// the tail line, a plain store, then the release store of the tail. The size word is for a proxy
-// that copies the slot to another host (engine/transport/net); receivers know their nb.
+// PublishSimple ends a Simple send: the step's number (low 32 bits) and byte count (the nb of the
+// sender's last SimpleSlotBytes, which every sender calls for the slot it fills) into the slot's
+// size word of the tail line, a plain store, then the release store of the tail. The size word is
+// for a proxy that copies the slot to another host (engine/transport/net); receivers know their nb.
+// The step number tells the proxy that step s itself was a Simple step: the tail alone does not
+// (steps count across protocols, and an empty LL step s followed by a Simple step s+1 leaves the
+// tail at s+2 too).
 func (e *Endpoint) PublishSimple() {
-	*(*uint64)(unsafe.Add(unsafe.Pointer(e.tail), 8*(1+e.slot()))) = uint64(e.simpleNb)
+	*(*uint64)(unsafe.Add(unsafe.Pointer(e.tail), 8*(1+e.slot()))) = uint64(uint32(e.Step))<<32 | uint64(uint32(e.simpleNb))
 	e.Step++
 	StoreRelease(e.tail, e.Step)
 }
 
 // SimpleSize returns the byte count the sender published for step s's Simple slot in connection
-// region r (valid once the tail passed s).
-func SimpleSize(r []byte, s uint64) int {
-	return int(atomic.LoadUint64(WordAt(r, ConnTailOffset+8*(1+int(s%NCCLSteps)))))
+// region r, and whether step s was published as a Simple step at all (its size word carries s);
+// valid once the tail passed s.
+func SimpleSize(r []byte, s uint64) (int, bool) {
+	w := atomic.LoadUint64(WordAt(r, ConnTailOffset+8*(1+int(s%NCCLSteps))))
+	return int(uint32(w)), uint32(w>>32) == uint32(s)
 }
 
 // WaitSimple waits for the current step's Simple payload (tail > step) and returns its first nb

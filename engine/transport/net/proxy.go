@@ -260,6 +260,17 @@ func (g geometry) ll128Done(r []byte, s uint64, k int) bool {
 	return atomic.LoadUint64(wire.WordAt(r, g.ll128Line(s, k)+wire.LL128FlagOffset)) == s+1
 }
 
+// simpleDone reports whether step s was published as a Simple step: the tail passed s and the
+// slot's size word carries s (wire's PublishSimple). The tail alone would also pass s after an
+// empty LL or LL128 step s and a Simple step after it.
+func (g geometry) simpleDone(r []byte, s uint64) bool {
+	if atomic.LoadUint64(wire.WordAt(r, wire.ConnTailOffset)) <= s {
+		return false
+	}
+	_, ok := wire.SimpleSize(r, s)
+	return ok
+}
+
 // later reports whether the sender has started a step after s (a later slot's first line shows
 // its flag, or the Simple tail passed s+1): step s then has all its lines in.
 func (g geometry) later(r []byte, s uint64) bool {
@@ -286,12 +297,11 @@ func (h *Host) forward(c *conn, scratch *[]byte) bool {
 				c.mode, c.line = modeLL, 0
 			case g.ll128Done(c.r, s, 0):
 				c.mode, c.line = modeLL128, 0
-			case atomic.LoadUint64(wire.WordAt(c.r, wire.ConnTailOffset)) > s:
-				// Simple: the step's bytes, as the sender's size word says (an empty step of
-				// another protocol reads as a Simple step of the slot's older size: that goes
-				// and the far tail is set to s+1, which is harmless, since no receiver reads it).
+			case g.simpleDone(c.r, s):
+				// Simple: the step's bytes, as the sender's size word says.
 				off := g.simOff + int(s%wire.NCCLSteps)*g.simpleSlot
-				nb := min(max(wire.SimpleSize(c.r, s), 0), g.simpleSlot)
+				nb, _ := wire.SimpleSize(c.r, s)
+				nb = min(max(nb, 0), g.simpleSlot)
 				c.peer.frame(fSimple, c.key, off, nb, s+1)
 				c.peer.putPayload(c.r[off:off+nb], h.chunk())
 				h.sentBytes.Add(int64(nb))
@@ -299,7 +309,11 @@ func (h *Host) forward(c *conn, scratch *[]byte) bool {
 				moved = true
 				continue
 			case g.later(c.r, s):
-				if g.llDone(c.r, s, 0) || g.ll128Done(c.r, s, 0) {
+				// Step s may have been published between the checks above and this one: the
+				// sender can publish s and a later step while this pass is descheduled, and
+				// skipping s as empty then loses it (the far tail jumped s to s+2, and the far
+				// receiver read step s-8's bytes: TestCollectivesAcrossHosts under load).
+				if g.llDone(c.r, s, 0) || g.ll128Done(c.r, s, 0) || g.simpleDone(c.r, s) {
 					continue // it came in meanwhile
 				}
 				c.step++ // an empty step

@@ -906,28 +906,35 @@ func minimizeFree(free []bool, x0 []float64, loss func([]float64) float64, grad 
 // dataCurvature is the diagonal of the data part of the loss Hessian (Gauss-Newton, on the smooth
 // loss): how strongly the points pin each parameter.
 func (md *model) dataCurvature(x []float64) []float64 {
-	n := len(x)
-	h := make([]float64, n)
-	s, sh := md.opt.LossScale, md.opt.Sharpness
-	for i, p := range md.pts {
+	h := make([]float64, len(x))
+	s := md.opt.LossScale
+	md.eachCellTerm(x, func(i, ci int, wk, t, lat float64) {
+		pw := md.pts[i].weight()
+		ja, jb := wk*lat/t, wk*(t-lat)/t
+		h[2*ci] += pw * 2 * ja * ja / (s * s)
+		h[2*ci+1] += pw * 2 * jb * jb / (s * s)
+	})
+	return h
+}
+
+// eachCellTerm calls f for every candidate cell ci of every point i at x, with wk the cell's share
+// of the point's soft minimum, t the cell's predicted time and lat its latency term.
+func (md *model) eachCellTerm(x []float64, f func(i, ci int, wk, t, lat float64)) {
+	sh := md.opt.Sharpness
+	var w []float64
+	for i := range md.pts {
 		pred, _ := md.predict(x, i, sh)
-		pw := p.weight()
 		var sum float64
-		w := make([]float64, len(md.ci[i]))
+		w = w[:0]
 		for k, ci := range md.ci[i] {
-			w[k] = math.Exp(-sh * (math.Log(md.cellTime(x, i, k, ci)) - math.Log(pred)))
+			w = append(w, math.Exp(-sh*(math.Log(md.cellTime(x, i, k, ci))-math.Log(pred))))
 			sum += w[k]
 		}
 		for k, ci := range md.ci[i] {
 			t := md.cellTime(x, i, k, ci)
-			lat := md.prior[ci][0] * math.Exp(x[2*ci]) * md.mult[i][k]
-			wk := w[k] / sum
-			ja, jb := wk*lat/t, wk*(t-lat)/t
-			h[2*ci] += pw * 2 * ja * ja / (s * s)
-			h[2*ci+1] += pw * 2 * jb * jb / (s * s)
+			f(i, ci, w[k]/sum, t, md.prior[ci][0]*math.Exp(x[2*ci])*md.mult[i][k])
 		}
 	}
-	return h
 }
 
 // bwReachMin is the least share of a point's time that its cell's bandwidth term must reach, at the
@@ -943,21 +950,9 @@ const bwReachMin = 0.5
 // bandwidth term takes at x (weighted by the cell's share of the point's soft minimum).
 func (md *model) bandwidthReach(x []float64) []float64 {
 	reach := make([]float64, len(md.cells))
-	sh := md.opt.Sharpness
-	for i := range md.pts {
-		pred, _ := md.predict(x, i, sh)
-		var sum float64
-		w := make([]float64, len(md.ci[i]))
-		for k, ci := range md.ci[i] {
-			w[k] = math.Exp(-sh * (math.Log(md.cellTime(x, i, k, ci)) - math.Log(pred)))
-			sum += w[k]
-		}
-		for k, ci := range md.ci[i] {
-			t := md.cellTime(x, i, k, ci)
-			lat := md.prior[ci][0] * math.Exp(x[2*ci]) * md.mult[i][k]
-			reach[ci] = math.Max(reach[ci], w[k]/sum*(t-lat)/t)
-		}
-	}
+	md.eachCellTerm(x, func(_, ci int, wk, t, lat float64) {
+		reach[ci] = math.Max(reach[ci], wk*(t-lat)/t)
+	})
 	return reach
 }
 

@@ -1,19 +1,10 @@
 package main
 
 import (
-	"context"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
-	"github.com/collplan/collplan/capabilities"
-	"github.com/collplan/collplan/costmodel"
-	"github.com/collplan/collplan/node"
-	"github.com/collplan/collplan/planner"
-	"github.com/collplan/collplan/plugin/shimtable"
-	"github.com/collplan/collplan/tables"
 )
 
 // TestClosedLoopSeeds is TestClosedLoopSimulated's loop on truths drawn from seeds 1..8 instead of
@@ -22,19 +13,7 @@ import (
 // before calibrate held a bandwidth that no point of its cell reached (fit.go's bwReachMin): job 2
 // 47.2 % and 50.6 %, Tree/LL measured on a plateau of small sizes only and extrapolated to 256 MiB.
 func TestClosedLoopSeeds(t *testing.T) {
-	base, err := tables.LoadBase("h100")
-	require.NoError(t, err)
-	req := shimtable.Request{Node: base, Nodes: []int{1}, RanksPerNode: []int{8}, MaxPipeOps: 1}
-	prior, err := shimtable.Compile(context.Background(), req)
-	require.NoError(t, err)
-	tp, err := capabilities.FromNode(base, 1)
-	require.NoError(t, err)
-	cfg, err := node.PlannerConfig(base, &tp)
-	require.NoError(t, err)
-	pl, err := planner.New(&tp, cfg)
-	require.NoError(t, err)
-	m, err := pl.Menu(planner.Class{Coll: costmodel.AllReduce, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1})
-	require.NoError(t, err)
+	req, prior, m := loopSetup(t)
 	share := priorShare(prior)
 	for seed := uint64(1); seed <= 8; seed++ {
 		tr := newLoopTruth(rand.New(rand.NewPCG(seed, 99)), m, share)

@@ -162,9 +162,12 @@ func medianRegret(tb *shimtable.Table, tr *loopTruth) float64 {
 // compile --table` runs, over the table with the fit beside it) runs job 2. The ranks' tuner is
 // the shim's exploration rule reimplemented in Go (simRank): the C library is not loaded, so
 // "every rank decided alike" checks the rule's determinism, not the shim's. This seed reaches the
-// 2 % goal; TestClosedLoopSeeds measures eight other truths, two of which do not (README).
+// 2 % goal; TestClosedLoopSeeds asserts the same on eight other truths.
 
-func TestClosedLoopSimulated(t *testing.T) {
+// loopSetup is the loop's shape (h100, 1 node x 8 ranks, AllReduce float32 sum): the shim table
+// request, the prior table compiled from it, and the class's menu the truth scales.
+func loopSetup(t *testing.T) (shimtable.Request, *shimtable.Table, *planner.Menu) {
+	t.Helper()
 	base, err := tables.LoadBase("h100")
 	require.NoError(t, err)
 	req := shimtable.Request{Node: base, Nodes: []int{1}, RanksPerNode: []int{8}, MaxPipeOps: 1}
@@ -178,6 +181,11 @@ func TestClosedLoopSimulated(t *testing.T) {
 	require.NoError(t, err)
 	m, err := pl.Menu(planner.Class{Coll: costmodel.AllReduce, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1})
 	require.NoError(t, err)
+	return req, prior, m
+}
+
+func TestClosedLoopSimulated(t *testing.T) {
+	req, prior, m := loopSetup(t)
 	tr := newLoopTruth(rand.New(rand.NewPCG(2026, 17)), m, priorShare(prior))
 
 	r1 := medianRegret(prior, tr)

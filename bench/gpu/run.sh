@@ -2,8 +2,9 @@
 # The GPU checks of issue 16, prepared for a lent GPU machine (CUDA 13.0, PyTorch and NCCL there, no
 # Go). Two halves:
 #
-#   bench/gpu/run.sh build    here: builds what the device needs into build/gpu (gitignored): the
-#                             kernels/cuda test binary and collbench
+#   bench/gpu/run.sh build    here: builds what the device needs into build/gpu (gitignored, about
+#                             40 MiB): the kernels/cuda test binary, collbench, planner, the NCCL
+#                             tuner+profiler library and an h200 table
 #   bench/gpu/run.sh device   there (the device tool carries build/gpu): results under $OUT
 #
 # On the device it checks, and writes to $OUT:
@@ -25,7 +26,9 @@
 #      device, Ring/Simple and Tree/LL128, 8 B to 64 MiB, #wrong checked; exit status and the
 #      table's last lines;
 #   4. cudaMemcpy device-to-device through PyTorch, 8 B to 1 GiB by 4x (d2d.txt): the bound the
-#      GPU communicator's busbw is to be read against.
+#      GPU communicator's busbw is to be read against;
+#   5. the NCCL plugin suite (issue 17, plugin_check): PyTorch's NCCL on every GPU with the library as
+#      tuner and profiler, TUNING lines against the table's picks, the dumps against the calls.
 # Not yet: the GPU communicator (kernels/cuda.Comm) runs Ring and Tree only (no NVLS: no multicast
 # objects yet); the NVLS kernels are only compiled and loaded. SUMMARY.txt says what ran and how it ended.
 set -uo pipefail
@@ -36,8 +39,13 @@ bin=$repo/build/gpu
 build() {
   set -e
   mkdir -p "$bin"
-  (cd "$repo" && CGO_ENABLED=0 go test -c -o "$bin/cuda.test" ./kernels/cuda/)
-  (cd "$repo" && CGO_ENABLED=0 go build -o "$bin/collbench" ./cmd/collbench)
+  (cd "$repo" && CGO_ENABLED=0 go test -c -ldflags="-s -w" -o "$bin/cuda.test" ./kernels/cuda/)
+  (cd "$repo" && CGO_ENABLED=0 go build -ldflags="-s -w" -o "$bin/collbench" ./cmd/collbench)
+  # The plugin check (issue 17): the NCCL tuner+profiler library and a table for the machine's
+  # shape (one node of up to 8 GPUs; NCCL asks the tuner only with 2 or more ranks).
+  (cd "$repo" && make -s shim && cp build/libnccl-tuner-collplan.so "$bin/")
+  (cd "$repo" && CGO_ENABLED=0 go build -ldflags="-s -w" -o "$bin/planner" ./cmd/planner &&
+    "$bin/planner" compile --node h200 -o "$bin/h200.cptt" >/dev/null)
   ls -l "$bin"
 }
 
@@ -115,7 +123,46 @@ while size <= 1 << 30:
 PY
   note "d2d bound: exit $? ($(tail -1 "$out/d2d.txt"))"
   note "tables: $(ls "$out/tables" 2>/dev/null | wc -l) nccl-tests tables in tables/"
+  plugin_check
   note "not run: NVLS on the GPU communicator (no multicast objects yet)"
+}
+
+# plugin_check: real NCCL (PyTorch's) on every GPU of the machine with the library as its tuner and
+# profiler: TUNING lines must show the table's picks (planner show-decisions --log, the agreement
+# line), and the profiler's dumps must hold every collective the job issued (one record per
+# all_reduce of the loop). On one GPU NCCL's single-rank path asks no tuner: the script says so and
+# checks only that the library loads and the dumps are written.
+plugin_check() {
+  local gpus ver dumps=$out/profile
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  ver=$(python3 -c 'import torch; print(".".join(map(str, torch.cuda.nccl.version())))' 2>/dev/null)
+  note "plugin: $gpus GPU(s), PyTorch's NCCL $ver (the profiler ABI v5 needs 2.28 or newer)"
+  mkdir -p "$dumps"
+  cat >"$out/allreduce_loop.py" <<'PY'
+import os, torch, torch.distributed as dist
+dist.init_process_group("nccl")
+r = dist.get_rank(); torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+calls = 0
+for size in [8 << k for k in range(0, 25, 2)]:  # 8 B .. 128 MiB by 4x
+    x = torch.ones(size // 4, device="cuda")
+    for _ in range(20):
+        dist.all_reduce(x); calls += 1
+torch.cuda.synchronize()
+if r == 0:
+    print("calls", calls)
+dist.destroy_process_group()
+PY
+  NCCL_TUNER_PLUGIN=$bin/libnccl-tuner-collplan.so NCCL_PROFILER_PLUGIN=$bin/libnccl-tuner-collplan.so \
+    COLLPLAN_TUNER_TABLE=$bin/h200.cptt COLLPLAN_PROFILE_DIR=$dumps NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING,INIT \
+    timeout 300 torchrun --standalone --nproc_per_node="$gpus" "$out/allreduce_loop.py" >"$out/nccl-plugin.txt" 2>&1
+  note "plugin: torchrun exit $?, $(grep -c 'TUNING\|Tuner' "$out/nccl-plugin.txt") TUNING lines, $(grep -m1 '^calls' "$out/nccl-plugin.txt")"
+  note "plugin: dumps $(ls "$dumps" | wc -l) files, $(cat "$dumps"/*.jsonl 2>/dev/null | grep -c '"type":"coll"') collective records"
+  if [ "$gpus" -ge 2 ]; then
+    "$bin/planner" show-decisions --log "$out/nccl-plugin.txt" --node h200 >"$out/show-decisions.txt" 2>&1
+    note "plugin: show-decisions exit $? ($(grep -i -m1 'agree' "$out/show-decisions.txt"))"
+  else
+    note "plugin: one GPU: NCCL's single-rank path consults no tuner; checked only that the library loads and dumps"
+  fi
 }
 
 case ${1:-} in

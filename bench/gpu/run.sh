@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks of issue 16, prepared for a lent GPU machine (CUDA 13.0, PyTorch and NCCL there, no
+# The GPU checks of issues 16 and 17, prepared for a lent GPU machine (CUDA 13.0, PyTorch and NCCL there, no
 # Go). Two halves:
 #
 #   bench/gpu/run.sh build    here: builds what the device needs into build/gpu (gitignored, about

@@ -72,13 +72,8 @@ func TestHostsRank(t *testing.T) {
 // emulated hosts cannot be made.
 func requireLab(t *testing.T, hosts int) *emuhost.Lab {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		requireOrSkip(t, "COLLPLAN_REQUIRE_NETNS", "emulated hosts need root")
-	}
-	for _, tool := range []string{"ip", "tc", "nsenter", "unshare"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			requireOrSkip(t, "COLLPLAN_REQUIRE_NETNS", "emulated hosts need "+tool)
-		}
+	if err := emuhost.Check(); err != nil {
+		requireOrSkip(t, "COLLPLAN_REQUIRE_NETNS", "emulated hosts cannot be made: "+err.Error())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"time"
@@ -49,4 +50,22 @@ func run(ctx context.Context, step, name string, args ...string) (string, error)
 			Stderr: strings.TrimSpace(stderr.String()), Err: err}
 	}
 	return stdout.String(), nil
+}
+
+// Check reports why labs cannot be made here, or nil: Create needs root (CAP_NET_ADMIN and
+// CAP_SYS_ADMIN), ip(8) with network namespaces, tc(8), nsenter(1) and unshare(1). Tests use it
+// to skip, or to fail where the environment promises emulated hosts (COLLPLAN_REQUIRE_NETNS=1).
+func Check() error {
+	if os.Geteuid() != 0 {
+		return errors.New("emuhost: not root")
+	}
+	for _, tool := range []string{"ip", "tc", "nsenter", "unshare"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("emuhost: %s not on PATH", tool)
+		}
+	}
+	if out, err := exec.Command("ip", "netns", "list").CombinedOutput(); err != nil {
+		return fmt.Errorf("emuhost: ip netns list: %v: %s", err, out)
+	}
+	return nil
 }

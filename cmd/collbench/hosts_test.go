@@ -14,24 +14,19 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/collplan/collplan/emuhost"
 )
 
 // requireHosts skips where emulated hosts cannot be made (root, ip, nsenter), or fails with
 // COLLPLAN_REQUIRE_NETNS=1 (as CI runs).
 func requireHosts(t *testing.T) {
 	t.Helper()
-	why := ""
-	if os.Geteuid() != 0 {
-		why = "not root"
-	}
-	for _, tool := range []string{"ip", "tc", "nsenter", "unshare"} {
-		if _, err := exec.LookPath(tool); err != nil && why == "" {
-			why = tool + " not on PATH"
-		}
-	}
-	if why == "" {
+	err := emuhost.Check()
+	if err == nil {
 		return
 	}
+	why := err.Error()
 	if os.Getenv("COLLPLAN_REQUIRE_NETNS") == "1" {
 		t.Fatalf("COLLPLAN_REQUIRE_NETNS=1 but emulated hosts cannot be made: %s", why)
 	}

@@ -172,15 +172,11 @@ func meet(host, per, n int, addr string) ([]string, error) {
 
 func requireNetns(t *testing.T) {
 	t.Helper()
-	why := ""
-	if os.Geteuid() != 0 {
-		why = "not root"
-	} else if out, err := exec.Command("ip", "netns", "list").CombinedOutput(); err != nil {
-		why = fmt.Sprintf("ip netns list: %v: %s", err, out)
-	}
-	if why == "" {
+	err := emuhost.Check()
+	if err == nil {
 		return
 	}
+	why := err.Error()
 	if os.Getenv("COLLPLAN_REQUIRE_NETNS") == "1" {
 		t.Fatalf("COLLPLAN_REQUIRE_NETNS=1 but emulated hosts cannot be made here: %s", why)
 	}

@@ -88,16 +88,18 @@ func runHosts(ctx context.Context, o *options, n int, args []string, stdout, std
 	defer stop()
 	per := n / o.hosts
 	errs := make([]error, o.hosts)
-	var wg sync.WaitGroup
+	var wg, logs sync.WaitGroup // the hosts' processes; their stderr copied to ours
+	defer logs.Wait()           // every host's last lines are out before the job's error
 	var firstErr sync.Once
 	logw := &lockedWriter{w: stderr}
+	procs := gomaxprocsPerHost(o.hosts)
 	for h := range o.hosts {
 		cmd := lab.Command(jctx, h, exe, args...)
 		cmd.Env = append(os.Environ(), envHostsRank+"="+strconv.Itoa(h),
 			// The hosts share this machine's cores: each host process gets its share of them as Ps
 			// (unless GOMAXPROCS is set), so that H processes' polling threads do not outnumber
 			// the cores. With 2 Ps each, 2 hosts' 8-byte AllReduce took 1-2.4 ms; with 1, 35-65 us.
-			"GOMAXPROCS="+strconv.Itoa(gomaxprocsPerHost(o.hosts)),
+			"GOMAXPROCS="+strconv.Itoa(procs),
 			"GROUP_RANK="+strconv.Itoa(h), "WORLD_SIZE="+strconv.Itoa(n), "LOCAL_WORLD_SIZE="+strconv.Itoa(per),
 			"MASTER_ADDR="+lab.Addr(0).String(), "MASTER_PORT="+strconv.Itoa(hostsPort),
 			bootstrap.EnvSecret+"="+hex.EncodeToString(secret))
@@ -107,9 +109,11 @@ func runHosts(ctx context.Context, o *options, n int, args []string, stdout, std
 		}
 		pr, pw := io.Pipe()
 		cmd.Stderr = pw
-		go prefixLines(pr, logw, fmt.Sprintf("host %d (%s): ", h, lab.Hostname(h)))
+		logs.Go(func() { prefixLines(pr, logw, fmt.Sprintf("host %d (%s): ", h, lab.Hostname(h))) })
 		if err := cmd.Start(); err != nil {
 			pw.Close()
+			stop() // the hosts started so far are killed, and their stderr ends, before logs.Wait
+			wg.Wait()
 			return fmt.Errorf("--hosts: starting host %d: %w", h, err)
 		}
 		wg.Go(func() {
@@ -143,6 +147,7 @@ func prefixLines(r io.Reader, w io.Writer, prefix string) {
 	for sc.Scan() {
 		fmt.Fprintf(w, "%s%s\n", prefix, sc.Text())
 	}
+	io.Copy(io.Discard, r) // past a line over 1 MiB: keep draining, so the writer never blocks
 }
 
 // runHost is one host process of --hosts: its ranks as goroutines, meeting every rank of the job

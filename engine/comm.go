@@ -72,8 +72,9 @@ type Comm struct {
 	// between its own goroutines that it relies on.
 	raceHidden bool
 
-	cores, procs int // runtime.NumCPU and GOMAXPROCS when the Comm was made (see spinFits)
-	procRanks    int // ranks of this communicator that are goroutines of this process (processRanks)
+	cores, procs int         // runtime.NumCPU and GOMAXPROCS when the Comm was made (see spinFits)
+	procRanks    int         // ranks of this communicator that are goroutines of this process (processRanks)
+	park         wire.Parker // the transport's bell for waits (parker), nil for most
 
 	session atomic.Pointer[Session] // the rendezvous connections watching the peers (Session.Attach)
 
@@ -154,6 +155,7 @@ func New(rank, n int, tr transport.Transport, cfg Config) (*Comm, error) {
 	c.raceHidden = wire.RaceEnabled && !inproc
 	c.cores, c.procs = runtime.NumCPU(), runtime.GOMAXPROCS(0)
 	c.procRanks = processRanks(tr, n)
+	c.park = parker(tr)
 	c.tuneLog = tuningWriter(rank, &cfg, os.Getenv)
 	cfgWord := wire.LayoutWord("config", uint64(n), uint64(cfg.RanksPerNode), uint64(b.LL), uint64(b.LL128), uint64(b.Simple), uint64(b.NVLSChunk))
 	c.tree[0], c.tree[1] = c.topo.trees()
@@ -574,7 +576,7 @@ func (c *Comm) worker(w *wire.Waiter, cl *call, ch, role int) *worker {
 		wk = &worker{c: c, ch: ch}
 		c.workers[ch][role] = wk
 	}
-	wk.W = *w
+	wk.W.From(w)
 	wk.W.Bulk = cl.count*cl.es >= wire.BulkBytes
 	wk.Proto = cl.plan.Proto
 	wk.Red, wk.Comb = cl.red, cl.comb
@@ -636,7 +638,7 @@ func (c *Comm) execute(w *wire.Waiter, cl *call) error {
 		spin = c.collNetSpinFits(len(tasks))
 	}
 	for _, wk := range tasks {
-		wk.W.Spin, wk.W.Shared = spin, len(tasks) > 1
+		wk.W.Spin, wk.W.Shared = spin, len(tasks) > 1 || c.park != nil
 	}
 	tasks[0].W.Agree = true // the calling goroutine checks the peers' descriptors while it waits
 	wg := &c.wg

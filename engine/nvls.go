@@ -224,7 +224,7 @@ func (c *Comm) executeNVLS(w *wire.Waiter, cl *call) error {
 			c.nvlsWks = append(c.nvlsWks, &nvlsWorker{})
 		}
 		wk := c.nvlsWks[ch]
-		*wk = nvlsWorker{comm: c, w: *w, g: g, cl: cl, ch: ch, lo: lo, hi: min(total, lo+per), net: link}
+		*wk = nvlsWorker{comm: c, w: w.Copy(), g: g, cl: cl, ch: ch, lo: lo, hi: min(total, lo+per), net: link}
 		if link != nil && cl.coll != costmodel.AllGather {
 			wk.netOp, wk.postDiv = collNetWireOp(cl.opKind), cl.red.DevOp() == kernels.DevSumPostDiv
 		}
@@ -243,7 +243,7 @@ func (c *Comm) executeNVLS(w *wire.Waiter, cl *call) error {
 		spin = c.collNetSpinFits(len(tasks))
 	}
 	for _, wk := range tasks {
-		wk.w.Spin, wk.w.Shared = spin, len(tasks) > 1
+		wk.w.Spin, wk.w.Shared = spin, len(tasks) > 1 || c.park != nil
 	}
 	tasks[0].w.Agree = true
 	wg := &c.wg

@@ -11,7 +11,19 @@ import (
 // newWaiter returns the waiter of a call of c (engine/internal/wire's wait.go says how waits
 // poll, yield and sleep).
 func newWaiter(c *Comm, ctx context.Context) wire.Waiter {
-	return wire.NewWaiter(&c.ctl, ctx, osYieldNeeded(c), c.spinFits(1))
+	w := wire.NewWaiter(&c.ctl, ctx, osYieldNeeded(c), c.spinFits(1))
+	w.Park, w.Shared = c.park, c.park != nil
+	return w
+}
+
+// parker is tr's bell for waits (wire.Parker), when it runs goroutines of its own in this process
+// that store into the ranks' regions (the network transport's proxy and socket readers). Its
+// waits then also call Gosched (Waiter.Shared) whatever the rank and core counts: those
+// goroutines share the process's Ps, and a rank that yielded only the OS thread would hold the
+// process's one P while the data it waits for sat unread in a socket.
+func parker(tr transport.Transport) wire.Parker {
+	p, _ := tr.(wire.Parker)
+	return p
 }
 
 // spinFits reports whether a call whose ranks each run k polling goroutines may spin: every one

@@ -152,7 +152,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	sweepsOut := fs.String("sweeps-out", "", "with --run: directory for the sweeps and sweeps.toml (default: a new temp dir)")
 	collbench := fs.String("collbench", "", "with --run: collbench binary (default: beside calibrate, then PATH)")
 	noProgress := fs.Bool("no-progress", false, "with --run: no progress bar on stderr")
-	transport := fs.String("transport", "shm", "with --run: collbench --transport (shm or inproc)")
+	transport := fs.String("transport", "shm", "with --run: collbench --transport (shm or inproc), or net: each node an emulated host (collbench --hosts NODES: network namespaces, TCP between them; root)")
 	collList := fs.String("colls", "all", "with --run: collectives to sweep, comma-separated, or all")
 	var minB, maxB int64 = 8, 16 << 20
 	fs.Var(bytesize.Flag{V: &minB}, "min", "with --run: smallest size (K/M/G suffix) [8]")
@@ -213,8 +213,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return usagef("--holdout %d: want 0 (none) or K >= 2", *holdout)
 	case *check != "" && *holdout != 0:
 		return usagef("--holdout is for fitting; --check does not fit")
-	case *transport != "shm" && *transport != "inproc":
-		return usagef("--transport %q: want shm or inproc", *transport)
+	case *transport != "shm" && *transport != "inproc" && *transport != "net":
+		return usagef("--transport %q: want shm, inproc or net", *transport)
 	case minB < 1 || maxB < minB || maxB > 1<<40:
 		return usagef("--min %d --max %d: want 1 <= min <= max <= 1T", minB, maxB)
 	case *factor < 2:

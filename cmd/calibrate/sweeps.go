@@ -32,7 +32,7 @@ type sweepConfig struct {
 	collbench        string
 	np, rpn          int // ranks; ranks per (virtual) node, 0 for one node
 	nodes, gpn       int
-	transport        string
+	transport        string // collbench --transport, or "net": collbench --hosts nodes
 	minB, maxB, fact int64
 	iters, warmup    int
 	// repeat runs each pinned sweep this many times and keeps, per size, the fastest row (< 2: once)
@@ -184,7 +184,13 @@ func runSweeps(ctx context.Context, cfg sweepConfig, specs []sweepSpec, dir stri
 	for _, sp := range specs {
 		args := []string{benchColl[sp.coll], "-np", strconv.Itoa(cfg.np), "-b", strconv.FormatInt(cfg.minB, 10),
 			"-e", strconv.FormatInt(cfg.maxB, 10), "-f", strconv.FormatInt(cfg.fact, 10),
-			"-n", strconv.Itoa(cfg.iters), "-w", strconv.Itoa(cfg.warmup), "--transport", cfg.transport}
+			"-n", strconv.Itoa(cfg.iters), "-w", strconv.Itoa(cfg.warmup)}
+		if cfg.transport == "net" {
+			// every node an emulated host: its ranks goroutines of one process, TCP between hosts
+			args = append(args, "--hosts", strconv.Itoa(cfg.nodes))
+		} else {
+			args = append(args, "--transport", cfg.transport)
+		}
 		if cfg.rpn > 0 {
 			args = append(args, "--ranks-per-node", strconv.Itoa(cfg.rpn))
 		}

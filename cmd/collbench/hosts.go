@@ -12,6 +12,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,6 +60,9 @@ func (o *options) checkHosts(n int) error {
 	if _, err := enet.DelayFromEnv(os.LookupEnv); err != nil {
 		return fmt.Errorf("--hosts: %w", err)
 	}
+	if _, err := enet.ColocatedFromEnv(os.LookupEnv); err != nil {
+		return fmt.Errorf("--hosts: %w", err)
+	}
 	o.rpn = n / o.hosts
 	return nil
 }
@@ -100,6 +104,9 @@ func runHosts(ctx context.Context, o *options, n int, args []string, stdout, std
 			// (unless GOMAXPROCS is set), so that H processes' polling threads do not outnumber
 			// the cores. With 2 Ps each, 2 hosts' 8-byte AllReduce took 1-2.4 ms; with 1, 35-65 us.
 			"GOMAXPROCS="+strconv.Itoa(procs),
+			// and their transports know it (waits park rather than yield when the hosts' ranks
+			// outnumber the cores), unless the environment says otherwise.
+			enet.EnvColocated+"="+colocated(o.hosts),
 			"GROUP_RANK="+strconv.Itoa(h), "WORLD_SIZE="+strconv.Itoa(n), "LOCAL_WORLD_SIZE="+strconv.Itoa(per),
 			"MASTER_ADDR="+lab.Addr(0).String(), "MASTER_PORT="+strconv.Itoa(hostsPort),
 			bootstrap.EnvSecret+"="+hex.EncodeToString(secret))
@@ -129,6 +136,15 @@ func runHosts(ctx context.Context, o *options, n int, args []string, stdout, std
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// colocated is COLLPLAN_NET_COLOCATED for the host processes of a lab of hosts: the environment's,
+// else the lab's host count (every host of the lab shares this machine's cores).
+func colocated(hosts int) string {
+	if v, ok := os.LookupEnv(enet.EnvColocated); ok && strings.TrimSpace(v) != "" {
+		return strings.TrimSpace(v)
+	}
+	return strconv.Itoa(hosts)
 }
 
 // gomaxprocsPerHost is GOMAXPROCS for each of hosts host processes: the environment's, else the
@@ -228,9 +244,13 @@ func runHost(ctx context.Context, o *options, n int, hostEnv string, stdout, std
 	if err != nil {
 		return usagef("host %d: %v", host, err)
 	}
+	colo, err := enet.ColocatedFromEnv(os.LookupEnv)
+	if err != nil {
+		return usagef("host %d: %v", host, err)
+	}
 	local := transport.NewInProcess()
 	h, err := enet.Start(ctx, enet.Setup{Host: host, Ranks: n, RanksPerHost: per, Listener: ln, Peers: p.Peers,
-		Layout: enet.LayoutOf(cfg.Buffers), Timeout: 5 * time.Second, Sockets: sockets, Delay: delay}, local.Rank())
+		Layout: enet.LayoutOf(cfg.Buffers), Timeout: 5 * time.Second, Sockets: sockets, Delay: delay, Colocated: colo}, local.Rank())
 	if err != nil {
 		return fmt.Errorf("host %d: %w", host, err)
 	}

@@ -19,6 +19,9 @@ import (
 // also once the wait has lasted osYieldAfter; then polls separated by sleeps that double from
 // minSleep to maxSleep. Past the first spinPolls polls every poll (every spinPolls-th in the spin
 // phase) also checks the communicator's abort word, this Comm's closed flag and the call's context.
+// On a transport that rings a bell when its own goroutines store into the regions (Parker: the
+// network transport), the sleeps are blocks on that bell, bounded by the same back-off, and the
+// yield phase may be shorter (Parker.ParkAfter).
 //
 // The yield phase is long (a millisecond) because a sleep is expensive: Go's timers wake a
 // sleeping goroutine 50 us to 1 ms late, and a sleeping producer stalls its whole pipeline. The
@@ -96,12 +99,43 @@ type Waiter struct {
 	Spin     bool  // every polling goroutine has a core: spin for spinTime before yielding
 	spinning bool  // the current wait is in its spin phase
 	spinEnd  int64 // nanotime at which the current wait's spin phase ends
+	waitFrom int64 // nanotime at which the current wait's yield phase began
 	yieldEnd int64 // nanotime at which the current wait stops yielding and starts sleeping
 	sleep    time.Duration
 	OSYield  bool // the whole yield phase also yields the OS thread (see the engine's osYieldNeeded)
 	Bulk     bool // a worker's waiter in a call of at least BulkBytes: see osYieldAfter
 	Agree    bool // the calling goroutine's worker: its waits also check the peers' descriptors
 	Shared   bool // the rank runs other workers in this call: an OSYield wait still calls Gosched
+
+	// Park, when the transport offers it, makes the sleep phase block on the transport's bell
+	// instead of sleeping (see Parker); bell is the armed bell of the current wait, timer the
+	// waiter's one timer for those blocks.
+	Park  Parker
+	bell  <-chan struct{}
+	timer *time.Timer
+}
+
+// Parker is what a transport whose own goroutines store into this process's regions (the network
+// transport's proxy and socket readers) offers its ranks' waits, so that a wait for data from
+// another host blocks, and the process's Go runtime waits in the kernel for the socket, rather than
+// every goroutine of the host polling:
+//
+//   - Poke, at a wait's first unsuccessful poll: the rank has most likely just published something
+//     (a step, a head), so the transport's poller should look now rather than at its next back-off.
+//   - Bell returns a channel closed at the transport's next store into the process's regions. A
+//     wait arms the bell, polls once more, and only then blocks on it, so a store between the
+//     failed poll and the block is never missed.
+//   - ParkAfter is how long a wait yields before it parks; 0 keeps yieldTime. While goroutines of
+//     a process yield, Go's scheduler always finds one to run and reads the network only when it
+//     runs out: a host process whose waits yield for yieldTime leaves a socket's data unread for as
+//     long, so a transport whose host processes outnumber the cores parks early.
+//
+// The block is bounded (the sleep phase's back-off, minSleep to maxSleep), for stores the
+// transport does not ring for: a local rank's, this Comm's abort or close, the context.
+type Parker interface {
+	Poke()
+	Bell() <-chan struct{}
+	ParkAfter() time.Duration
 }
 
 // osYieldAfter is how long a worker's wait in a call of at least BulkBytes yields only the
@@ -122,12 +156,29 @@ func NewWaiter(c *Ctl, ctx context.Context, osYield, spin bool) Waiter {
 	return Waiter{c: c, ctx: ctx, done: ctx.Done(), OSYield: osYield, Spin: spin}
 }
 
+// Copy is w for another goroutine: the armed bell and the timer are each goroutine's own.
+func (w *Waiter) Copy() Waiter {
+	v := *w
+	v.bell, v.timer = nil, nil
+	return v
+}
+
+// From makes w a copy of v for another goroutine (Copy), keeping w's own timer.
+func (w *Waiter) From(v *Waiter) {
+	t := w.timer
+	*w = v.Copy()
+	w.timer = t
+}
+
 // Idle is called after the i-th unsuccessful poll (i from 0) of a wait for rank peer. It returns
 // an error when the wait must end: the communicator was aborted, this Comm closed, the context
 // done (the last two abort the communicator, since this rank will not play its part in the call),
 // or the wait outlasted the watchdog's timeout.
 func (w *Waiter) Idle(i, peer int) error {
 	if i == 0 {
+		if w.Park != nil {
+			w.Park.Poke()
+		}
 		if err := w.agreePoll(); err != nil {
 			return err
 		}
@@ -164,7 +215,13 @@ func (w *Waiter) Idle(i, peer int) error {
 	switch {
 	case w.yieldEnd == 0:
 		now = Nanotime()
-		w.yieldEnd, w.sleep = now+int64(yieldTime), minSleep
+		yield := yieldTime
+		if w.Park != nil {
+			if d := w.Park.ParkAfter(); d > 0 {
+				yield = d
+			}
+		}
+		w.waitFrom, w.yieldEnd, w.sleep = now, now+int64(yield), minSleep
 	case w.Bulk || i%clockPolls == 0:
 		now = Nanotime()
 	}
@@ -172,7 +229,7 @@ func (w *Waiter) Idle(i, peer int) error {
 		if !w.OSYield || w.Shared {
 			runtime.Gosched()
 		}
-		if w.OSYield || w.Bulk && now-(w.yieldEnd-int64(yieldTime)) > int64(osYieldAfter) {
+		if w.OSYield || w.Bulk && now-w.waitFrom > int64(osYieldAfter) {
 			OSYield()
 		}
 		return nil
@@ -180,8 +237,33 @@ func (w *Waiter) Idle(i, peer int) error {
 	if err := w.watch(now, peer); err != nil {
 		return err
 	}
+	if w.Park != nil {
+		return w.park()
+	}
 	time.Sleep(w.sleep)
 	w.sleep = min(2*w.sleep, maxSleep)
+	return nil
+}
+
+// park is the sleep phase of a wait whose transport rings a bell (Parker): arm the bell and poll
+// once more, then block until it rings or the back-off's sleep has passed.
+func (w *Waiter) park() error {
+	if w.bell == nil {
+		w.bell = w.Park.Bell()
+		return nil
+	}
+	if w.timer == nil {
+		w.timer = time.NewTimer(w.sleep)
+	} else {
+		w.timer.Reset(w.sleep)
+	}
+	select {
+	case <-w.bell:
+		w.bell = nil
+	case <-w.timer.C:
+		w.sleep = min(2*w.sleep, maxSleep)
+	}
+	w.timer.Stop()
 	return nil
 }
 
@@ -203,7 +285,7 @@ func (w *Waiter) watch(now int64, peer int) error {
 		w.lastBeat = now
 		atomic.StoreUint64(c.Beat[c.Rank], uint64(MonoNow()))
 	}
-	if now-(w.yieldEnd-int64(yieldTime)) < int64(c.Timeout) {
+	if now-w.waitFrom < int64(c.Timeout) {
 		return nil
 	}
 	if r, endpoint := c.StalledRank(peer); endpoint {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	stdnet "net"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,6 +48,11 @@ type Setup struct {
 	// Delay is the latency the receiving proxy adds to every frame (COLLPLAN_NET_DELAY_US:
 	// DelayFromEnv), an emulation knob for hosts on one machine; 0, the default, adds none.
 	Delay time.Duration
+	// Colocated is how many host processes share this machine's cores, this one included
+	// (COLLPLAN_NET_COLOCATED: ColocatedFromEnv; collbench --hosts sets it): 0 or 1 on a real
+	// host. When the colocated hosts' ranks outnumber the cores, the waits and the readers park
+	// early (parkAfter) instead of yielding for a millisecond.
+	Colocated int
 }
 
 // Host is one host's net transport: the proxies that copy the cross-host connections and the
@@ -71,7 +77,9 @@ type Host struct {
 	raceSync uint64 // the race detector's edge through the sockets (pass, readLoop)
 
 	stop    chan struct{}
-	wake    chan struct{}  // a reader applied a frame (the poller's back-off ends)
+	wake    chan struct{}  // a reader applied a frame, or a rank began to wait (the poller's back-off ends)
+	bell    bell           // rung after every frame a reader applies (the ranks' parked waits)
+	spin    time.Duration  // how long waits yield and readers try their sockets before they park
 	done    sync.WaitGroup // the poller
 	readers sync.WaitGroup
 	once    sync.Once
@@ -122,8 +130,14 @@ func Start(ctx context.Context, s Setup, local transport.Transport) (*Host, erro
 		return nil, fmt.Errorf("%w: net: ChunkBytes %d", wire.ErrInvalid, s.ChunkBytes)
 	case s.Delay < 0 || s.Delay > maxDelay:
 		return nil, fmt.Errorf("%w: net: Delay %v: want 0..%v (%s)", wire.ErrInvalid, s.Delay, maxDelay, EnvDelay)
+	case s.Colocated < 0 || s.Colocated > maxColocated:
+		return nil, fmt.Errorf("%w: net: Colocated %d: want 0..%d (%s)", wire.ErrInvalid, s.Colocated, maxColocated, EnvColocated)
 	}
 	h := &Host{s: s, local: local, links: make([]*link, hosts), conns: make(map[connKey]*conn), stop: make(chan struct{}), wake: make(chan struct{}, 1)}
+	h.spin = readSpin
+	if max(s.Colocated, 1)*s.RanksPerHost > runtime.NumCPU() {
+		h.spin = parkAfter
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
 	if err := h.connect(ctx); err != nil {
@@ -261,8 +275,17 @@ func (h *Host) connect(ctx context.Context) error {
 }
 
 // readSpin is how long a link's reader keeps trying its socket, yielding, before it waits in Go's
-// network poller (spinReader): as long as the engine's waits yield before they sleep.
-const readSpin = time.Millisecond
+// network poller (spinReader): as long as the engine's waits yield before they sleep. parkAfter
+// replaces both when the colocated hosts' ranks outnumber the cores (Setup.Colocated): the waits
+// then park on the host's bell after it, and the readers in the poller, so that a host process
+// with nothing to do leaves the cores to the hosts that have. Measured across 4 and 8 emulated
+// hosts on 2 cores (BENCHMARKS.md, "Parked waits across emulated hosts"): with every wait
+// yielding for a millisecond, each hop took about a millisecond (the reader parked, starved by
+// its host's yielding ranks until they slept) and the hosts' processes kept both cores busy.
+const (
+	readSpin  = time.Millisecond
+	parkAfter = 50 * time.Microsecond
+)
 
 // setSock installs socket idx of the link to host j.
 func (h *Host) setSock(j, idx int, c stdnet.Conn) {
@@ -271,7 +294,7 @@ func (h *Host) setSock(j, idx int, c stdnet.Conn) {
 	if h.links[j] == nil {
 		h.links[j] = &link{host: j, socks: make([]*sock, 1+h.s.Sockets), lastSend: time.Now()}
 	}
-	h.links[j].socks[idx] = newSock(c)
+	h.links[j].socks[idx] = newSock(c, h.spin)
 }
 
 func (h *Host) hasSock(j, idx int) bool {
@@ -349,6 +372,32 @@ func (t *Rank) ProcessRanks() int {
 		return t.h.s.RanksPerHost
 	}
 	return 1
+}
+
+// Proxied tells the engine's waits that this process runs the host's proxy and socket readers
+// beside its ranks (engine/waiter.go).
+func (t *Rank) Proxied() bool { return true }
+
+// Poke, Bell and ParkAfter make the host a wire.Parker for its ranks' waits: a wait that begins
+// wakes the poller (the rank has most likely just published), and a parked wait wakes at the next
+// frame a reader applies.
+func (t *Rank) Poke() {
+	select {
+	case t.h.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Bell: see Poke.
+func (t *Rank) Bell() <-chan struct{} { return t.h.bell.arm() }
+
+// ParkAfter: see Poke; 0 (the engine's yield phase) unless the colocated hosts' ranks outnumber
+// the cores.
+func (t *Rank) ParkAfter() time.Duration {
+	if t.h.spin == parkAfter {
+		return parkAfter
+	}
+	return 0
 }
 
 // Region returns the local transport's region, except for a connection between hosts, whose

@@ -351,6 +351,7 @@ func TestBadInput(t *testing.T) {
 		{"per host", func(s *Setup) { s.RanksPerHost = 0 }, "4 ranks at 0 per host"},
 		{"listener", func(s *Setup) { s.Listener = nil }, "nil listener"},
 		{"timeout", func(s *Setup) { s.Timeout = -time.Second }, "Timeout -1s"},
+		{"colocated", func(s *Setup) { s.Colocated = -1 }, "Colocated -1: want 0..65536 (COLLPLAN_NET_COLOCATED)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := good

@@ -459,6 +459,9 @@ func (h *Host) readLoop(l *link) error {
 		default:
 			return fmt.Errorf("unknown frame kind %d", kind)
 		}
+		if kind != fPing && kind != fProbe {
+			h.bell.ring() // after the stores: a parked wait that wakes finds them
+		}
 	}
 }
 

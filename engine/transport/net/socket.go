@@ -31,8 +31,24 @@ const (
 	EnvSocketThreads  = "NCCL_SOCKET_NTHREADS"
 	EnvSocksPerThread = "NCCL_NSOCKS_PERTHREAD"
 	EnvDelay          = "COLLPLAN_NET_DELAY_US"
+	EnvColocated      = "COLLPLAN_NET_COLOCATED"
 	maxDelay          = time.Second
+	maxColocated      = 1 << 16
 )
+
+// ColocatedFromEnv is COLLPLAN_NET_COLOCATED, how many host processes share this machine's cores
+// (Setup.Colocated): unset or empty is 0 (this host has the machine); otherwise 0..65536.
+func ColocatedFromEnv(lookup func(string) (string, bool)) (int, error) {
+	v, ok := lookup(EnvColocated)
+	if !ok || strings.TrimSpace(v) == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 0 || n > maxColocated {
+		return 0, fmt.Errorf("%s=%q: want a whole number of host processes, 0..%d", EnvColocated, v, maxColocated)
+	}
+	return n, nil
+}
 
 // SocketsFromEnv is the number of data sockets per pair of hosts,
 // NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD, with NCCL's defaults where a variable is unset
@@ -99,9 +115,9 @@ type sock struct {
 	sent  atomic.Int64 // payload bytes written (tests)
 }
 
-func newSock(c stdnet.Conn) *sock {
+func newSock(c stdnet.Conn, spin time.Duration) *sock {
 	c.SetDeadline(time.Time{})
-	return &sock{c: c, w: bufio.NewWriterSize(c, 256<<10), r: bufio.NewReaderSize(newSpinReader(c, readSpin), 256<<10)}
+	return &sock{c: c, w: bufio.NewWriterSize(c, 256<<10), r: bufio.NewReaderSize(newSpinReader(c, spin), 256<<10)}
 }
 
 // stripe calls f for each piece of an n-byte payload in order, with the socket that carries it:

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var wantNames = []string{"a100", "b200", "cpu", "gh200", "gh200-4", "h100", "h200", "l40s-4", "l40s-pcie", "v100"}
+var wantNames = []string{"a100", "b200", "cpu", "cpu-net", "gh200", "gh200-4", "h100", "h200", "l40s-4", "l40s-pcie", "v100"}
 
 func TestNamesListsBaseTables(t *testing.T) {
 	assert.Equal(t, wantNames, Names())
@@ -220,6 +220,8 @@ func TestTableFacts(t *testing.T) {
 		// cpu: the host has no NVSwitch (nvs 0, nvls_support false); its NVLS channels are the
 		// emulated switch's ([emulation] multicast_switch).
 		{name: "cpu", cc: 60, arch: "x86", vend: "intel", nvs: 0, nvlsCh: map[string]int{"1": 1, "2": 1, "4": 1}, typeIntra1: "PHB", gpusPerNode: 2, overlay: "cpu.fit.toml"},
+		// cpu-net: one CPU rank per emulated host, no switch of any kind.
+		{name: "cpu-net", cc: 60, arch: "x86", vend: "intel", nvs: 0, nvlsCh: map[string]int{"1": 0, "2": 0, "4": 0}, typeIntra1: "PHB", gpusPerNode: 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

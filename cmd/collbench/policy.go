@@ -24,13 +24,14 @@ const envReload = "COLLBENCH_RELOAD_FILE"
 // tunerSpec chooses a policy: the planner alone ("none") or the planner with a tuner plugin.
 type tunerSpec = plugin.Spec
 
-// compileTable compiles the planner's DecisionTable for coll on the cpu node table (ranks per node
+// compileTable compiles the planner's DecisionTable for coll on the node table named table (cpu, or
+// cpu-net across emulated hosts: benchTable; ranks per node
 // set to the communicator's virtual nodes; its fitted overlay applied unless noOverlay,
 // node.PlannerConfig, the cells this shape makes illegal skipped and named in the table's Overlay)
 // with the tuner of spec: one Init and one Tune round trip, then the plugin is closed, so each
 // compile re-reads its configuration file. A tuner that fails leaves the planner's built-in policy,
 // with the reason in the table's TunerNote.
-func compileTable(ctx context.Context, coll costmodel.Coll, n, rpn int, noOverlay bool, spec tunerSpec, logTo io.Writer) (*planner.DecisionTable, error) {
+func compileTable(ctx context.Context, table string, coll costmodel.Coll, n, rpn int, noOverlay bool, spec tunerSpec, logTo io.Writer) (*planner.DecisionTable, error) {
 	if rpn <= 0 || rpn > n {
 		rpn = n
 	}
@@ -38,9 +39,9 @@ func compileTable(ctx context.Context, coll costmodel.Coll, n, rpn int, noOverla
 	if noOverlay {
 		load = tables.LoadBase
 	}
-	nt, err := load("cpu")
+	nt, err := load(table)
 	if err != nil {
-		return nil, fmt.Errorf("loading the cpu node table: %w", err)
+		return nil, fmt.Errorf("loading the %s node table: %w", table, err)
 	}
 	nt.Node.GPUsPerNode = rpn
 	topo, err := capabilities.FromNode(nt, (n+rpn-1)/rpn)
@@ -86,10 +87,19 @@ func cell(d planner.Decision) string {
 	return fmt.Sprintf("%v/%v/%d", d.Algo, d.Proto, d.Channels)
 }
 
+// benchTable is the node table collbench plans with: cpu-net for a job across emulated hosts
+// (--hosts: one rank per host, TCP between them), cpu otherwise.
+func (o *options) benchTable() string {
+	if o.hosts > 0 {
+		return "cpu-net"
+	}
+	return "cpu"
+}
+
 // describeTable is the plans line of a table: its overlay (and the fitted cells it could not use
 // here, and why), its tuner, and why the tuner fell back if it did.
-func describeTable(dt *planner.DecisionTable, spec tunerSpec) string {
-	s := "planner DecisionTable for the cpu node table"
+func describeTable(dt *planner.DecisionTable, spec tunerSpec, table string) string {
+	s := "planner DecisionTable for the " + table + " node table"
 	if ov := dt.Overlay; ov != nil && ov.File != "" {
 		s += " with overlay " + ov.File
 		if note := ov.Note(); note != "" {

@@ -46,9 +46,9 @@ func TestCompileTableUsesOverlay(t *testing.T) {
 	withFit, handSet := compile(cfg), compile(planner.Config{})
 	require.NotEqual(t, tableHash(handSet), tableHash(withFit), "the overlay changes the AllReduce picks")
 
-	got, err := compileTable(context.Background(), costmodel.AllReduce, 2, 2, false, tunerSpec{}, io.Discard)
+	got, err := compileTable(context.Background(), "cpu", costmodel.AllReduce, 2, 2, false, tunerSpec{}, io.Discard)
 	require.NoError(t, err)
-	assert.Equal(t, tableHash(withFit), tableHash(got), "collbench: %s", describeTable(got, tunerSpec{}))
+	assert.Equal(t, tableHash(withFit), tableHash(got), "collbench: %s", describeTable(got, tunerSpec{}, "cpu"))
 }
 
 // tableConstants is NCCL's constants with the node table's [constants] applied (the cpu table sets
@@ -83,9 +83,9 @@ func TestCompileTableNoOverlay(t *testing.T) {
 		{"--no-overlay", true, "planner DecisionTable for the cpu node table without overlay, table hash "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := compileTable(context.Background(), costmodel.AllReduce, 2, 2, tc.noOverlay, tunerSpec{}, io.Discard)
+			got, err := compileTable(context.Background(), "cpu", costmodel.AllReduce, 2, 2, tc.noOverlay, tunerSpec{}, io.Discard)
 			require.NoError(t, err)
-			assert.Contains(t, describeTable(got, tunerSpec{}), tc.line)
+			assert.Contains(t, describeTable(got, tunerSpec{}, "cpu"), tc.line)
 			if tc.noOverlay {
 				assert.Equal(t, tableHash(want), tableHash(got))
 			} else {

@@ -216,8 +216,8 @@ func newFlags(name string) (*options, *flag.FlagSet) {
 	fs.StringVar(&o.serveCollNet, "serve-collnet", "", "ADDR: run only a CollNet aggregation endpoint on ADDR (host:port, e.g. 127.0.0.1:7777) until SIGINT or SIGTERM, with no collective: collbench --serve-collnet ADDR; ranks find it through COLLPLAN_COLLNET_ADDR")
 	fs.StringVar(&o.proto, "proto", "", "pin the protocol (NCCL_PROTO; LL, LL128, Simple)")
 	fs.IntVar(&o.channels, "channels", 0, "pin the channel count")
-	fs.BoolVar(&o.usePlan, "planner", true, "plan calls with the planner's DecisionTable for the cpu node table (unless pinned)")
-	fs.BoolVar(&o.noOverlay, "no-overlay", false, "plan with the cpu node table alone, without its fitted overlay cpu.fit.toml")
+	fs.BoolVar(&o.usePlan, "planner", true, "plan calls with the planner's DecisionTable for the cpu node table, cpu-net with --hosts (unless pinned)")
+	fs.BoolVar(&o.noOverlay, "no-overlay", false, "plan with the node table alone (cpu, cpu-net with --hosts), without its fitted overlay (cpu.fit.toml, cpu-net.fit.toml)")
 	fs.Var(bytesize.Flag{V: &o.buffers.Simple}, "buffsize", "Simple connection buffer (NCCL_BUFFSIZE; default 4M)")
 	fs.Var(bytesize.Flag{V: &o.buffers.LL}, "ll-buffsize", "LL connection buffer (default 512K)")
 	fs.Var(bytesize.Flag{V: &o.buffers.LL128}, "ll128-buffsize", "LL128 connection buffer")
@@ -358,12 +358,12 @@ func (o *options) engineConfig(n int) (engine.Config, string, error) {
 	}
 	plans := "engine default (Ring/Simple, 2 channels)"
 	if o.usePlan && !(cfg.Override.PinAlgo && cfg.Override.PinProto && o.channels > 0) && n > 1 {
-		dt, err := compileTable(context.Background(), o.coll, n, o.rpn, o.noOverlay, o.tuner, os.Stderr)
+		dt, err := compileTable(context.Background(), o.benchTable(), o.coll, n, o.rpn, o.noOverlay, o.tuner, os.Stderr)
 		if err != nil {
 			return cfg, "", err
 		}
 		cfg.Tables = []*planner.DecisionTable{dt}
-		plans = describeTable(dt, o.tuner)
+		plans = describeTable(dt, o.tuner, o.benchTable())
 	} else if o.tuner.String() != "none" || len(o.ab) > 0 {
 		return cfg, "", errors.New("--tuner and --ab need the planner's tables: leave --planner on and do not pin algorithm, protocol and channels all at once (and run at least 2 ranks)")
 	}
@@ -413,7 +413,7 @@ func (o *options) validate(n int) error {
 func (o *options) abTables(n int) ([2]*planner.DecisionTable, error) {
 	var ts [2]*planner.DecisionTable
 	for i, spec := range o.ab {
-		dt, err := compileTable(context.Background(), o.coll, n, o.rpn, o.noOverlay, spec, os.Stderr)
+		dt, err := compileTable(context.Background(), o.benchTable(), o.coll, n, o.rpn, o.noOverlay, spec, os.Stderr)
 		if err != nil {
 			return ts, fmt.Errorf("--ab policy %c (%s): %w", 'A'+i, spec, err)
 		}
@@ -474,7 +474,7 @@ func (o *options) needsCollNet(n int) (bool, error) {
 	if o.tuner.String() != "none" || len(o.ab) > 0 {
 		return true, nil
 	}
-	dt, err := compileTable(context.Background(), o.coll, n, o.rpn, o.noOverlay, tunerSpec{}, io.Discard)
+	dt, err := compileTable(context.Background(), o.benchTable(), o.coll, n, o.rpn, o.noOverlay, tunerSpec{}, io.Discard)
 	if err != nil {
 		return false, err
 	}

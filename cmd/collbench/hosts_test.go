@@ -172,11 +172,38 @@ func hostProcess(t *testing.T, h string) int {
 			continue
 		}
 		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err == nil && bytes.Contains(env, want) {
+		if err == nil && bytes.Contains(env, want) && descendant(pid, os.Getpid()) {
 			return pid
 		}
 	}
 	return 0
+}
+
+// descendant reports whether pid is a descendant of ancestor (through /proc's parent links): the
+// host processes of this test's own job, never those of another job on the machine (another
+// package's tests, or a benchmark, running collbench --hosts at the same time; this test once
+// killed a benchmark's host 1 so).
+func descendant(pid, ancestor int) bool {
+	for range 64 {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return false
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses, so read after the last ')'.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) < 2 {
+			return false
+		}
+		ppid, err := strconv.Atoi(f[1])
+		if err != nil || ppid <= 1 {
+			return false
+		}
+		if ppid == ancestor {
+			return true
+		}
+		pid = ppid
+	}
+	return false
 }
 
 // netnsList lists the network namespaces now present (ip netns list).
@@ -191,4 +218,15 @@ func netnsList(t *testing.T) []string {
 		}
 	}
 	return ns
+}
+
+// TestDescendant: the host-process finder's ancestry check: a child of this process is its
+// descendant, this process's parent and an unrelated pid are not.
+func TestDescendant(t *testing.T) {
+	cmd := exec.Command("sleep", "10")
+	require.NoError(t, cmd.Start())
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	assert.True(t, descendant(cmd.Process.Pid, os.Getpid()))
+	assert.False(t, descendant(os.Getppid(), os.Getpid()))
+	assert.False(t, descendant(os.Getpid(), cmd.Process.Pid))
 }

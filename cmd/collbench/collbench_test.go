@@ -305,14 +305,24 @@ func TestPlannedCollNet(t *testing.T) {
 
 var endpointRE = regexp.MustCompile(`CollNet aggregation endpoint pid (\d+) listening`)
 
-// TestKillCollNetEndpoint: kill -9 of the aggregation endpoint in the middle of a CollNetDirect
-// job: every rank process exits with an error within 10 s, naming the endpoint, and no segment
-// of the job is left.
+// TestKillCollNetEndpoint: kill -9 of the aggregation endpoint in the middle of a CollNet job, for
+// every CollNet row the engine runs (CollNetDirect AllReduce, AllGather and ReduceScatter,
+// CollNetChain AllReduce): every rank process exits with an error within 10 s, naming the
+// endpoint, and no segment of the job is left.
 func TestKillCollNetEndpoint(t *testing.T) {
+	for _, tc := range []struct{ coll, algo string }{
+		{"allreduce", "CollNetDirect"}, {"allreduce", "CollNetChain"},
+		{"allgather", "CollNetDirect"}, {"reducescatter", "CollNetDirect"},
+	} {
+		t.Run(tc.coll+"/"+tc.algo, func(t *testing.T) { killCollNetEndpoint(t, tc.coll, tc.algo) })
+	}
+}
+
+func killCollNetEndpoint(t *testing.T, coll, algo string) {
 	var out, errb syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(context.Background(), []string{"allreduce", "-np", "4", "--ranks-per-node", "2", "--algo", "CollNetDirect",
+		done <- run(context.Background(), []string{coll, "-np", "4", "--ranks-per-node", "2", "--algo", algo,
 			"-b", "4K", "-e", "1M", "-f", "2", "-n", "5", "-w", "0", "-N", "0"}, &out, &errb)
 	}()
 	var pid int
@@ -333,7 +343,7 @@ func TestKillCollNetEndpoint(t *testing.T) {
 	select {
 	case err := <-done:
 		assert.Less(t, time.Since(killed), 10*time.Second)
-		require.Error(t, err)
+		require.Error(t, err, "the job ended cleanly after its endpoint was killed:\n%s", out.String())
 		assert.Contains(t, err.Error(), "CollNet aggregation endpoint exited")
 		t.Logf("%v\n%s", err, errb.String())
 		for r := 0; r < 4; r++ {

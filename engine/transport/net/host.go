@@ -486,6 +486,9 @@ func (h *Host) closeLinks() {
 // fail records the first link error and aborts the communicator on this host, naming the first
 // rank of the lost host (wire.AbortHostLost): every local wait ends with it.
 func (h *Host) fail(peer int, err error) {
+	if l := h.links[peer]; l != nil && l.left.Load() {
+		return // its ranks closed and it said goodbye: the heartbeat that found its socket closed lost nothing
+	}
 	if h.s.proc != nil {
 		h.procFail(peer, err)
 		return

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"sort"
+	"sync"
 	"sync/atomic"
 
 	"github.com/collplan/collplan/bootstrap"
@@ -38,6 +40,21 @@ type procMode struct {
 	rank   int         // this process's rank
 	hosts  int         // hosts in the job
 	killed atomic.Bool // tests: an emulated killed process, which stores nothing more
+
+	mu   sync.Mutex
+	from map[int]bool // the ranks whose control lines reached this process's readers (tests)
+}
+
+// applied returns the ranks whose control lines reached this rank process, in order.
+func (p *procMode) applied() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []int
+	for r := range p.from {
+		out = append(out, r)
+	}
+	sort.Ints(out)
+	return out
 }
 
 // Hello magics: a Host per host and a Host per rank process refuse each other.
@@ -189,7 +206,16 @@ func (h *Host) mirrorsTo(e int) bool {
 // checkApplier refuses a control line of rank from that reached a rank process other than its
 // host's applier (a second writer of that line).
 func (h *Host) checkApplier(from int) error {
-	if h.s.proc == nil || h.self() == h.applier(h.s.Host) {
+	if h.s.proc == nil {
+		return nil
+	}
+	h.s.proc.mu.Lock()
+	if h.s.proc.from == nil {
+		h.s.proc.from = make(map[int]bool)
+	}
+	h.s.proc.from[from] = true
+	h.s.proc.mu.Unlock()
+	if h.self() == h.applier(h.s.Host) {
 		return nil
 	}
 	return fmt.Errorf("control line of rank %d sent to rank %d: rank %d applies host %d's control lines (one writer per line and host)",

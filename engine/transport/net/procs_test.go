@@ -38,6 +38,16 @@ type procJob struct {
 
 func startProcJob(t *testing.T, hosts, perHost int, cfg engine.Config, opts ...func(*Setup)) *procJob {
 	t.Helper()
+	return startProcJobWith(t, hosts, perHost, cfg, func(_ int, s *Setup) {
+		for _, o := range opts {
+			o(s)
+		}
+	})
+}
+
+// startProcJobWith is startProcJob with opt(r, &setup) for each rank r.
+func startProcJobWith(t *testing.T, hosts, perHost int, cfg engine.Config, opt func(r int, s *Setup)) *procJob {
+	t.Helper()
 	n := hosts * perHost
 	cfg.RanksPerNode = perHost
 	if cfg.Buffers == (planner.Buffers{}) {
@@ -65,9 +75,7 @@ func startProcJob(t *testing.T, hosts, perHost int, cfg engine.Config, opts ...f
 		go func() {
 			defer wg.Done()
 			s := Setup{Ranks: n, RanksPerHost: perHost, Listener: lns[r], Peers: peers, Layout: LayoutOf(cfg.Buffers), Timeout: 3 * time.Second}
-			for _, o := range opts {
-				o(&s)
-			}
+			opt(r, &s)
 			pj.hosts[r], errs[r] = StartRank(context.Background(), r, s, pj.proxies[r])
 		}()
 	}
@@ -455,4 +463,80 @@ func TestControlLineToNonApplier(t *testing.T) {
 	assert.Contains(t, hosts[1].Err().Error(), "control line of rank 2 sent to rank 1: rank 0 applies host 0's control lines")
 	assert.Equal(t, wire.AbortWord(2, wire.AbortHostLost), atomic.LoadUint64(wire.WordAt(hosts[1].ctrl, wire.CtrlAbortOffset)), "the host's abort word names rank 2")
 	assert.NoError(t, hosts[0].Err(), "rank 0, the applier, would have taken the line")
+}
+
+// TestOneControlWriterPerHost: 3 hosts x 2 rank processes, the five collectives: every control
+// line a rank process applied came from another host's rank, and only each host's lowest rank
+// (its applier) applied any; each applier applied lines of every rank of the other hosts. So each
+// (remote rank's line, host) had exactly one writer.
+func TestOneControlWriterPerHost(t *testing.T) {
+	pj := startProcJob(t, 3, 2, engine.Config{Timeout: 10 * time.Second})
+	defer pj.close(t)
+	checkAll(t, pj.job, len(pj.comms), 61, costmodel.LL)
+	for r, h := range pj.hosts {
+		from := h.s.proc.applied()
+		if r%2 != 0 {
+			assert.Empty(t, from, "rank %d is not its host's applier", r)
+			continue
+		}
+		var want []int
+		for q := range pj.hosts {
+			if q/2 != r/2 {
+				want = append(want, q)
+			}
+		}
+		assert.Equal(t, want, from, "ranks whose lines applier %d applied", r)
+	}
+}
+
+// TestRankProcessCleanClose: host 0's rank processes close (Comm, then proxy) while host 1's
+// ranks are open and idle, and the control lines saying they closed reach host 1's applier (rank
+// 2) 100 ms after the goodbyes reach rank 3. Nobody is aborted, then or after the heartbeats
+// (every Timeout/4 = 250 ms) found host 0's sockets closed: a goodbye carries the closing rank's
+// state word, because rank 3 cannot read it in its host's copy yet, and a link that said a clean
+// goodbye fails no more.
+func TestRankProcessCleanClose(t *testing.T) {
+	pj := startProcJobWith(t, 2, 2, engine.Config{Timeout: 20 * time.Second}, func(r int, s *Setup) {
+		s.Timeout = time.Second
+		if r == 2 {
+			s.Delay = 100 * time.Millisecond
+		}
+	})
+	defer pj.close(t)
+	const count = 13
+	errs := pj.each(func(r int, c *engine.Comm) error {
+		return c.AllReduce(context.Background(), i32(inputs(r, count)), make([]byte, 4*count), count, kernels.Int32, kernels.Sum)
+	})
+	for r := range errs {
+		require.NoError(t, errs[r], "rank %d", r)
+	}
+	for r := 0; r < 2; r++ {
+		require.NoError(t, pj.comms[r].Close())
+		require.NoError(t, pj.hosts[r].Close())
+	}
+	time.Sleep(1500 * time.Millisecond) // the delayed lines and goodbyes are in, and 5 heartbeats went
+	for r := 2; r < 4; r++ {
+		assert.NoError(t, pj.hosts[r].Err(), "rank %d", r)
+	}
+	assert.Zero(t, atomic.LoadUint64(wire.WordAt(pj.hosts[3].ctrl, wire.CtrlAbortOffset)), "host 1's abort word")
+}
+
+// TestHostCleanClose: the same with one Host per host: host 0 closes (its rank, then its Host)
+// while host 1's rank is open and idle; host 1's heartbeats then find host 0's sockets closed
+// (a broken pipe within two of them), which must not abort host 1.
+func TestHostCleanClose(t *testing.T) {
+	j := startJob(t, 2, 1, engine.Config{}, func(s *Setup) { s.Timeout = time.Second })
+	defer j.close()
+	const count = 13
+	errs := j.each(func(r int, c *engine.Comm) error {
+		return c.AllReduce(context.Background(), i32(inputs(r, count)), make([]byte, 4*count), count, kernels.Int32, kernels.Sum)
+	})
+	for r := range errs {
+		require.NoError(t, errs[r], "rank %d", r)
+	}
+	require.NoError(t, j.comms[0].Close())
+	require.NoError(t, j.hosts[0].Close())
+	time.Sleep(1500 * time.Millisecond)
+	assert.NoError(t, j.hosts[1].Err())
+	assert.Zero(t, atomic.LoadUint64(wire.WordAt(j.hosts[1].ctrl, wire.CtrlAbortOffset)), "host 1's abort word")
 }

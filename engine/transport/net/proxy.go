@@ -32,6 +32,8 @@ type link struct {
 
 	rnext int    // the reader's side: the data socket of the next striped piece read
 	bye   uint64 // the goodbye's value: the far rank process's state word (procs.go; 0 from a Host)
+
+	left atomic.Bool // the far end said a clean goodbye: a write that then fails loses nothing (fail)
 }
 
 // Frame kinds. Every frame is a 40-byte header {kind u8, pad 3, ch u32, from u32, to u32, off u32,
@@ -384,6 +386,7 @@ func (h *Host) read(l *link) {
 				return
 			}
 		}
+		l.left.Store(true)
 		return
 	}
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/collplan/collplan/bootstrap"
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/engine"
 	"github.com/collplan/collplan/engine/internal/wire"
@@ -539,4 +540,29 @@ func TestHostCleanClose(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	assert.NoError(t, j.hosts[1].Err())
 	assert.Zero(t, atomic.LoadUint64(wire.WordAt(j.hosts[1].ctrl, wire.CtrlAbortOffset)), "host 1's abort word")
+}
+
+func TestRankPlacementOf(t *testing.T) {
+	p, err := RankPlacementOf(roster([]int{0, 1}, []int{2, 3}, []int{4}), 3)
+	require.NoError(t, err)
+	assert.Equal(t, Placement{Host: 1, RanksPerHost: 2, Peers: []string{"a:0", "a:1", "b:0", "b:1", "c:0"}}, p)
+	for _, tc := range []struct {
+		name string
+		r    bootstrap.Roster
+		edit func(*bootstrap.Roster)
+		want string
+	}{
+		{"uneven", roster([]int{0}, []int{1, 2}), nil, "node b has 2 ranks, node a has 1"},
+		{"no address", roster([]int{0, 1}, []int{2, 3}), func(r *bootstrap.Roster) { r.Records[3].Endpoint.Addrs = nil }, "rank 3 (node b) advertised no address"},
+		{"empty address", roster([]int{0, 1}, []int{2, 3}), func(r *bootstrap.Roster) { r.Records[1].Endpoint.Addrs = []string{""} }, "rank 1 (node a) advertised no address"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.edit != nil {
+				tc.edit(&tc.r)
+			}
+			_, err := RankPlacementOf(tc.r, 0)
+			assert.ErrorIs(t, err, wire.ErrInvalid)
+			assert.ErrorContains(t, err, tc.want)
+		})
+	}
 }

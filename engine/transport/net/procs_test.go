@@ -8,6 +8,7 @@ import (
 	"fmt"
 	stdnet "net"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,7 @@ type procJob struct {
 	*job
 	proxies []*shm.ShmTransport
 	locks   []*shm.JobLock
+	closed  bool
 }
 
 func startProcJob(t *testing.T, hosts, perHost int, cfg engine.Config, opts ...func(*Setup)) *procJob {
@@ -97,6 +99,10 @@ func startProcJobWith(t *testing.T, hosts, perHost int, cfg engine.Config, opt f
 // close closes the ranks, their proxies, the proxies' shm handles and the hosts' job locks, and
 // checks that no segment of any host is left.
 func (pj *procJob) close(t testing.TB) {
+	if pj.closed {
+		return
+	}
+	pj.closed = true
 	pj.job.close()
 	for _, p := range pj.proxies {
 		assert.NoError(t, p.Close())
@@ -200,6 +206,7 @@ func TestLostRankProcess(t *testing.T) {
 		}, []int{1, 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			before := runtime.NumGoroutine()
 			pj := startProcJob(t, 2, 2, engine.Config{Timeout: 20 * time.Second})
 			defer pj.close(t)
 			const count = 4096
@@ -258,6 +265,15 @@ func TestLostRankProcess(t *testing.T) {
 				took := ended[r].Sub(lost)
 				assert.Less(t, took, 10*time.Second, "rank %d", r)
 				t.Logf("rank %d: after %v: %v", r, took, errs[r])
+			}
+			pj.close(t)
+			deadline := time.Now().Add(5 * time.Second)
+			for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if !assert.LessOrEqual(t, runtime.NumGoroutine(), before, "goroutines left") {
+				buf := make([]byte, 1<<16)
+				t.Logf("%s", buf[:runtime.Stack(buf, true)])
 			}
 		})
 	}

@@ -285,7 +285,7 @@ func TestShmCollNet(t *testing.T) {
 // with "COLLNET_DIRECT needs a CollNet aggregation endpoint and none is configured".
 func TestPlannedCollNet(t *testing.T) {
 	// The table alone (--no-overlay): the shipped overlay's 4 x 1 cells, fitted on this host, pick Ring.
-	dt, err := compileTable(context.Background(), "cpu", costmodel.AllReduce, 4, 1, true, tunerSpec{}, io.Discard)
+	dt, err := compileTable(context.Background(), "cpu", capabilities.Env{}, costmodel.AllReduce, 4, 1, true, tunerSpec{}, io.Discard)
 	require.NoError(t, err)
 	require.True(t, plansCollNet([]*planner.DecisionTable{dt}), "the table picks CollNet at some size: %v", dt.Entries())
 	assert.Equal(t, costmodel.CollNetDirect, dt.Lookup(64<<10).Algo, "the 64 KiB plan")

@@ -51,6 +51,8 @@ func (o *options) checkHosts(n int) error {
 		return fmt.Errorf("--hosts %d: --ranks-per-node %d, but each host holds %d of the %d ranks (the network transport's nodes are the hosts)", o.hosts, o.rpn, n/o.hosts, n)
 	case o.device != "cpu":
 		return errors.New("--hosts runs the engine on CPUs (--device cpu)")
+	case o.rankProcs && o.pinsCollNet():
+		return fmt.Errorf("--rank-processes: --algo %s: CollNet is not run with rank processes (use --hosts without it)", o.algo)
 	}
 	// The host processes inherit the environment: a bad socket count or delay is refused here,
 	// before any host starts.
@@ -97,7 +99,17 @@ func runHosts(ctx context.Context, o *options, n int, args []string, stdout, std
 	var firstErr sync.Once
 	logw := &lockedWriter{w: stderr}
 	procs := gomaxprocsPerHost(o.hosts)
-	for h := range o.hosts {
+	nproc := o.hosts // one process per host, or (--rank-processes) per rank, each with its share of Ps
+	if o.rankProcs {
+		nproc, procs = n, max(1, procs/per)
+	}
+	jobs := rankProcJobs(o.hosts)
+	errs = make([]error, nproc)
+	for p := range nproc {
+		h := p
+		if o.rankProcs {
+			h = p / per
+		}
 		cmd := lab.Command(jctx, h, exe, args...)
 		cmd.Env = append(os.Environ(), envHostsRank+"="+strconv.Itoa(h),
 			// The hosts share this machine's cores: each host process gets its share of them as Ps
@@ -110,24 +122,29 @@ func runHosts(ctx context.Context, o *options, n int, args []string, stdout, std
 			"GROUP_RANK="+strconv.Itoa(h), "WORLD_SIZE="+strconv.Itoa(n), "LOCAL_WORLD_SIZE="+strconv.Itoa(per),
 			"MASTER_ADDR="+lab.Addr(0).String(), "MASTER_PORT="+strconv.Itoa(hostsPort),
 			bootstrap.EnvSecret+"="+hex.EncodeToString(secret))
+		name := fmt.Sprintf("host %d", h)
+		if o.rankProcs {
+			cmd.Env = append(cmd.Env, rankProcEnv(p, per, jobs[h])...)
+			name = fmt.Sprintf("host %d rank %d", h, p)
+		}
 		cmd.Stdout = io.Discard
-		if h == 0 {
+		if p == 0 {
 			cmd.Stdout = stdout
 		}
 		pr, pw := io.Pipe()
 		cmd.Stderr = pw
-		logs.Go(func() { prefixLines(pr, logw, fmt.Sprintf("host %d (%s): ", h, lab.Hostname(h))) })
+		logs.Go(func() { prefixLines(pr, logw, fmt.Sprintf("%s (%s): ", name, lab.Hostname(h))) })
 		if err := cmd.Start(); err != nil {
 			pw.Close()
 			stop() // the hosts started so far are killed, and their stderr ends, before logs.Wait
 			wg.Wait()
-			return fmt.Errorf("--hosts: starting host %d: %w", h, err)
+			return fmt.Errorf("--hosts: starting %s: %w", name, err)
 		}
 		wg.Go(func() {
 			err := cmd.Wait()
 			pw.Close()
 			if err != nil {
-				errs[h] = fmt.Errorf("host %d: %w", h, err)
+				errs[p] = fmt.Errorf("%s: %w", name, err)
 				// The others end on their own (their transports see the host go), within
 				// the watchdog; the context kills what is left after a grace.
 				firstErr.Do(func() { time.AfterFunc(15*time.Second, stop) })

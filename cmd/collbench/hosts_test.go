@@ -160,7 +160,8 @@ func TestHostsLost(t *testing.T) {
 }
 
 // hostProcess returns the pid of this process's --hosts child for host h (its environment holds
-// COLLBENCH_HOSTS_RANK=h), or 0.
+// COLLBENCH_HOSTS_RANK=h), or 0. Descendants only: another job's host processes on the machine
+// (another test binary's) hold the same variable.
 func hostProcess(t *testing.T, h string) int {
 	t.Helper()
 	ents, err := os.ReadDir("/proc")

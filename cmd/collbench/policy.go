@@ -31,7 +31,11 @@ type tunerSpec = plugin.Spec
 // with the tuner of spec: one Init and one Tune round trip, then the plugin is closed, so each
 // compile re-reads its configuration file. A tuner that fails leaves the planner's built-in policy,
 // with the reason in the table's TunerNote.
-func compileTable(ctx context.Context, table string, coll costmodel.Coll, n, rpn int, noOverlay bool, spec tunerSpec, logTo io.Writer) (*planner.DecisionTable, error) {
+//
+// pins are --algo and --proto as NCCL_ALGO and NCCL_PROTO (tablePins): the table chooses among the
+// cells they allow, as NCCL does, so that a protocol-only pin never meets an algorithm that does
+// not run it (PAT with LL128 across 3 emulated hosts, refused by the engine on every rank).
+func compileTable(ctx context.Context, table string, pins capabilities.Env, coll costmodel.Coll, n, rpn int, noOverlay bool, spec tunerSpec, logTo io.Writer) (*planner.DecisionTable, error) {
 	if rpn <= 0 || rpn > n {
 		rpn = n
 	}
@@ -48,6 +52,8 @@ func compileTable(ctx context.Context, table string, coll costmodel.Coll, n, rpn
 	if err != nil {
 		return nil, fmt.Errorf("topology for %d ranks, %d per node: %w", n, rpn, err)
 	}
+	pins.Overlay(topo.Env)
+	topo.Env = pins
 	cfg, err := node.PlannerConfig(nt, &topo) // with the fitted overlay, when the table has one
 	if err != nil {
 		return nil, err
@@ -94,6 +100,21 @@ func (o *options) benchTable() string {
 		return "cpu-net"
 	}
 	return "cpu"
+}
+
+// tablePins is --algo and --proto (or NCCL_ALGO and NCCL_PROTO) as the planner's NCCL_ALGO and
+// NCCL_PROTO settings (compileTable).
+func (o *options) tablePins() capabilities.Env {
+	var e capabilities.Env
+	if o.algo != "" {
+		if a, err := capabilities.ParseAlgo(o.algo); err == nil {
+			e.Algo = capabilities.Setting{Value: a.EnvName(), Source: capabilities.SourceFlag}
+		}
+	}
+	if o.proto != "" {
+		e.Proto = capabilities.Setting{Value: o.proto, Source: capabilities.SourceFlag}
+	}
+	return e
 }
 
 // describeTable is the plans line of a table: its overlay (and the fitted cells it could not use

@@ -46,7 +46,7 @@ func TestCompileTableUsesOverlay(t *testing.T) {
 	withFit, handSet := compile(cfg), compile(planner.Config{})
 	require.NotEqual(t, tableHash(handSet), tableHash(withFit), "the overlay changes the AllReduce picks")
 
-	got, err := compileTable(context.Background(), "cpu", costmodel.AllReduce, 2, 2, false, tunerSpec{}, io.Discard)
+	got, err := compileTable(context.Background(), "cpu", capabilities.Env{}, costmodel.AllReduce, 2, 2, false, tunerSpec{}, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, tableHash(withFit), tableHash(got), "collbench: %s", describeTable(got, tunerSpec{}, "cpu"))
 }
@@ -83,7 +83,7 @@ func TestCompileTableNoOverlay(t *testing.T) {
 		{"--no-overlay", true, "planner DecisionTable for the cpu node table without overlay, table hash "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := compileTable(context.Background(), "cpu", costmodel.AllReduce, 2, 2, tc.noOverlay, tunerSpec{}, io.Discard)
+			got, err := compileTable(context.Background(), "cpu", capabilities.Env{}, costmodel.AllReduce, 2, 2, tc.noOverlay, tunerSpec{}, io.Discard)
 			require.NoError(t, err)
 			assert.Contains(t, describeTable(got, tunerSpec{}, "cpu"), tc.line)
 			if tc.noOverlay {
@@ -92,5 +92,40 @@ func TestCompileTableNoOverlay(t *testing.T) {
 				assert.NotEqual(t, tableHash(want), tableHash(got))
 			}
 		})
+	}
+}
+
+// TestTablePins: --proto and --algo restrict the table as NCCL_PROTO and NCCL_ALGO restrict NCCL's
+// choice, so a one-sided pin never pairs with a cell the engine refuses. Across 3 emulated hosts
+// (cpu-net, one rank each) the unrestricted AllGather table takes PAT, which runs Simple only:
+// pinned to LL128 the table must choose among the algorithms that run LL128 (before, collbench
+// ran PAT/LL128 and every rank failed: "PAT with LL128 (NCCL runs PAT with Simple only)"), and
+// pinned to PAT it must choose Simple.
+func TestTablePins(t *testing.T) {
+	free, err := compileTable(context.Background(), "cpu-net", capabilities.Env{}, costmodel.AllGather, 3, 1, true, tunerSpec{}, io.Discard)
+	require.NoError(t, err)
+	sawPAT := false
+	for _, e := range free.Entries() {
+		sawPAT = sawPAT || e.Decision.Algo == costmodel.PAT
+	}
+	require.True(t, sawPAT, "the premise: the free table takes PAT somewhere")
+	for _, tc := range []struct {
+		o     options
+		check func(planner.Decision) bool
+	}{
+		{options{proto: "LL128"}, func(d planner.Decision) bool { return d.Proto == costmodel.LL128 && d.Algo != costmodel.PAT }},
+		{options{algo: "PAT"}, func(d planner.Decision) bool { return d.Algo == costmodel.PAT && d.Proto == costmodel.Simple }},
+		{options{algo: "Ring", proto: "LL"}, func(d planner.Decision) bool { return d.Algo == costmodel.Ring && d.Proto == costmodel.LL }},
+		{options{algo: "COLLNET_DIRECT"}, nil}, // NCCL's log name: every pin's name is given to the planner by NCCL_ALGO's
+	} {
+		if tc.check == nil {
+			assert.Equal(t, "CollNetDirect", tc.o.tablePins().Algo.Value)
+			continue
+		}
+		dt, err := compileTable(context.Background(), "cpu-net", tc.o.tablePins(), costmodel.AllGather, 3, 1, true, tunerSpec{}, io.Discard)
+		require.NoError(t, err, "%+v", tc.o)
+		for _, e := range dt.Entries() {
+			assert.True(t, tc.check(e.Decision), "algo %q proto %q: %d..%d B: %v/%v", tc.o.algo, tc.o.proto, e.Lo, e.Hi, e.Decision.Algo, e.Decision.Proto)
+		}
 	}
 }

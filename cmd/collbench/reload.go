@@ -25,7 +25,7 @@ func (b *bench) setPolicy(cfg engine.Config, rank int) {
 // compileNew compiles the policy again (the tuner re-reads --tuner-config). A tuner that fails is a
 // failure here: the running policy stays rather than falling back to the built-in one.
 func (b *bench) compileNew(ctx context.Context) (*planner.DecisionTable, error) {
-	dt, err := compileTable(ctx, b.o.benchTable(), b.o.coll, b.n, b.o.rpn, b.o.noOverlay, b.o.tuner, b.log)
+	dt, err := compileTable(ctx, b.o.benchTable(), b.o.tablePins(), b.o.coll, b.n, b.o.rpn, b.o.noOverlay, b.o.tuner, b.log)
 	if err != nil {
 		return nil, err
 	}

@@ -71,7 +71,8 @@ type options struct {
 	maxNP     int           // --max-np (0: the host's limit, maxRanks)
 	timeout   time.Duration // --timeout: the engine's watchdog
 	rpn       int
-	hosts     int // --hosts: emulated hosts (hosts.go); 0: one host
+	hosts     int  // --hosts: emulated hosts (hosts.go); 0: one host
+	rankProcs bool // --rank-processes: with --hosts, each rank its own process (hostprocs.go)
 	transport string
 	device    string // --device: cpu (the engine on CPUs) or cuda (the GPU communicator)
 	bindTo    string
@@ -209,6 +210,7 @@ func newFlags(name string) (*options, *flag.FlagSet) {
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "watchdog: a rank whose peers move no data for this long aborts the job, naming the rank that stopped (0: off)")
 	fs.IntVar(&o.rpn, "ranks-per-node", 0, "ranks per virtual node (0: one node)")
 	fs.IntVar(&o.hosts, "hosts", 0, "H: run the job across H emulated hosts (network namespaces on one machine, root; -np spread evenly, TCP between hosts through the network transport); 0: one host")
+	fs.BoolVar(&o.rankProcs, "rank-processes", false, "with --hosts: each rank its own process (shm inside a host, every rank its own proxy) instead of one process per host running its ranks as goroutines")
 	fs.StringVar(&o.transport, "transport", "shm", "shm (ranks are processes) or inproc (goroutines)")
 	fs.StringVar(&o.device, "device", "cpu", "cpu (the engine on CPUs) or cuda (the GPU communicator, the ranks sharing device 0, through libcuda.so.1; without a driver: one line and exit status 3, a missing runtime, not bad input)")
 	fs.StringVar(&o.bindTo, "bind-to", "auto", "shm ranks on CPUs: auto (rank r on the (r mod c)-th of c CPUs when ranks outnumber them) or none")
@@ -358,7 +360,7 @@ func (o *options) engineConfig(n int) (engine.Config, string, error) {
 	}
 	plans := "engine default (Ring/Simple, 2 channels)"
 	if o.usePlan && !(cfg.Override.PinAlgo && cfg.Override.PinProto && o.channels > 0) && n > 1 {
-		dt, err := compileTable(context.Background(), o.benchTable(), o.coll, n, o.rpn, o.noOverlay, o.tuner, os.Stderr)
+		dt, err := compileTable(context.Background(), o.benchTable(), o.tablePins(), o.coll, n, o.rpn, o.noOverlay, o.tuner, os.Stderr)
 		if err != nil {
 			return cfg, "", err
 		}
@@ -413,7 +415,7 @@ func (o *options) validate(n int) error {
 func (o *options) abTables(n int) ([2]*planner.DecisionTable, error) {
 	var ts [2]*planner.DecisionTable
 	for i, spec := range o.ab {
-		dt, err := compileTable(context.Background(), o.benchTable(), o.coll, n, o.rpn, o.noOverlay, spec, os.Stderr)
+		dt, err := compileTable(context.Background(), o.benchTable(), o.tablePins(), o.coll, n, o.rpn, o.noOverlay, spec, os.Stderr)
 		if err != nil {
 			return ts, fmt.Errorf("--ab policy %c (%s): %w", 'A'+i, spec, err)
 		}
@@ -474,7 +476,7 @@ func (o *options) needsCollNet(n int) (bool, error) {
 	if o.tuner.String() != "none" || len(o.ab) > 0 {
 		return true, nil
 	}
-	dt, err := compileTable(context.Background(), o.benchTable(), o.coll, n, o.rpn, o.noOverlay, tunerSpec{}, io.Discard)
+	dt, err := compileTable(context.Background(), o.benchTable(), o.tablePins(), o.coll, n, o.rpn, o.noOverlay, tunerSpec{}, io.Discard)
 	if err != nil {
 		return false, err
 	}
@@ -559,6 +561,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err := o.checkHosts(n); err != nil {
 			return usageError{err}
 		}
+	} else if o.rankProcs {
+		return usagef("--rank-processes runs the ranks of --hosts as processes: give --hosts H")
 	}
 	if err := o.validate(n); err != nil {
 		return usageError{err}
@@ -568,6 +572,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if o.hosts != 0 {
 		if h, ok := os.LookupEnv(envHostsRank); ok {
+			if o.rankProcs {
+				return runHostRank(ctx, o, n, h, stdout, stderr)
+			}
 			return runHost(ctx, o, n, h, stdout, stderr)
 		}
 		return runHosts(ctx, o, n, args, stdout, stderr)

@@ -1,7 +1,7 @@
 // Package net is the engine's network transport (NCCL's src/transport/net.cc with its proxy
 // thread, over TCP sockets as NCCL's socket net plugin): ranks on different hosts cannot share
 // memory, so each side of a connection between hosts gets a local copy of the connection's region,
-// and a proxy per host moves what the local senders complete into the far receivers' copies and
+// and a proxy per host (or per rank process: StartRank) moves what the local senders complete into the far receivers' copies and
 // the receivers' heads (credits) back.
 //
 // # Hosts and regions
@@ -76,7 +76,9 @@
 // of Timeout, dial and accept are bounded by Timeout. A link that fails, or a host that says
 // goodbye while one of its ranks is still open, makes this host store the abort word naming that
 // host's first rank (wire.AbortHostLost): every local wait ends with an error naming it, and the
-// abort goes on to the other hosts. Host.Err names the lost host, its address and its ranks.
+// abort goes on to the other hosts. Host.Err names the lost host, its address and its ranks. A link
+// whose far end said a clean goodbye (all its ranks closed) fails no more: the heartbeat that then
+// finds its socket closed (a broken pipe) loses nothing, and aborted the ranks still open before.
 //
 // # Set-up
 //
@@ -85,14 +87,39 @@
 // NCCL_SOCKET_IFNAME picks (Interface: NCCL's syntax, prefixes, '^' to exclude, '=' for exact, and
 // NCCL's automatic order ib, not docker/lo, docker, lo when unset).
 //
+// # Rank processes
+//
+// StartRank (procs.go) gives each rank process a Host of its own, NCCL's shape: the host's ranks
+// share its segments through shm (each process its own handles on the host's job), and every rank
+// process is the proxy of the crossing connections it sends or receives on. Links are by rank:
+// every rank process listens (RankPlacementOf: the roster's address of every rank) and has one
+// link to each rank process on another host (the higher rank dials), none to its host-mates.
+// Connection FROM-TO is copied by FROM's process and TO's process over the link between them.
+//
+// The invariant: each (remote rank's control line, host) has exactly one writer. A rank process
+// mirrors only its own rank's three lines, and only to each other host's applier, that host's
+// lowest rank; a reader applies a control line only from the rank its link is to, and only in the
+// applier (any other refuses it and aborts). The one writer stores the lines in the order the
+// rank's one poller read and sent them on one ordered stream, so a line never rolls back; two
+// writers of one line could (the one that lags storing an older descriptor after a newer one).
+// The abort word goes on every link and every reader CompareAndSwap(0, v)s it: many writers, the
+// first wins. A goodbye carries the rank's state word, since the other processes of the far host
+// cannot read it from their copy, which their applier writes from another stream. A lost link
+// aborts naming the far rank (AbortWord(rank, AbortHostLost)); a killed rank's host-mates hear of
+// it through the other hosts. One Host per host (Start) and rank processes refuse each other in
+// the hello (ErrConfig), as does a rank dialled twice.
+//
 // # Not done
 //
-// No helper threads: the poller writes and one reader per link reads every socket. One Host serves all of a host's ranks, which are goroutines of
-// one process over an in-process local transport: rank processes sharing a host through shm would
-// each need a Host and one mirror writer per (rank, host) chosen among them. The proxy relies on a
+// No helper threads: the poller writes and one reader per link reads every socket. Rank processes
+// hold a full mesh of links between hosts (ranks x ranks on other hosts, each 1+Sockets sockets,
+// each with its heartbeat) where NCCL connects only the peers a channel uses; a frame a reader
+// applies wakes only its own process's poller. The proxy relies on a
 // sender's plain stores becoming visible in program order (amd64; the race build's stores are
 // atomic). The hosts' connection layouts are compared in the hello (the accepting host
 // refuses a mismatch with ErrConfig; the dialing host then sees its link closed and aborts), and a
 // rank's region size must match Setup.Layout; Setup.Layout equal to Config.Buffers is the caller's. Not wired into engine/launch
-// (collbench --hosts uses it).
+// (collbench --hosts uses Start, collbench --hosts --rank-processes StartRank). Rank processes that
+// outnumber the cores are slow (about 4 ms per small AllReduce at 2 hosts x 2 on 2 cores, against
+// tens of us with one process per host): the proxies' polling yields only with Gosched.
 package net

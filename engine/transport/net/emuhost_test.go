@@ -32,6 +32,13 @@ import (
 // ranks as goroutines on an in-process local transport, meets the other hosts through
 // bootstrap.Join (with COLLPLAN_JOB_SECRET) and talks to them over the lab's bridge.
 func TestMain(m *testing.M) {
+	if os.Getenv("NETTEST_RANKPROC") != "" { // one rank process (procs_emuhost_test.go)
+		if err := rankProcMain(); err != nil {
+			fmt.Println("error:", err)
+			os.Exit(3)
+		}
+		os.Exit(0)
+	}
 	if os.Getenv("NETTEST_HOST") != "" {
 		if err := hostMain(); err != nil {
 			fmt.Println("error:", err)

@@ -53,6 +53,8 @@ type Setup struct {
 	// host. When the colocated hosts' ranks outnumber the cores, the waits and the readers park
 	// early (parkAfter) instead of yielding for a millisecond.
 	Colocated int
+
+	proc *procMode // StartRank's: one Host per rank process (procs.go); nil: one per host
 }
 
 // Host is one host's net transport: the proxies that copy the cross-host connections and the
@@ -115,6 +117,9 @@ func Start(ctx context.Context, s Setup, local transport.Transport) (*Host, erro
 		s.Timeout = 5 * time.Second
 	}
 	hosts := len(s.Peers)
+	if s.proc != nil {
+		hosts = s.proc.hosts // Peers is by rank (StartRank checked it)
+	}
 	switch {
 	case hosts < 1 || s.Host < 0 || s.Host >= hosts:
 		return nil, fmt.Errorf("%w: net: host %d of %d", wire.ErrInvalid, s.Host, hosts)
@@ -133,9 +138,12 @@ func Start(ctx context.Context, s Setup, local transport.Transport) (*Host, erro
 	case s.Colocated < 0 || s.Colocated > maxColocated:
 		return nil, fmt.Errorf("%w: net: Colocated %d: want 0..%d (%s)", wire.ErrInvalid, s.Colocated, maxColocated, EnvColocated)
 	}
-	h := &Host{s: s, local: local, links: make([]*link, hosts), conns: make(map[connKey]*conn), stop: make(chan struct{}), wake: make(chan struct{}, 1)}
+	h := &Host{s: s, local: local, links: make([]*link, len(s.Peers)), conns: make(map[connKey]*conn), stop: make(chan struct{}), wake: make(chan struct{}, 1)}
 	h.spin = readSpin
-	if max(s.Colocated, 1)*s.RanksPerHost > runtime.NumCPU() {
+	// Early parking is for a host process, whose ranks are its goroutines: a rank process's
+	// host-mates store into its regions through shared memory, which rings no bell, so its waits
+	// keep the engine's yield phase (a parked wait would find their stores only at its timer).
+	if s.proc == nil && max(s.Colocated, 1)*s.RanksPerHost > runtime.NumCPU() {
 		h.spin = parkAfter
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
@@ -182,7 +190,10 @@ func (h *Host) connect(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, len(h.links))
 	deadline, _ := ctx.Deadline()
-	for j := 0; j < h.s.Host; j++ {
+	for j := 0; j < h.self(); j++ {
+		if !h.remote(j) {
+			continue
+		}
 		wg.Add(1)
 		go func(j int) {
 			defer wg.Done()
@@ -192,8 +203,8 @@ func (h *Host) connect(ctx context.Context) error {
 				if err == nil {
 					tuneSocket(c, h.s.Timeout)
 					var b [helloBytes]byte
-					binary.LittleEndian.PutUint64(b[0:], helloMagic)
-					binary.LittleEndian.PutUint64(b[8:], uint64(h.s.Host))
+					binary.LittleEndian.PutUint64(b[0:], h.magic())
+					binary.LittleEndian.PutUint64(b[8:], uint64(h.self()))
 					binary.LittleEndian.PutUint64(b[16:], uint64(h.s.Ranks))
 					binary.LittleEndian.PutUint64(b[24:], uint64(h.s.RanksPerHost))
 					binary.LittleEndian.PutUint64(b[32:], h.s.Layout.Word())
@@ -209,14 +220,14 @@ func (h *Host) connect(ctx context.Context) error {
 				}
 				select {
 				case <-ctx.Done():
-					errs <- fmt.Errorf("net: host %d: dial host %d at %s (socket %d of %d): %w", h.s.Host, j, h.s.Peers[j], idx, 1+h.s.Sockets, err)
+					errs <- fmt.Errorf("net: %s: dial %s at %s (socket %d of %d): %w", h.endName(h.self()), h.endName(j), h.s.Peers[j], idx, 1+h.s.Sockets, err)
 					return
 				case <-time.After(20 * time.Millisecond):
 				}
 			}
 		}(j)
 	}
-	want := (len(h.links) - 1 - h.s.Host) * (1 + h.s.Sockets)
+	want := h.above() * (1 + h.s.Sockets)
 	if want > 0 {
 		if dl, ok := h.s.Listener.(interface{ SetDeadline(time.Time) error }); ok {
 			dl.SetDeadline(deadline)
@@ -226,7 +237,7 @@ func (h *Host) connect(ctx context.Context) error {
 		c, err := h.s.Listener.Accept()
 		if err != nil {
 			wg.Wait()
-			return fmt.Errorf("net: host %d: accept (%d of %d sockets from the hosts above joined): %w", h.s.Host, got, want, err)
+			return fmt.Errorf("net: %s: accept (%d of %d sockets from the %ss above joined): %w", h.endName(h.self()), got, want, h.endKind(), err)
 		}
 		tuneSocket(c, h.s.Timeout)
 		var b [helloBytes]byte
@@ -237,15 +248,25 @@ func (h *Host) connect(ctx context.Context) error {
 		}
 		j := int(binary.LittleEndian.Uint64(b[8:]))
 		idx := int(binary.LittleEndian.Uint64(b[48:]))
-		if binary.LittleEndian.Uint64(b[0:]) != helloMagic || j <= h.s.Host || j >= len(h.links) {
+		if err := h.checkHello(b[:]); err != nil {
+			c.Close()
+			wg.Wait()
+			return err
+		}
+		if binary.LittleEndian.Uint64(b[0:]) != h.magic() || j <= h.self() || j >= len(h.links) || !h.remote(j) {
 			c.Close()
 			continue
 		}
 		if ns := int(binary.LittleEndian.Uint64(b[40:])); ns != h.s.Sockets {
 			c.Close()
 			wg.Wait()
-			return fmt.Errorf("%w: net: host %d has %d data sockets per link, host %d has %d (%s x %s must agree)",
-				wire.ErrConfig, j, ns, h.s.Host, h.s.Sockets, EnvSocketThreads, EnvSocksPerThread)
+			return fmt.Errorf("%w: net: %s has %d data sockets per link, %s has %d (%s x %s must agree)",
+				wire.ErrConfig, h.endName(j), ns, h.endName(h.self()), h.s.Sockets, EnvSocketThreads, EnvSocksPerThread)
+		}
+		if err := h.checkDuplicate(j, idx); err != nil {
+			c.Close()
+			wg.Wait()
+			return err
 		}
 		if idx < 0 || idx > h.s.Sockets || h.hasSock(j, idx) {
 			c.Close()
@@ -254,14 +275,14 @@ func (h *Host) connect(ctx context.Context) error {
 		if r, p := int(binary.LittleEndian.Uint64(b[16:])), int(binary.LittleEndian.Uint64(b[24:])); r != h.s.Ranks || p != h.s.RanksPerHost {
 			c.Close()
 			wg.Wait()
-			return fmt.Errorf("%w: net: host %d has %d ranks at %d per host, host %d has %d at %d",
-				wire.ErrConfig, j, r, p, h.s.Host, h.s.Ranks, h.s.RanksPerHost)
+			return fmt.Errorf("%w: net: %s has %d ranks at %d per host, %s has %d at %d",
+				wire.ErrConfig, h.endName(j), r, p, h.endName(h.self()), h.s.Ranks, h.s.RanksPerHost)
 		}
 		if w := binary.LittleEndian.Uint64(b[32:]); w != h.s.Layout.Word() {
 			c.Close()
 			wg.Wait()
-			return fmt.Errorf("%w: net: host %d's connection layout (word %#x) differs from host %d's (%d, %d, %d bytes of LL, LL128, Simple: word %#x)",
-				wire.ErrConfig, j, w, h.s.Host, h.s.Layout.LLBytes, h.s.Layout.LL128Bytes, h.s.Layout.SimpleBytes, h.s.Layout.Word())
+			return fmt.Errorf("%w: net: %s's connection layout (word %#x) differs from %s's (%d, %d, %d bytes of LL, LL128, Simple: word %#x)",
+				wire.ErrConfig, h.endName(j), w, h.endName(h.self()), h.s.Layout.LLBytes, h.s.Layout.LL128Bytes, h.s.Layout.SimpleBytes, h.s.Layout.Word())
 		}
 		h.setSock(j, idx, c)
 		got++
@@ -351,6 +372,9 @@ func (h *Host) Err() error {
 func (h *Host) Rank(r int, local transport.Transport) (*Rank, error) {
 	if r < 0 || r >= h.s.Ranks || h.HostOf(r) != h.s.Host {
 		return nil, fmt.Errorf("%w: net: rank %d is not on host %d", wire.ErrInvalid, r, h.s.Host)
+	}
+	if h.s.proc != nil && r != h.s.proc.rank {
+		return nil, fmt.Errorf("%w: net: rank %d is not this rank process's (rank %d)", wire.ErrInvalid, r, h.s.proc.rank)
 	}
 	return &Rank{h: h, rank: r, local: local}, nil
 }
@@ -453,15 +477,15 @@ func (h *Host) conn(k connKey) (*conn, error) {
 	if int(k.from) >= h.s.Ranks || int(k.to) >= h.s.Ranks {
 		return nil, fmt.Errorf("%w: net: connection %s: rank outside 0..%d", wire.ErrInvalid, k.name(), h.s.Ranks-1)
 	}
-	fh, th := h.HostOf(int(k.from)), h.HostOf(int(k.to))
-	if fh != h.s.Host && th != h.s.Host {
-		return nil, fmt.Errorf("%w: net: connection %s has no end on host %d", wire.ErrInvalid, k.name(), h.s.Host)
+	fh, th := h.endOf(int(k.from)), h.endOf(int(k.to))
+	if fh != h.self() && th != h.self() {
+		return nil, fmt.Errorf("%w: net: connection %s has no end on %s", wire.ErrInvalid, k.name(), h.endName(h.self()))
 	}
 	r, err := h.local.Region(k.name(), h.s.Layout.Size())
 	if err != nil {
 		return nil, fmt.Errorf("net: %s: %w", k.name(), err)
 	}
-	c := &conn{key: k, r: r, sender: fh == h.s.Host}
+	c := &conn{key: k, r: r, sender: fh == h.self()}
 	if c.sender {
 		c.peer = h.links[th]
 	} else {
@@ -514,6 +538,13 @@ func (h *Host) closeLinks() {
 // fail records the first link error and aborts the communicator on this host, naming the first
 // rank of the lost host (wire.AbortHostLost): every local wait ends with it.
 func (h *Host) fail(peer int, err error) {
+	if l := h.links[peer]; l != nil && l.left.Load() {
+		return // its ranks closed and it said goodbye: the heartbeat that found its socket closed lost nothing
+	}
+	if h.s.proc != nil {
+		h.procFail(peer, err)
+		return
+	}
 	h.errMu.Lock()
 	if h.err == nil {
 		h.err = fmt.Errorf("net: host %d lost host %d (%s, ranks %d..%d): %w", h.s.Host, peer, h.s.Peers[peer],

@@ -30,7 +30,10 @@ type link struct {
 	stamp    int64     // this pass's send time (Unix ns), in every header
 	werr     error     // the first write error of this pass
 
-	rnext int // the reader's side: the data socket of the next striped piece read
+	rnext int    // the reader's side: the data socket of the next striped piece read
+	bye   uint64 // the goodbye's value: the far rank process's state word (procs.go; 0 from a Host)
+
+	left atomic.Bool // the far end said a clean goodbye: a write that then fails loses nothing (fail)
 }
 
 // Frame kinds. Every frame is a 40-byte header {kind u8, pad 3, ch u32, from u32, to u32, off u32,
@@ -89,7 +92,7 @@ func (h *Host) poll() {
 				continue
 			}
 			if stopping {
-				l.frame(fBye, connKey{}, 0, 0, 0)
+				l.frame(fBye, connKey{}, 0, 0, h.byeWord())
 			} else if now.Sub(l.lastSend) > h.s.Timeout/4 {
 				l.frame(fPing, connKey{}, 0, 0, 0)
 			}
@@ -173,8 +176,7 @@ func (h *Host) pass(scratch *[]byte) bool {
 // it are that call's or newer, and the far side stores seq last.
 func (h *Host) passCtrl() bool {
 	moved := false
-	first := h.s.Host * h.s.RanksPerHost
-	last := min(h.s.Ranks, first+h.s.RanksPerHost)
+	first, last := h.endRanks(h.self())
 	for r := first; r < last; r++ {
 		for ln := 0; ln < 3; ln++ {
 			off := wire.CtrlRankOffset + r*wire.CtrlRankSize + ln*wire.LineBytes
@@ -197,7 +199,7 @@ func (h *Host) passCtrl() bool {
 				binary.LittleEndian.PutUint64(b[8*i:], h.lastCtrl[off/8+i])
 			}
 			for _, l := range h.links {
-				if l != nil && !l.dead {
+				if l != nil && !l.dead && h.mirrorsTo(l.host) {
 					l.frame(fCtrl, connKey{from: uint32(r)}, off, wire.LineBytes, 0)
 					l.putPayload(b[:], h.chunk())
 				}
@@ -377,13 +379,14 @@ func (h *Host) read(l *link) {
 	if errors.Is(err, errBye) {
 		// A clean close is a loss too while one of that host's ranks is still open (its Comm
 		// was not closed first): this host's ranks would wait for it forever.
-		first := l.host * h.s.RanksPerHost
-		for r := first; r < min(h.s.Ranks, first+h.s.RanksPerHost); r++ {
-			if atomic.LoadUint64(wire.WordAt(h.ctrl, wire.CtrlRankOffset+r*wire.CtrlRankSize))&1 == 0 {
+		first, last := h.endRanks(l.host)
+		for r := first; r < last; r++ {
+			if h.stateAtBye(l, r)&1 == 0 {
 				h.fail(l.host, fmt.Errorf("it closed its net transport while rank %d was open", r))
 				return
 			}
 		}
+		l.left.Store(true)
 		return
 	}
 	if err != nil {
@@ -425,13 +428,17 @@ func (h *Host) readLoop(l *link) error {
 				}
 			}
 		case fBye:
+			l.bye = val
 			return errBye
 		case fAbort:
 			atomic.CompareAndSwapUint64(wire.WordAt(h.ctrl, wire.CtrlAbortOffset), 0, val)
 		case fCtrl:
 			base := wire.CtrlRankOffset + int(k.from)*wire.CtrlRankSize
-			if int(k.from) >= h.s.Ranks || h.HostOf(int(k.from)) != l.host || n != wire.LineBytes || off < base || off >= base+wire.CtrlRankSize || off%wire.LineBytes != 0 {
+			if int(k.from) >= h.s.Ranks || h.endOf(int(k.from)) != l.host || n != wire.LineBytes || off < base || off >= base+wire.CtrlRankSize || off%wire.LineBytes != 0 {
 				return fmt.Errorf("bad control frame (rank %d, offset %d, %d bytes)", k.from, off, n)
+			}
+			if err := h.checkApplier(int(k.from)); err != nil {
+				return err
 			}
 			if err := l.readPayload(line[:], h.chunk(), h.s.Timeout); err != nil {
 				return err
@@ -446,8 +453,8 @@ func (h *Host) readLoop(l *link) error {
 				}
 			}
 		case fLL, fLL128, fSimple, fHead:
-			if h.HostOf(int(k.from)) == h.HostOf(int(k.to)) || (h.HostOf(int(k.from)) != l.host && h.HostOf(int(k.to)) != l.host) {
-				return fmt.Errorf("frame for connection %s, which is not between host %d and this one", k.name(), l.host)
+			if h.HostOf(int(k.from)) == h.HostOf(int(k.to)) || (h.endOf(int(k.from)) != l.host && h.endOf(int(k.to)) != l.host) {
+				return fmt.Errorf("frame for connection %s, which is not between %s and this one", k.name(), h.endName(l.host))
 			}
 			c, err := h.conn(k)
 			if err != nil {

@@ -281,7 +281,7 @@ func runFullCase(t *testing.T, comms []*Comm, m matrixCase, inputs fullInputs, e
 	reduces := coll == costmodel.AllReduce || coll == costmodel.ReduceScatter || coll == costmodel.Reduce
 
 	b := placeBuffers(m, count, func(r, inCount int) []byte { return inputs.get(dt, op, n, r, inCount) })
-	ins, sends, recvs := b.ins, b.sends, b.recvs
+	ins, sends, recvs := b.Ins, b.Sends, b.Recvs
 	scalars := make([][]byte, n)
 	ops := make([]kernels.Op, n)
 	for r := 0; r < n; r++ {
@@ -342,7 +342,7 @@ func runFullCase(t *testing.T, comms []*Comm, m matrixCase, inputs fullInputs, e
 	cache := expects.of(dt, op)
 	checkResults(fail, coll, dt, op, count, es, root, ins, recvs, scalars, false,
 		func(off int) elemWant { return cache.get(dt, op, ins, off, scalars) })
-	b.checkUntouched(m, es, fail)
+	b.CheckUntouched(m.shared(), fail)
 
 	checkFullSteps(m, comms, before, fail)
 	return true

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -12,7 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/matrix"
 	"github.com/collplan/collplan/kernels"
+	"github.com/collplan/collplan/planner"
 )
 
 // The correctness matrix. Its axes:
@@ -34,17 +35,24 @@ import (
 // The full cartesian product is ~10^7 calls; the test runs a pairwise covering set: every value of
 // every axis, and every pair of values of any two axes, appears in at least one case. -short (the
 // race detector's run) uses a pairwise set over smaller axes.
+//
+// The cases, inputs, buffers and oracle are engine/internal/matrix's, shared with the across-hosts
+// run of the same matrix (engine/transport/net/matrix_test.go). The engine's tests name them with
+// the types below (matrixCase is matrix.Case with the engine's field names, for the engine's own rows:
+// PAT, NVLS, NVLS_TREE, CollNet, the full matrix).
 
 type collAlgo struct {
 	coll costmodel.Coll
 	algo costmodel.Algo
 }
 
-var collAlgos = []collAlgo{
-	{costmodel.AllReduce, costmodel.Ring}, {costmodel.AllReduce, costmodel.Tree},
-	{costmodel.AllGather, costmodel.Ring}, {costmodel.ReduceScatter, costmodel.Ring},
-	{costmodel.Broadcast, costmodel.Ring}, {costmodel.Reduce, costmodel.Ring},
-}
+var collAlgos = func() []collAlgo {
+	var out []collAlgo
+	for _, ca := range matrix.CollAlgos {
+		out = append(out, collAlgo{ca.Coll, ca.Algo})
+	}
+	return out
+}()
 
 type dtOp struct {
 	dt kernels.Dtype
@@ -53,26 +61,17 @@ type dtOp struct {
 
 func dtOps(short bool) []dtOp {
 	var out []dtOp
-	for dt := kernels.Dtype(0); dt < kernels.NumDtypes; dt++ {
-		out = append(out, dtOp{dt, kernels.Sum})
-	}
-	dts := []kernels.Dtype{kernels.Float32, kernels.Int32, kernels.Float16, kernels.Bfloat16, kernels.Fp8E4M3}
-	if short {
-		dts = []kernels.Dtype{kernels.Float16, kernels.Int32, kernels.Fp8E4M3}
-	}
-	for _, op := range []kernels.Op{kernels.Avg, kernels.Min, kernels.Max, kernels.Prod, kernels.PreMulSum} {
-		for _, dt := range dts {
-			out = append(out, dtOp{dt, op})
-		}
+	for _, d := range matrix.DtOps(short) {
+		out = append(out, dtOp{d.Dt, d.Op})
 	}
 	return out
 }
 
 const (
-	sizeZero = iota
-	sizeOne
-	sizeSmall
-	sizeWrap
+	sizeZero  = matrix.SizeZero
+	sizeOne   = matrix.SizeOne
+	sizeSmall = matrix.SizeSmall
+	sizeWrap  = matrix.SizeWrap
 )
 
 type matrixCase struct {
@@ -89,127 +88,40 @@ type matrixCase struct {
 	invalid  bool // the full matrix's refused rows: ErrInvalid on every rank expected
 }
 
-func (m matrixCase) String() string {
-	rpn := fmt.Sprint(m.rpn)
-	if m.rpn == 0 {
-		rpn = "n"
-	}
-	s := fmt.Sprintf("%v-%v-%v-%v-%v-n%d-rpn%s-size%d-ch%d", m.ca.coll, m.ca.algo, m.proto, m.do.dt, m.do.op, m.n, rpn, m.size, m.channels)
-	if m.inPlace {
-		s += "-inplace"
-	}
-	if m.misalign != 0 {
-		s += "-misaligned"
-	}
-	if m.invalid {
-		s += "-invalid"
-	}
-	if m.ca.coll == costmodel.Broadcast || m.ca.coll == costmodel.Reduce {
-		s += fmt.Sprintf("-root%d", m.root())
-	}
-	return s
+// shared is the case as the matrix package has it.
+func (m matrixCase) shared() matrix.Case {
+	return matrix.Case{CA: matrix.CollAlgo{Coll: m.ca.coll, Algo: m.ca.algo}, Proto: m.proto, Do: matrix.DtOp{Dt: m.do.dt, Op: m.do.op},
+		N: m.n, RPN: m.rpn, Size: m.size, InPlace: m.inPlace, Channels: m.channels, Misalign: m.misalign, RootSel: m.rootSel, Invalid: m.invalid}
 }
 
-func (m matrixCase) root() int {
-	switch m.rootSel {
-	case 1:
-		return m.n - 1
-	case 2:
-		return m.n / 2
-	}
-	return 0
+// caseOf is the matrix package's case with the engine's names.
+func caseOf(c matrix.Case) matrixCase {
+	return matrixCase{ca: collAlgo{c.CA.Coll, c.CA.Algo}, proto: c.Proto, do: dtOp{c.Do.Dt, c.Do.Op}, n: c.N, rpn: c.RPN, size: c.Size,
+		inPlace: c.InPlace, channels: c.Channels, misalign: c.Misalign, rootSel: c.RootSel, invalid: c.Invalid}
 }
+
+func (m matrixCase) String() string { return m.shared().String() }
+
+func (m matrixCase) root() int { return m.shared().Root() }
 
 // pairwise returns rows (value indices per axis) such that every pair of values of every two axes
-// appears in some row: a greedy covering with a fixed seed.
-func pairwise(sizes []int, seed uint64) [][]int {
-	type pair struct{ a, va, b, vb int }
-	uncovered := map[pair]bool{}
-	for a := range sizes {
-		for b := a + 1; b < len(sizes); b++ {
-			for va := 0; va < sizes[a]; va++ {
-				for vb := 0; vb < sizes[b]; vb++ {
-					uncovered[pair{a, va, b, vb}] = true
-				}
-			}
-		}
-	}
-	gain := func(row []int, fixed []bool, a, va int) int {
-		g := 0
-		for b := range sizes {
-			if b == a || !fixed[b] {
-				continue
-			}
-			p := pair{a, va, b, row[b]}
-			if b < a {
-				p = pair{b, row[b], a, va}
-			}
-			if uncovered[p] {
-				g++
-			}
-		}
-		return g
-	}
-	rng := rand.New(rand.NewPCG(seed, 1))
-	var rows [][]int
-	for len(uncovered) > 0 {
-		// Seed the row with the uncovered pair that comes first in a fixed order.
-		var first pair
-		found := false
-		for a := range sizes {
-			for b := a + 1; b < len(sizes) && !found; b++ {
-				for va := 0; va < sizes[a] && !found; va++ {
-					for vb := 0; vb < sizes[b] && !found; vb++ {
-						if p := (pair{a, va, b, vb}); uncovered[p] {
-							first, found = p, true
-						}
-					}
-				}
-			}
-			if found {
-				break
-			}
-		}
-		row := make([]int, len(sizes))
-		fixed := make([]bool, len(sizes))
-		row[first.a], row[first.b] = first.va, first.vb
-		fixed[first.a], fixed[first.b] = true, true
-		for _, a := range rng.Perm(len(sizes)) {
-			if fixed[a] {
-				continue
-			}
-			best, bestGain := rng.IntN(sizes[a]), -1
-			for _, va := range rng.Perm(sizes[a]) {
-				if g := gain(row, fixed, a, va); g > bestGain {
-					best, bestGain = va, g
-				}
-			}
-			row[a], fixed[a] = best, true
-		}
-		for a := range sizes {
-			for b := a + 1; b < len(sizes); b++ {
-				delete(uncovered, pair{a, row[a], b, row[b]})
-			}
-		}
-		rows = append(rows, row)
-	}
-	return rows
-}
+// appears in some row (matrix.Pairwise).
+func pairwise(sizes []int, seed uint64) [][]int { return matrix.Pairwise(sizes, seed) }
 
-func matrixCases(short bool) []matrixCase {
+// matrixSpace is the in-process matrix's axes: n = 1..9 (short: 1, 2, 3, 5, 8, 9), ranks per node
+// 1, 2, 3 and n.
+func matrixSpace(short bool) matrix.Space {
 	ns := []int{1, 2, 3, 4, 5, 6, 7, 8, 9}
 	if short {
 		ns = []int{1, 2, 3, 5, 8, 9}
 	}
-	dos := dtOps(short)
-	rpns := []int{1, 2, 3, 0}
-	axes := []int{len(collAlgos), len(protos), len(dos), len(ns), len(rpns), 4, 2, 3, 2, 3}
+	return matrix.Space{CollAlgos: matrix.CollAlgos, Protos: matrix.Protos, DtOps: matrix.DtOps(short), Ns: ns, RPNs: []int{1, 2, 3, 0}, Seed: 42}
+}
+
+func matrixCases(short bool) []matrixCase {
 	var cases []matrixCase
-	for _, row := range pairwise(axes, 42) {
-		cases = append(cases, matrixCase{
-			ca: collAlgos[row[0]], proto: protos[row[1]], do: dos[row[2]], n: ns[row[3]], rpn: rpns[row[4]],
-			size: row[5], inPlace: row[6] == 1, channels: row[7] + 1, misalign: row[8], rootSel: row[9],
-		})
+	for _, c := range matrixSpace(short).Cases() {
+		cases = append(cases, caseOf(c))
 	}
 	return cases
 }
@@ -248,22 +160,6 @@ func TestMatrixPAT(t *testing.T) {
 	t.Logf("%d cases in %v", len(cases), time.Since(start))
 }
 
-// TestPairwiseCovers checks the covering property the matrix relies on.
-func TestPairwiseCovers(t *testing.T) {
-	axes := []int{6, 3, 37, 9, 4, 4, 2, 3, 2, 3}
-	rows := pairwise(axes, 42)
-	for a := range axes {
-		for b := a + 1; b < len(axes); b++ {
-			seen := map[[2]int]bool{}
-			for _, r := range rows {
-				seen[[2]int{r[a], r[b]}] = true
-			}
-			require.Len(t, seen, axes[a]*axes[b], "axes %d and %d", a, b)
-		}
-	}
-	t.Logf("%d rows cover all pairs of %v", len(rows), axes)
-}
-
 func TestMatrix(t *testing.T) {
 	cases := matrixCases(testing.Short())
 	start := time.Now()
@@ -273,21 +169,20 @@ func TestMatrix(t *testing.T) {
 	t.Logf("%d cases in %v", len(cases), time.Since(start))
 }
 
-// matrixCount is the element count of a size class. The wrapping size gives every channel at
-// least 32 FIFO steps of payload (so each connection wraps its 8 slots at least 3 times) and three
-// full ring loops of the largest chunk (4 slots), plus an odd number of elements, so it is not a
-// multiple of a line, a slot or a chunk.
-func matrixCount(m matrixCase, cfgPayload int) int {
-	es := m.do.dt.Size()
-	switch m.size {
-	case sizeZero:
-		return 0
-	case sizeOne:
-		return 1
-	case sizeSmall:
-		return 13
+// matrixCount is the element count of a size class (matrix.Count) on slots of cfgPayload bytes.
+func matrixCount(m matrixCase, cfgPayload int) int { return matrix.Count(m.shared(), cfgPayload) }
+
+// TestSlotPayload: the matrix package's slot payload, which the across-hosts matrix sizes its
+// cases by, is the engine's, for the matrix's tiny buffers and for the defaults.
+func TestSlotPayload(t *testing.T) {
+	for _, b := range []planner.Buffers{tinyBuffers(), {}} {
+		comms, err := NewInProcess(1, Config{Buffers: b})
+		require.NoError(t, err)
+		for _, p := range protos {
+			assert.Equal(t, int(comms[0].slotPayload(p)), matrix.SlotPayload(comms[0].cfg.Buffers, p), "%v, buffers %+v", p, b)
+		}
+		closeAll(comms)
 	}
-	return (max(32, 12*m.n)*cfgPayload*m.channels)/es + 37
 }
 
 // caseCount is matrixCount on communicator c's buffers, where an NVLS, NVLS_TREE or CollNetDirect
@@ -300,90 +195,12 @@ func caseCount(m matrixCase, c *Comm) int {
 	return matrixCount(m, int(c.slotPayload(m.proto)))
 }
 
-const guardBytes = 16
+// caseBuffers are one case's per-rank buffers (matrix.Placement).
+type caseBuffers = matrix.Placement
 
-// guarded returns a buffer of need bytes starting misalign bytes into an allocation, followed by
-// guard bytes of a known pattern, and the whole allocation.
-func guarded(need, misalign int) (buf, all []byte) {
-	all = make([]byte, misalign+need+guardBytes)
-	for i := range all {
-		all[i] = 0xa5
-	}
-	return all[misalign : misalign+need+guardBytes], all
-}
-
-// caseBuffers are one case's per-rank buffers: the full inputs, the send and receive slices handed
-// to the engine (inside guarded allocations, in place or not as the case says), and a copy of each
-// allocation taken before the call.
-type caseBuffers struct {
-	ins, sends, recvs, allocs, before [][]byte
-	outOff                            []int // where recv starts in allocs[r]
-	inCount, outCount                 int
-}
-
-// placeBuffers lays a case's buffers out as NCCL's in-place conventions say: AllGather's send is
-// this rank's block of recv, ReduceScatter's recv is this rank's block of send, the others share
-// one buffer; a non-root of an in-place Broadcast or Reduce has separate buffers.
+// placeBuffers lays a case's buffers out as NCCL's in-place conventions say (matrix.Place).
 func placeBuffers(m matrixCase, count int, input func(r, inCount int) []byte) *caseBuffers {
-	n, es, coll, root := m.n, m.do.dt.Size(), m.ca.coll, m.root()
-	b := &caseBuffers{inCount: count, outCount: count}
-	if coll == costmodel.ReduceScatter {
-		b.inCount = n * count
-	}
-	if coll == costmodel.AllGather {
-		b.outCount = n * count
-	}
-	b.ins, b.sends, b.recvs = make([][]byte, n), make([][]byte, n), make([][]byte, n)
-	b.allocs, b.before, b.outOff = make([][]byte, n), make([][]byte, n), make([]int, n)
-	for r := 0; r < n; r++ {
-		b.ins[r] = input(r, b.inCount)
-		var all []byte
-		switch {
-		case !m.inPlace || (coll == costmodel.Broadcast || coll == costmodel.Reduce) && r != root:
-			b.sends[r], _ = guarded(b.inCount*es, m.misalign)
-			copy(b.sends[r], b.ins[r])
-			b.recvs[r], all = guarded(b.outCount*es, m.misalign)
-		case coll == costmodel.AllGather:
-			b.recvs[r], all = guarded(b.outCount*es, m.misalign)
-			b.sends[r] = b.recvs[r][r*count*es : (r+1)*count*es]
-			copy(b.sends[r], b.ins[r])
-		case coll == costmodel.ReduceScatter:
-			b.sends[r], all = guarded(b.inCount*es, m.misalign)
-			copy(b.sends[r], b.ins[r])
-			b.recvs[r] = b.sends[r][r*count*es : (r+1)*count*es]
-			b.outOff[r] = r * count * es
-		default:
-			b.sends[r], all = guarded(b.inCount*es, m.misalign)
-			copy(b.sends[r], b.ins[r])
-			b.recvs[r] = b.sends[r]
-		}
-		b.allocs[r] = all
-		b.outOff[r] += m.misalign
-		b.before[r] = bytes.Clone(all)
-	}
-	return b
-}
-
-// checkUntouched reports any change outside the results: guard bytes, the rest of an in-place send
-// buffer, a non-root Reduce output, and the send buffer of an out-of-place call.
-func (b *caseBuffers) checkUntouched(m matrixCase, es int, fail func(format string, a ...any)) {
-	coll, root := m.ca.coll, m.root()
-	for r := 0; r < m.n; r++ {
-		lo, hi := b.outOff[r], b.outOff[r]+b.outCount*es
-		if coll == costmodel.Reduce && r != root {
-			hi = lo
-		}
-		for i, v := range b.allocs[r] {
-			if (i < lo || i >= hi) && v != b.before[r][i] {
-				fail("rank %d: byte %d outside the result changed", r, i-m.misalign)
-				break
-			}
-		}
-		separate := !m.inPlace || (coll == costmodel.Broadcast || coll == costmodel.Reduce) && r != root
-		if separate && !bytes.Equal(b.sends[r][:b.inCount*es], b.ins[r]) {
-			fail("rank %d: the send buffer changed", r)
-		}
-	}
+	return matrix.Place(m.shared(), count, input, nil)
 }
 
 func runMatrixCase(t *testing.T, m matrixCase) {
@@ -411,7 +228,7 @@ func runMatrixCase(t *testing.T, m matrixCase) {
 		fillInput(in, dt, op, seed, r, 0, inCount)
 		return in
 	})
-	ins, sends, recvs := b.ins, b.sends, b.recvs
+	ins, sends, recvs := b.Ins, b.Sends, b.Recvs
 	scalars := make([][]byte, n)
 	ops := make([]kernels.Op, n)
 	for r := 0; r < n; r++ {
@@ -450,7 +267,7 @@ func runMatrixCase(t *testing.T, m matrixCase) {
 		fails++
 	}
 	checkResults(fail, coll, dt, op, count, es, root, ins, recvs, scalars, true, nil)
-	b.checkUntouched(m, es, fail)
+	b.CheckUntouched(m.shared(), fail)
 
 	// Every FIFO in use wrapped its slots at least 3 times. NVLS: every multicast object did, and
 	// no connection was used.

@@ -23,6 +23,7 @@ import (
 	"github.com/collplan/collplan/costmodel"
 	"github.com/collplan/collplan/emuhost"
 	"github.com/collplan/collplan/engine"
+	"github.com/collplan/collplan/engine/internal/matrix"
 	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/engine/transport"
 	"github.com/collplan/collplan/kernels"
@@ -53,46 +54,76 @@ func hostMain() error {
 	host, _ := strconv.Atoi(os.Getenv("NETTEST_HOST"))
 	per, _ := strconv.Atoi(os.Getenv("NETTEST_PER"))
 	hosts, _ := strconv.Atoi(os.Getenv("NETTEST_HOSTS"))
-	loop := os.Getenv("NETTEST_LOOP") == "1"
+	cfg := engine.Config{RanksPerNode: per, Buffers: tiny}
+	if os.Getenv("NETTEST_MATRIX") != "" {
+		// The matrix's buffers; a wait that sees no progress for 20 s aborts the case's call.
+		cfg = engine.Config{RanksPerNode: per, Buffers: matrix.TinyBuffers(), Timeout: 20 * time.Second}
+	}
+	h, comms, err := joinHost(host, hosts, cfg)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	for _, c := range comms {
+		defer c.Close()
+	}
+	if s := os.Getenv("NETTEST_MATRIX"); s != "" {
+		return matrixHost(h, comms, hosts, cfg.Buffers, s == "short")
+	}
+	return allReduceHost(comms, per*hosts, os.Getenv("NETTEST_LOOP") == "1")
+}
+
+// joinHost starts this host's Host and its cfg.RanksPerNode ranks' communicators.
+func joinHost(host, hosts int, cfg engine.Config) (*Host, []*engine.Comm, error) {
+	per := cfg.RanksPerNode
 	n := per * hosts
-	b := tiny.WithDefaults()
+	b := cfg.Buffers.WithDefaults()
 	// The host listens on an ephemeral port of the interface NCCL_SOCKET_IFNAME picks (host 0: the
 	// default order, which passes over lo; host 1: "^lo"), and its ranks meet the others
 	// through bootstrap.Join as torchrun's ranks would (RANK, ..., MASTER_ADDR, the job secret);
 	// the roster gives every host's listener.
 	ln, err := Listen(os.Getenv("NCCL_SOCKET_IFNAME"), 0)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if got, want := ln.Addr().(*stdnet.TCPAddr).IP.String(), os.Getenv("NETTEST_ADDR"); got != want {
 		ln.Close()
-		return fmt.Errorf("NCCL_SOCKET_IFNAME %q picked %s, want the lab's address %s", os.Getenv("NCCL_SOCKET_IFNAME"), got, want)
+		return nil, nil, fmt.Errorf("NCCL_SOCKET_IFNAME %q picked %s, want the lab's address %s", os.Getenv("NCCL_SOCKET_IFNAME"), got, want)
 	}
 	peers, err := meet(host, per, n, ln.Addr().String())
 	if err != nil {
 		ln.Close()
-		return err
+		return nil, nil, err
 	}
 	local := transport.NewInProcess()
 	h, err := Start(context.Background(), Setup{Host: host, Ranks: n, RanksPerHost: per, Listener: ln, Peers: peers,
 		Layout: wire.ConnLayout{LLBytes: int(b.LL), LL128Bytes: int(b.LL128), SimpleBytes: int(b.Simple)}, Timeout: 3 * time.Second}, local.Rank())
 	ln.Close()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer h.Close()
 	comms := make([]*engine.Comm, per)
 	for i := range comms {
 		r := host*per + i
 		tr, err := h.Rank(r, local.Rank())
+		if err == nil {
+			comms[i], err = engine.New(r, n, tr, cfg)
+		}
 		if err != nil {
-			return err
+			for _, c := range comms[:i] {
+				c.Close()
+			}
+			h.Close()
+			return nil, nil, err
 		}
-		if comms[i], err = engine.New(r, n, tr, engine.Config{RanksPerNode: per, Buffers: tiny}); err != nil {
-			return err
-		}
-		defer comms[i].Close()
 	}
+	return h, comms, nil
+}
+
+// allReduceHost runs Ring AllReduce with LL, LL128 and Simple on this host's ranks, once each or
+// (loop) until the job fails, and prints "running" once all three were right.
+func allReduceHost(comms []*engine.Comm, n int, loop bool) error {
+	per := len(comms)
 	const count = 1531
 	sum := make([]int32, count)
 	for r := 0; r < n; r++ {
@@ -196,9 +227,12 @@ type hostProc struct {
 	out   strings.Builder
 	mu    sync.Mutex
 	done  chan error
+	eof   chan struct{}  // closed when every line of the output is in out
+	stdin io.WriteCloser // the host's standard input (the matrix's hosts exit at its end)
 }
 
-func startHosts(t *testing.T, ctx context.Context, lab *emuhost.Lab, per int, loop bool) []*hostProc {
+// startHosts starts one process per host of lab, each running per ranks; env is added to theirs.
+func startHosts(t *testing.T, ctx context.Context, lab *emuhost.Lab, per int, loop bool, env ...string) []*hostProc {
 	secret := make([]byte, 16)
 	rand.Read(secret)
 	procs := make([]*hostProc, lab.Hosts())
@@ -207,10 +241,14 @@ func startHosts(t *testing.T, ctx context.Context, lab *emuhost.Lab, per int, lo
 		cmd.Env = append(os.Environ(), "NETTEST_HOST="+strconv.Itoa(i), "NETTEST_PER="+strconv.Itoa(per),
 			"NETTEST_HOSTS="+strconv.Itoa(lab.Hosts()), "NETTEST_ADDR="+lab.Addr(i).String(), "NETTEST_MASTER="+lab.Addr(0).String(),
 			bootstrap.EnvSecret+"="+hex.EncodeToString(secret), "NCCL_SOCKET_IFNAME="+[]string{"", "^lo"}[min(i, 1)], "NETTEST_LOOP="+map[bool]string{true: "1", false: "0"}[loop])
+		cmd.Env = append(cmd.Env, env...)
 		pr, pw := io.Pipe()
 		cmd.Stdout, cmd.Stderr = pw, pw
-		p := &hostProc{cmd: cmd, lines: make(chan string, 16), done: make(chan error, 1)}
+		stdin, err := cmd.StdinPipe()
+		require.NoError(t, err)
+		p := &hostProc{cmd: cmd, lines: make(chan string, 16), done: make(chan error, 1), eof: make(chan struct{}), stdin: stdin}
 		go func() {
+			defer close(p.eof)
 			s := bufio.NewScanner(pr)
 			for s.Scan() {
 				p.mu.Lock()

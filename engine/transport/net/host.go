@@ -313,7 +313,7 @@ func (h *Host) setSock(j, idx int, c stdnet.Conn) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.links[j] == nil {
-		h.links[j] = &link{host: j, socks: make([]*sock, 1+h.s.Sockets), lastSend: time.Now()}
+		h.links[j] = &link{host: j, socks: make([]*sock, 1+h.s.Sockets), lastSend: time.Now(), readDone: make(chan struct{})}
 	}
 	h.links[j].socks[idx] = newSock(c, h.spin)
 }

@@ -33,7 +33,8 @@ type link struct {
 	rnext int    // the reader's side: the data socket of the next striped piece read
 	bye   uint64 // the goodbye's value: the far rank process's state word (procs.go; 0 from a Host)
 
-	left atomic.Bool // the far end said a clean goodbye: a write that then fails loses nothing (fail)
+	left     atomic.Bool   // the far end said a clean goodbye: a write that then fails loses nothing (fail)
+	readDone chan struct{} // closed when the link's reader returns (writeFailed)
 }
 
 // Frame kinds. Every frame is a 40-byte header {kind u8, pad 3, ch u32, from u32, to u32, off u32,
@@ -110,7 +111,7 @@ func (h *Host) poll() {
 				if err := l.werr; err != nil {
 					l.dead = true
 					if !stopping {
-						h.fail(l.host, fmt.Errorf("write: %w", err))
+						h.writeFailed(l, err)
 					}
 				}
 				l.dirty, l.lastSend = false, now
@@ -367,9 +368,34 @@ func (h *Host) forward(c *conn, scratch *[]byte) bool {
 	}
 }
 
+// writeFailed is a write error on l's sockets. A far end that closed cleanly (its ranks done, its
+// goodbye sent) resets the socket too, and its goodbye may still sit unread before the reset: the
+// reader decides. The loss is declared once the reader has returned without a goodbye, or after
+// writeGrace if the reader is still reading (a goodbye sent before the reset is read well within
+// it; a data socket closed under an idle reader is found so). Failing
+// at once made a host whose part of a call was done, and which closed, abort the hosts still in
+// that call ("rank R: lost", TestCleanCloseWhileOthersFinish: 14 of 40 iterations).
+func (h *Host) writeFailed(l *link, err error) {
+	go func() {
+		t := time.NewTimer(min(h.s.Timeout, writeGrace))
+		defer t.Stop()
+		select {
+		case <-l.readDone:
+		case <-t.C:
+		case <-h.stop:
+			return
+		}
+		h.fail(l.host, fmt.Errorf("write: %w", err))
+	}()
+}
+
+// writeGrace bounds how long a write error waits for the link's reader (writeFailed).
+const writeGrace = time.Second
+
 // read applies the frames host l.host sends, until a goodbye, an error or Close.
 func (h *Host) read(l *link) {
 	defer h.readers.Done()
+	defer close(l.readDone)
 	err := h.readLoop(l)
 	select {
 	case <-h.stop:

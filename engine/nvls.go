@@ -61,7 +61,8 @@ import (
 // ldReduce of step s-NCCL_STEPS is over (the same 8-step discipline as a connection's head) and
 // publishes posted; ld_reduces and st's its share once every member has posted s and gathered
 // s-NCCL_STEPS, and publishes reduced; gathers once every member has reduced s, and publishes
-// done (engine/internal/algorithm's nvls.go: NVLS.Run and blocked). The step count carries on across calls.
+// done (engine/internal/algorithm's nvls.go: NVLS.Run and blocked). The step count carries on
+// across calls.
 
 // NVLSRegion returns the name of the multicast object of virtual node node on channel ch:
 // "nvls/NODE/CH" (nvls.Region).

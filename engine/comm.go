@@ -44,18 +44,18 @@ type Comm struct {
 	tree   [2][]capabilities.TreeLinks
 
 	eps      map[epKey]*wire.Endpoint
-	ringEps  [][2]*wire.Endpoint      // per channel: the ring's receive and send endpoints, once mapped
-	pats     []*algorithm.PAT         // per channel: PAT's endpoints and state, made by the first PAT call (pattasks.go)
-	workers  [][2]*worker             // per channel: role 0 (ring, tree root, tree reduce-up), role 1 (tree broadcast-down)
-	nvls     []*nvlsGroup             // per channel: the multicast object of NVLS calls, once mapped (nvls.go)
-	nvlsWks  []*nvlsWorker            // per channel: the NVLS worker
-	nvlsRun  []*nvlsWorker            // the NVLS workers of the current call
-	nvlsTree []*nvlsTreeLinks         // per channel: the NVLS_TREE connections, once mapped (nvlstree.go)
-	cnGroups []*nvlsGroup             // per channel: CollNetDirect's intra-node region, once mapped (collnet.go)
-	cnLinks  map[[2]int]*collnet.Link // per (channel, share): the CollNet endpoint connections this rank heads
-	tasks    []*worker                // the workers of the current call
-	cur      call                     // the current call (kept here so that a call allocates nothing)
-	wg       sync.WaitGroup           // the current call's extra workers
+	ringEps  [][2]*wire.Endpoint        // per channel: the ring's receive and send endpoints, once mapped
+	pats     []*algorithm.PAT           // per channel: PAT's endpoints and state, made by the first PAT call (pattasks.go)
+	workers  [][2]*worker               // per channel: role 0 (ring, tree root, tree reduce-up), role 1 (tree broadcast-down)
+	nvls     []*nvlsGroup               // per channel: the multicast object of NVLS calls, once mapped (nvls.go)
+	nvlsWks  []*nvlsWorker              // per channel: the NVLS worker
+	nvlsRun  []*nvlsWorker              // the NVLS workers of the current call
+	nvlsTree []*algorithm.NVLSTreeLinks // per channel: the NVLS_TREE connections, once mapped (nvlstree.go)
+	cnGroups []*nvlsGroup               // per channel: CollNetDirect's intra-node region, once mapped (collnet.go)
+	cnLinks  map[[2]int]*collnet.Link   // per (channel, share): the CollNet endpoint connections this rank heads
+	tasks    []*worker                  // the workers of the current call
+	cur      call                       // the current call (kept here so that a call allocates nothing)
+	wg       sync.WaitGroup             // the current call's extra workers
 
 	callMu    sync.Mutex // one call at a time; held by Close while it tears down
 	closeErr  error
@@ -594,14 +594,14 @@ func (c *Comm) worker(w *wire.Waiter, cl *call, ch, role int) *worker {
 // does), sets up each channel's connections and workers, and runs every worker on its own
 // goroutine (the first on the calling one).
 func (c *Comm) execute(w *wire.Waiter, cl *call) error {
+	cl.kc = algorithm.Call{Coll: cl.coll, Rank: c.rank, N: c.n, Dt: cl.dt, Send: cl.send, Recv: cl.recv, Count: cl.count,
+		ES: cl.es, Root: cl.root, InPlace: cl.inPlace, ChunkElems: cl.plan.chunkElems}
 	switch cl.plan.Algo {
 	case costmodel.NVLS, costmodel.NVLSTree:
 		return c.executeNVLS(w, cl)
 	case costmodel.CollNetDirect:
 		return c.withCollNetCause(c.executeNVLS(w, cl))
 	}
-	cl.kc = algorithm.Call{Coll: cl.coll, Rank: c.rank, N: c.n, Send: cl.send, Recv: cl.recv, Count: cl.count,
-		ES: cl.es, Root: cl.root, InPlace: cl.inPlace, ChunkElems: cl.plan.chunkElems}
 	total := cl.count
 	nc := cl.plan.Channels
 	per := algorithm.RoundUp(algorithm.DivUp(total, nc), algorithm.AlignElems(cl.es))

@@ -75,7 +75,7 @@
 // receives).
 //
 // NVLS, for AllReduce, AllGather and ReduceScatter with Simple in one virtual node of every rank
-// (nvls.go), as runNvls: each channel has a multicast object, region "nvls/NODE/CH", in which every
+// (set-up in nvls.go, kernel in engine/internal/algorithm's nvls.go), as runNvls: each channel has a multicast object, region "nvls/NODE/CH", in which every
 // member (rank) has an up and a down buffer of NCCL_STEPS steps of one NVLS chunk per head
 // (nvlsChunkSize, NCCL_NVLS_CHUNKSIZE, capped at a Simple slot), as ncclNvlsBufferSetup lays
 // them out, and two operations that stand for the switch's multimem instructions: ldReduce (the
@@ -92,7 +92,7 @@
 // rank scatters up to NCCL_STEPS steps ahead while it waits for the others' shares.
 //
 // NVLS_TREE, for AllReduce with Simple on 2 or more virtual nodes of the same size, at least 2
-// ranks each (nvlstree.go), as NCCL's NVLS_TREE kernel and connectNvls compose them: NVLS inside
+// ranks each (nvlstree.go here and in engine/internal/algorithm), as NCCL's NVLS_TREE kernel and connectNvls compose them: NVLS inside
 // each node (a multicast object per node and channel, "nvls/NODE/CH"; every rank scatters each
 // step's shares and gathers the step) and NCCL's double binary tree between the nodes. Every rank
 // of a node is a head and owns its share of every step, as NCCL's nHeads = localRanks: head h
@@ -106,8 +106,8 @@
 // and connections are ready.
 //
 // CollNetDirect and CollNetChain, for AllReduce with Simple on 2 or more virtual nodes, and
-// CollNetDirect for AllGather and ReduceScatter (collnet.go), as NCCL's COLLNET_DIRECT and COLLNET_CHAIN kernels: the network's reduction across
-// the nodes is the aggregation endpoint's (engine/transport/collnet), a server standing for a
+// CollNetDirect for AllGather and ReduceScatter (collnet.go here and in engine/internal/algorithm),
+// as NCCL's COLLNET_DIRECT and COLLNET_CHAIN kernels: the network's reduction across the nodes is the aggregation endpoint's (engine/transport/collnet), a server standing for a
 // reducing switch that every head reaches over TCP (Config.CollNet; COLLPLAN_COLLNET_ADDR for rank
 // processes). CollNetDirect: every rank of a node is a head, of share h of every step, as NCCL's
 // nHeads = localRanks; inside the node it runs on the NVLS worker over a region of NVLS's shape
@@ -193,15 +193,21 @@
 // src/transport apart; each imports only the rooms below it, and none imports this one:
 //
 //   - engine: the communicator (Comm, Config, the call path, channels, agreement, plans,
-//     errors, sessions and the TUNING log, swap), each algorithm's legality and channel set-up
-//     (ringtasks.go, tree.go, pattasks.go), the algorithms whose kernels live on the Comm's
-//     state (nvls.go, nvlstree.go, collnet.go), the worker and its job switch (worker.go) and
-//     the topology (topology.go). NCCL: src/init.cc, src/enqueue.cc, src/graph, and the kernels
-//     of src/device/{all_reduce,all_gather,reduce_scatter}.h for NVLS, NVLS_TREE and CollNet.
-//   - engine/internal/algorithm: the Ring kernels of all five collectives, Tree's AllReduce
-//     kernel and PAT's kernel and schedule, over a call (algorithm.Call: its buffers, chunk,
-//     rank and size) and a channel's peers, written on the prims room. NCCL: runRing,
-//     runTreeSplit/runTreeUpDown and runPat of
+//     errors, sessions and the TUNING log, swap), each algorithm's legality, chunk and channel
+//     set-up (ringtasks.go, tree.go, pattasks.go, nvls.go, nvlstree.go, collnet.go: which
+//     channel gets which connections, multicast object and endpoint link), the workers and
+//     their job switch (worker.go, and nvls.go's nvlsWorker) and the topology (topology.go).
+//     NCCL: src/init.cc, src/enqueue.cc, src/graph (connectNvls, connectCollNet).
+//   - engine/internal/algorithm: every kernel: Ring for all five collectives, Tree's AllReduce,
+//     PAT's AllGather and ReduceScatter with its schedule, NVLS's AllReduce, AllGather and
+//     ReduceScatter, NVLS_TREE's AllReduce and CollNetDirect's AllReduce, AllGather and
+//     ReduceScatter (one pipelined kernel, algorithm.NVLS, over a multicast object or
+//     CollNetDirect's region of its shape, with tree connections or an endpoint link), and
+//     CollNetChain's head (algorithm.CollNetChain; the chain's other ranks run Tree's kernel).
+//     Each runs over a call (algorithm.Call: its buffers, dtype, chunk, rank and size) and its
+//     channel's peers, written on the prims room or on the concrete nvls.Group and
+//     collnet.Link. NCCL: runRing, runTreeSplit/runTreeUpDown, runPat, runNvls and the
+//     NVLS_TREE, COLLNET_DIRECT and COLLNET_CHAIN kernels of
 //     src/device/{all_reduce,all_gather,reduce_scatter,broadcast,reduce}.h, and
 //     PatAGAlgorithm/PatRSAlgorithm of src/include/collectives.h.
 //   - engine/internal/wire: region layouts, connection endpoints and the Simple, LL and LL128
@@ -233,20 +239,23 @@
 //
 // Where Go's import rules, or the hot path, forced a different map than NCCL's:
 //
-//   - Only Ring's, Tree's and PAT's kernels have a room of their own: they read nothing of the
-//     Comm but the call, which the engine copies into an algorithm.Call once per call, their
-//     channel's peers (PAT's state, algorithm.PAT, is the Comm's per channel, as before), and
-//     the worker's prims.Prims, which the worker embeds (a kernel's primitive is a direct call).
-//     The set-up of every algorithm stays here, as Comm methods over the Comm's channel state
-//     (rings, trees, mapped endpoints), and so do the NVLS, NVLS_TREE and CollNet kernels: they
-//     run on per-channel objects the Comm owns and maps on first use (nvls.Group and the NVLS
-//     worker, the CollNet links), read the Comm's topology and configuration in the kernel, and
-//     the NVLS worker's phases interleave NVLS, tree and network steps on one goroutine. Moving
-//     them needs those objects below this package, a larger change than this split's pure move.
-//   - NVLS's multicast object (nvls.Group) has its room, but engine maps its region through the
-//     Comm's transport (nodeGroup) and the NVLS, NVLS_TREE and CollNetDirect kernels read its
-//     fields and call LdReduce and St per step directly (concrete type, no interface: the
-//     per-step functions' sizes are those of before the move).
+//   - The kernels read nothing of the Comm: the engine copies the call into an algorithm.Call
+//     once per call (dtype included, for the endpoint's frames), and hands each kernel its
+//     channel's peers and objects (PAT's state, algorithm.PAT, is the Comm's per channel; the
+//     NVLS kernel is the nvlsWorker's embedded algorithm.NVLS, filled per call with the
+//     channel's nvls.Group, its algorithm.NVLSTreeLinks or collnet.Link, the operators, and, for
+//     CollNet, the node count and the endpoint's address for errors) and the worker's
+//     prims.Prims, which the worker embeds (a kernel's primitive is a direct call). The set-up
+//     of every algorithm stays here, as Comm methods over the Comm's channel state (rings,
+//     trees, mapped endpoints, multicast objects and links, made on first use).
+//   - So the algorithm room imports two transport rooms, engine/transport/nvls (Group) and
+//     engine/transport/collnet (Link), where NCCL's device code knows only its own structs:
+//     the NVLS, NVLS_TREE and CollNet kernels call the multicast object's LdReduce, St and
+//     Behind and the link's SendReady, Payload, Send, RecvReady, Result and Release on every
+//     step, and an interface of the algorithm room there would make each a dynamic call (Go's
+//     generics over pointer types dispatch through a dictionary too). Neither transport room
+//     imports the algorithm room. engine maps the multicast object's region through the Comm's
+//     transport (nodeGroup) and dials the links (collNetLink).
 //   - A wait (wire.Waiter) checks the rank's control words through a wire.Ctl that the Comm
 //     owns, not the Comm itself: the wire room cannot import this package. The Ctl's two
 //     functions (AgreePoll, AbortError) are the only calls through a function value, and they

@@ -61,7 +61,8 @@ import (
 // ldReduce of step s-NCCL_STEPS is over (the same 8-step discipline as a connection's head) and
 // publishes posted; ld_reduces and st's its share once every member has posted s and gathered
 // s-NCCL_STEPS, and publishes reduced; gathers once every member has reduced s, and publishes
-// done (see run and blocked). The step count carries on across calls.
+// done (engine/internal/algorithm's nvls.go: NVLS.Run and blocked). The step count carries on
+// across calls.
 
 // NVLSRegion returns the name of the multicast object of virtual node node on channel ch:
 // "nvls/NODE/CH" (nvls.Region).
@@ -91,20 +92,12 @@ func (c *Comm) nvlsStepBytes() int {
 // nvlsGroup is this rank's view of one channel's multicast object (its room: engine/transport/nvls).
 type nvlsGroup = nvls.Group
 
-// nvlsWorker runs one channel's NVLS share of a call on one goroutine.
+// nvlsWorker runs one channel's NVLS, NVLS_TREE or CollNetDirect share of a call on one
+// goroutine: the kernel (engine/internal/algorithm's NVLS), its channel and its error.
 type nvlsWorker struct {
-	comm    *Comm
-	w       wire.Waiter
-	g       *nvlsGroup
-	cl      *call
-	ch      int
-	lo, hi  int
-	tree    *nvlsTreeLinks // NVLS_TREE (nvlstree.go): this rank's tree connections on the channel
-	net     *collnet.Link  // CollNetDirect (collnet.go): this rank's endpoint connection on the channel
-	netOp   kernels.Op     // CollNetDirect: the operator on the wire
-	postDiv bool           // CollNetDirect: the post-op divides (integer avg)
-	stats   ChannelStats
-	err     error
+	algorithm.NVLS
+	ch  int
+	err error
 }
 
 // nvlsCheck returns the error of an NVLS plan that NCCL would not run (see the facts above):
@@ -224,17 +217,20 @@ func (c *Comm) executeNVLS(w *wire.Waiter, cl *call) error {
 			c.nvlsWks = append(c.nvlsWks, &nvlsWorker{})
 		}
 		wk := c.nvlsWks[ch]
-		*wk = nvlsWorker{comm: c, w: w.Copy(), g: g, cl: cl, ch: ch, lo: lo, hi: min(total, lo+per), net: link}
-		if link != nil && cl.coll != costmodel.AllGather {
-			wk.netOp, wk.postDiv = collNetWireOp(cl.opKind), cl.red.DevOp() == kernels.DevSumPostDiv
+		*wk = nvlsWorker{NVLS: algorithm.NVLS{Cl: &cl.kc, W: w.Copy(), G: g, Red: cl.red, Comb: cl.comb, Lo: lo, Hi: min(total, lo+per), Net: link}, ch: ch}
+		if link != nil {
+			wk.NNodes, wk.Addr = c.topo.nNodes, c.cfg.CollNet.Addr
+			if cl.coll != costmodel.AllGather {
+				wk.NetOp, wk.PostDiv = collNetWireOp(cl.opKind), cl.red.DevOp() == kernels.DevSumPostDiv
+			}
 		}
 		if cl.plan.Algo == costmodel.NVLSTree {
-			if wk.tree, err = c.nvlsTreeLinksFor(ch); err != nil {
+			if wk.Tree, err = c.nvlsTreeLinksFor(ch); err != nil {
 				c.setAbort(abortInternal)
 				return err
 			}
 		}
-		wk.w.Bulk = cl.count*cl.es >= wire.BulkBytes
+		wk.W.Bulk = cl.count*cl.es >= wire.BulkBytes
 		tasks = append(tasks, wk)
 	}
 	c.nvlsRun = tasks
@@ -243,9 +239,9 @@ func (c *Comm) executeNVLS(w *wire.Waiter, cl *call) error {
 		spin = c.collNetSpinFits(len(tasks))
 	}
 	for _, wk := range tasks {
-		wk.w.Spin, wk.w.Shared = spin, len(tasks) > 1 || c.park != nil
+		wk.W.Spin, wk.W.Shared = spin, len(tasks) > 1 || c.park != nil
 	}
-	tasks[0].w.Agree = true
+	tasks[0].W.Agree = true
 	wg := &c.wg
 	wg.Add(len(tasks) - 1)
 	for _, wk := range tasks[1:] {
@@ -254,7 +250,7 @@ func (c *Comm) executeNVLS(w *wire.Waiter, cl *call) error {
 	tasks[0].runJob(nil)
 	var agreeErr error
 	if tasks[0].err == nil {
-		agreeErr = c.agreeWait(&tasks[0].w)
+		agreeErr = c.agreeWait(&tasks[0].W)
 	}
 	wg.Wait()
 
@@ -263,7 +259,7 @@ func (c *Comm) executeNVLS(w *wire.Waiter, cl *call) error {
 		for len(c.stats) <= wk.ch {
 			c.stats = append(c.stats, ChannelStats{})
 		}
-		c.stats[wk.ch].Add(wk.stats)
+		c.stats[wk.ch].Add(wk.Stats)
 	}
 	c.statsMu.Unlock()
 
@@ -284,260 +280,8 @@ func (c *Comm) executeNVLS(w *wire.Waiter, cl *call) error {
 }
 
 func (wk *nvlsWorker) runJob(wg *sync.WaitGroup) {
-	wk.err = wk.run()
+	wk.err = wk.Run()
 	if wg != nil {
 		wg.Done()
-	}
-}
-
-// The phases of a step. AllReduce: scatter, reduce (ldReduce and st of this rank's share),
-// gather. AllGather: st (this rank's chunk), gather. ReduceScatter: scatter, ldReduce (this
-// rank's block, into the output). What each phase of step s waits for, and publishes (every
-// counter holds s+1 once its phase of step s is done, across calls whatever the collective):
-//
-//	scatter   every member's reduced >= s-7 (their ldReduce of s-8 read this rank's up slot)
-//	          publishes posted
-//	reduce    every member's posted >= s+1 (the step's inputs are in) and done >= s-7 (its
-//	          gather of s-8 left the down slot that st writes); publishes reduced
-//	st (AG)   every member's done >= s-7; publishes posted and reduced
-//	gather    every member's reduced >= s+1 (every share is in); publishes done
-//	ldReduce  every member's posted >= s+1; publishes reduced and done (RS)
-//
-// NVLS_TREE AllReduce replaces reduce by tree-up and tree-down (nvlstree.go, which says what
-// they wait for); CollNetDirect AllReduce runs cn-scatter, net-up, net-down and gather
-// (collnet.go).
-const (
-	phScatter = iota
-	phReduce
-	phSt
-	phGather
-	phLdReduce
-	phTreeUp
-	phTreeDown
-	phCnScatter // CollNetDirect (collnet.go): scatter with the pre-op
-	phNetUp
-	phNetDown
-	phCnAgUp // CollNetDirect AllGather and ReduceScatter (collnet.go)
-	phCnAgDown
-	phCnAgGather
-	phCnRsScatter
-	phCnRsUp
-	phCnRsDown
-)
-
-// nvlsPhases are the phases of AllReduce, AllGather and ReduceScatter, upstream first, then
-// NVLS_TREE AllReduce's at a tree's root and elsewhere, then CollNetDirect AllReduce's.
-var nvlsPhases = [...][]uint8{{phScatter, phReduce, phGather}, {phSt, phGather}, {phScatter, phLdReduce},
-	{phScatter, phTreeUp, phGather}, {phScatter, phTreeUp, phTreeDown, phGather},
-	{phCnScatter, phNetUp, phNetDown, phGather},
-	{phCnAgUp, phCnAgDown, phCnAgGather}, {phCnRsScatter, phCnRsUp, phCnRsDown}}
-
-// run pipelines the call's steps through its phases on one goroutine, as NCCL's runNvls runs them
-// in separate warps: each round it runs, upstream first, every phase whose step is ready (a phase
-// never passes the one before it), so a rank scatters up to NCCL_STEPS steps ahead while it waits
-// for the others' shares. When no phase can move it idles as every wait does (wire's wait.go: backoff,
-// abort, Close, context and watchdog), naming the member it last found behind.
-func (wk *nvlsWorker) run() error {
-	ph := nvlsPhases[0]
-	switch wk.cl.coll {
-	case costmodel.AllGather:
-		ph = nvlsPhases[1]
-	case costmodel.ReduceScatter:
-		ph = nvlsPhases[2]
-	}
-	if wk.tree != nil {
-		ph = nvlsPhases[3]
-		if wk.tree.toUp != nil {
-			ph = nvlsPhases[4]
-		}
-	}
-	g := wk.g
-	per := wk.cl.plan.chunkElems
-	if wk.cl.coll == costmodel.AllReduce {
-		per *= g.L.Members
-	}
-	steps := uint64(algorithm.DivUp(wk.hi-wk.lo, per))
-	if wk.net != nil {
-		switch wk.cl.coll {
-		case costmodel.AllGather:
-			ph = nvlsPhases[6]
-		case costmodel.ReduceScatter:
-			ph = nvlsPhases[7]
-		default:
-			ph = nvlsPhases[5]
-		}
-		if wk.cl.coll != costmodel.AllReduce {
-			steps *= uint64(wk.c().topo.nNodes) // a region step per (chunk, node): collnet.go
-		}
-	}
-	base := g.Step
-	var next [4]uint64 // per phase: the next step (from base)
-	last := len(ph) - 1
-	for i := 0; next[last] < steps; {
-		moved := false
-		peer := -1
-		for p, kind := range ph {
-			limit := steps
-			if p > 0 {
-				limit = next[p-1]
-			}
-			if next[p] >= limit {
-				continue
-			}
-			s := base + next[p]
-			if m := wk.blocked(kind, s, int(next[p])); m >= 0 {
-				peer = m
-				continue
-			}
-			wk.act(kind, s, int(next[p]))
-			next[p]++
-			moved = true
-		}
-		if moved {
-			i = 0
-			continue
-		}
-		if err := wk.w.Idle(i, peer); err != nil {
-			return err
-		}
-		i++
-	}
-	g.Step = base + steps
-	return nil
-}
-
-// blocked returns the rank that phase kind of step s, the i-th step of the call on this channel,
-// waits for, or -1 when it may run.
-func (wk *nvlsWorker) blocked(kind uint8, s uint64, i int) int {
-	g := wk.g
-	var free uint64 // the counters' value that frees slot s: s-7, or 0 for the first 8 steps
-	if s >= NCCLSteps {
-		free = s - NCCLSteps + 1
-	}
-	switch kind {
-	case phScatter:
-		return g.Behind(g.Reduced, free)
-	case phReduce:
-		if m := g.Behind(g.Posted, s+1); m >= 0 {
-			return m
-		}
-		return g.Behind(g.Done, free)
-	case phSt:
-		return g.Behind(g.Done, free)
-	case phGather:
-		return g.Behind(g.Reduced, s+1)
-	case phTreeUp, phTreeDown:
-		return wk.treeBlocked(kind, s, i, free)
-	case phCnScatter:
-		return g.Behind(g.Reduced, free)
-	case phNetUp, phNetDown:
-		return wk.netBlocked(kind, s, i, free)
-	case phCnAgUp, phCnAgDown, phCnAgGather, phCnRsScatter, phCnRsUp, phCnRsDown:
-		return wk.cnGatherBlocked(kind, s, i, free)
-	}
-	return g.Behind(g.Posted, s+1) // phLdReduce
-}
-
-// arStep returns AllReduce's step i on this channel: rem elements from element off, in shares of
-// share elements (the last one shorter, or empty), share h at h*S of the slot. A full step is n
-// shares of a chunk; a shorter last step is cut into n aligned shares.
-func (wk *nvlsWorker) arStep(i int) (off, rem, share int) {
-	n, ce := wk.g.L.Members, wk.cl.plan.chunkElems
-	off = wk.lo + i*n*ce
-	rem = min(wk.hi-off, n*ce)
-	share = ce
-	if rem < n*ce {
-		share = min(algorithm.RoundUp(algorithm.DivUp(rem, n), algorithm.AlignElems(wk.cl.es)), ce)
-	}
-	return off, rem, share
-}
-
-// act runs phase kind of step s, the i-th step of the call on this channel.
-func (wk *nvlsWorker) act(kind uint8, s uint64, i int) {
-	cl, g := wk.cl, wk.g
-	n, es, me, S := g.L.Members, cl.es, g.Me, g.L.StepBytes
-	ce := cl.plan.chunkElems
-	me64 := s + 1
-	if kind >= phCnAgUp {
-		wk.cnGatherAct(kind, s, i)
-		return
-	}
-	if cl.coll == costmodel.AllReduce {
-		off, rem, share := wk.arStep(i)
-		switch kind {
-		case phScatter:
-			in := algorithm.Span(cl.send, off, rem, es)
-			for h := 0; h*share < rem; h++ {
-				e0, e1 := h*share, min((h+1)*share, rem)
-				copy(g.SlotAt(s, me, false, h*S, (e1-e0)*es), in[e0*es:e1*es])
-			}
-			wire.StoreRelease(g.Posted[me], me64)
-		case phReduce:
-			if e0 := me * share; e0 < rem {
-				e1 := min(e0+share, rem)
-				mine := g.SlotAt(s, me, true, me*S, (e1-e0)*es)
-				g.LdReduce(cl.red, s, mine, me*S)
-				g.St(s, mine, me*S)
-				wk.stats.LdReduceBytes += uint64(len(mine))
-				wk.stats.StBytes += uint64(len(mine))
-			}
-			wire.StoreRelease(g.Reduced[me], me64)
-		case phTreeUp, phTreeDown:
-			nb := 0
-			if e0 := me * share; e0 < rem {
-				nb = (min(e0+share, rem) - e0) * es
-			}
-			wk.treeAct(kind, s, nb)
-		case phNetUp, phNetDown:
-			nb := 0
-			if e0 := me * share; e0 < rem {
-				nb = (min(e0+share, rem) - e0) * es
-			}
-			wk.netAct(kind, s, nb)
-		case phCnScatter:
-			in := algorithm.Span(cl.send, off, rem, es)
-			for h := 0; h*share < rem; h++ {
-				e0, e1 := h*share, min((h+1)*share, rem)
-				cl.red.Load(g.SlotAt(s, me, false, h*S, (e1-e0)*es), in[e0*es:e1*es])
-			}
-			wire.StoreRelease(g.Posted[me], me64)
-		default: // phGather
-			out := algorithm.Span(cl.recv, off, rem, es)
-			for h := 0; h*share < rem; h++ {
-				e0, e1 := h*share, min((h+1)*share, rem)
-				copy(out[e0*es:e1*es], g.SlotAt(s, me, true, h*S, (e1-e0)*es))
-			}
-			wire.StoreRelease(g.Done[me], me64)
-		}
-		return
-	}
-	// AllGather and ReduceScatter: step i is ce elements at e0 of every block; block h is share h.
-	count := cl.count
-	e0 := wk.lo + i*ce
-	nel := min(ce, wk.hi-e0)
-	nb := nel * es
-	switch kind {
-	case phSt:
-		g.St(s, algorithm.Span(cl.send, e0, nel, es), me*S)
-		wk.stats.StBytes += uint64(nb)
-		wire.StoreRelease(g.Posted[me], me64)
-		wire.StoreRelease(g.Reduced[me], me64)
-	case phGather:
-		for h := 0; h < n; h++ {
-			if h != me || !cl.inPlace {
-				copy(algorithm.Span(cl.recv, h*count+e0, nel, es), g.SlotAt(s, me, true, h*S, nb))
-			}
-		}
-		wire.StoreRelease(g.Done[me], me64)
-	case phScatter:
-		for h := 0; h < n; h++ {
-			copy(g.SlotAt(s, me, false, h*S, nb), algorithm.Span(cl.send, h*count+e0, nel, es))
-		}
-		wire.StoreRelease(g.Posted[me], me64)
-	default: // phLdReduce
-		g.LdReduce(cl.red, s, algorithm.Span(cl.recv, e0, nel, es), me*S)
-		wk.stats.LdReduceBytes += uint64(nb)
-		wire.StoreRelease(g.Reduced[me], me64)
-		wire.StoreRelease(g.Done[me], me64)
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine/internal/algorithm"
 	"github.com/collplan/collplan/engine/internal/wire"
 	"github.com/collplan/collplan/kernels"
 )
@@ -49,13 +50,6 @@ import (
 // step, which fits: the NVLS step is at most a Simple slot), between ranks of the same local index
 // in different nodes; no connection inside a node carries a byte.
 
-// nvlsTreeLinks are a rank's tree connections on one channel.
-type nvlsTreeLinks struct {
-	toUp, fromUp     *wire.Endpoint // nil at the root
-	toKids, fromKids [2]*wire.Endpoint
-	nKids            int
-}
-
 // nvlsTreeCheck returns the error of an NVLS_TREE plan that NCCL would not run (see the facts
 // above): ErrInvalid, the same on every rank.
 func nvlsTreeCheck(n, rpn int, coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, proto costmodel.Proto) error {
@@ -97,7 +91,7 @@ func (c *Comm) nvlsTreeChunk(nBytes, planned int64) int64 {
 
 // nvlsTreeLinksFor returns this rank's tree connections on channel ch (tree ch%2 over the nodes,
 // between the ranks of this rank's local index), mapping them on first use.
-func (c *Comm) nvlsTreeLinksFor(ch int) (*nvlsTreeLinks, error) {
+func (c *Comm) nvlsTreeLinksFor(ch int) (*algorithm.NVLSTreeLinks, error) {
 	for len(c.nvlsTree) <= ch {
 		c.nvlsTree = append(c.nvlsTree, nil)
 	}
@@ -111,7 +105,7 @@ func (c *Comm) nvlsTreeLinksFor(ch int) (*nvlsTreeLinks, error) {
 	if ch%2 == 1 {
 		tn = t1
 	}
-	t := &nvlsTreeLinks{}
+	t := &algorithm.NVLSTreeLinks{}
 	pair := func(peer int) (to, from *wire.Endpoint, err error) {
 		if to, err = c.endpoint(ch, c.rank, peer); err != nil {
 			return nil, nil, err
@@ -121,7 +115,7 @@ func (c *Comm) nvlsTreeLinksFor(ch int) (*nvlsTreeLinks, error) {
 	}
 	var err error
 	if tn.Parent >= 0 {
-		if t.toUp, t.fromUp, err = pair(tn.Parent*rpn + h); err != nil {
+		if t.ToUp, t.FromUp, err = pair(tn.Parent*rpn + h); err != nil {
 			return nil, err
 		}
 	}
@@ -129,105 +123,11 @@ func (c *Comm) nvlsTreeLinksFor(ch int) (*nvlsTreeLinks, error) {
 		if k < 0 {
 			continue
 		}
-		if t.toKids[t.nKids], t.fromKids[t.nKids], err = pair(k*rpn + h); err != nil {
+		if t.ToKids[t.NKids], t.FromKids[t.NKids], err = pair(k*rpn + h); err != nil {
 			return nil, err
 		}
-		t.nKids++
+		t.NKids++
 	}
 	c.nvlsTree[ch] = t
 	return t, nil
-}
-
-// treeBlocked is blocked for tree-up and tree-down of step s, the i-th step of the call on this
-// channel (free: the counters' value that frees slot s).
-func (wk *nvlsWorker) treeBlocked(kind uint8, s uint64, i int, free uint64) int {
-	g, t := wk.g, wk.tree
-	_, rem, share := wk.arStep(i)
-	mine := g.Me*share < rem // this rank's share of the step is not empty: it moves through the tree
-	if kind == phTreeUp {
-		if m := g.Behind(g.Posted, s+1); m >= 0 {
-			return m
-		}
-		if mine {
-			for _, e := range t.fromKids[:t.nKids] {
-				if !e.RecvReady() {
-					return e.Peer
-				}
-			}
-			if t.toUp != nil && !t.toUp.SendReady() {
-				return t.toUp.Peer
-			}
-		}
-		if t.toUp != nil {
-			return -1
-		}
-	} else if mine && !t.fromUp.RecvReady() {
-		return t.fromUp.Peer
-	}
-	// The root's tree-up, and tree-down: st into the down slots, send to the children.
-	if m := g.Behind(g.Done, free); m >= 0 {
-		return m
-	}
-	if mine {
-		for _, e := range t.toKids[:t.nKids] {
-			if !e.SendReady() {
-				return e.Peer
-			}
-		}
-	}
-	return -1
-}
-
-// treeAct runs tree-up or tree-down of step s on this rank's share, nb bytes at me*S of the slot
-// (treeBlocked has seen every connection ready, so no wait below waits).
-func (wk *nvlsWorker) treeAct(kind uint8, s uint64, nb int) {
-	g, t, cl := wk.g, wk.tree, wk.cl
-	off := g.Me * g.L.StepBytes
-	var res []byte // the share's final value, at the root's tree-up and at tree-down
-	if nb > 0 {
-		switch {
-		case kind == phTreeDown:
-			res = t.fromUp.SimpleSlotBytes(nb)
-			wk.stats.RecvBytes += uint64(nb)
-		default:
-			// Tree-up: the node's sum of the share straight into the parent's slot (at the root,
-			// into this rank's own down slot, which st then skips), plus the children's partials.
-			dst := g.SlotAt(s, g.Me, true, off, nb)
-			if t.toUp != nil {
-				dst = t.toUp.SimpleSlotBytes(nb)
-			}
-			g.LdReduce(cl.red, s, dst, off)
-			wk.stats.LdReduceBytes += uint64(nb)
-			for _, e := range t.fromKids[:t.nKids] {
-				cl.comb.Reduce(dst, dst, e.SimpleSlotBytes(nb))
-				e.Release()
-				wk.stats.RecvBytes += uint64(nb)
-			}
-			if t.toUp != nil {
-				wk.sent(t.toUp, nb)
-				return
-			}
-			res = dst
-		}
-		g.St(s, res, off)
-		wk.stats.StBytes += uint64(nb)
-		for _, e := range t.toKids[:t.nKids] {
-			copy(e.SimpleSlotBytes(nb), res)
-			wk.sent(e, nb)
-		}
-		if kind == phTreeDown {
-			t.fromUp.Release()
-		}
-	} else if kind == phTreeUp && t.toUp != nil {
-		return
-	}
-	wire.StoreRelease(g.Reduced[g.Me], s+1)
-}
-
-// sent publishes a Simple step of nb bytes on e and counts it.
-func (wk *nvlsWorker) sent(e *wire.Endpoint, nb int) {
-	e.PublishSimple()
-	wk.stats.WireBytes += uint64(nb)
-	wk.stats.PayloadBytes += uint64(nb)
-	wk.stats.Steps++
 }

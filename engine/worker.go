@@ -20,7 +20,7 @@ type worker struct {
 	job  job // what the worker runs in this call
 	ring algorithm.Ring
 	tree algorithm.Tree
-	cn   cnChainRun
+	cn   algorithm.CollNetChain
 	err  error
 }
 
@@ -41,7 +41,7 @@ const (
 	jobTreeUpDown
 	jobTreeLeafUpDown
 	jobPat              // pattasks.go: the channel's algorithm.PAT
-	jobCollNetChainHead // collnet.go: a CollNetChain head's cnChainRun
+	jobCollNetChainHead // collnet.go: a CollNetChain head's algorithm.CollNetChain
 )
 
 // runJob runs the worker's job, records its error and, when wg is not nil, marks it done.
@@ -74,7 +74,7 @@ func (w *worker) runJob(wg *sync.WaitGroup) {
 	case jobPat:
 		w.err = w.c.pats[w.ch].Run(&w.Prims)
 	case jobCollNetChainHead:
-		w.err = w.cn.run(w)
+		w.err = w.cn.Run(&w.Prims)
 	}
 	if wg != nil {
 		wg.Done()

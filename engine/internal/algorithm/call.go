@@ -1,14 +1,18 @@
 package algorithm
 
-import "github.com/collplan/collplan/costmodel"
+import (
+	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/kernels"
+)
 
 // Call is what a kernel reads of a call (the engine's call fills it once the call is planned):
-// its collective, this rank and the rank count, its buffers (cut to size; Send nil where the rank
+// its collective, this rank and the rank count, its dtype, its buffers (cut to size; Send nil where the rank
 // sends nothing, Recv nil where it receives nothing), its element count and size, its root,
 // whether it runs in place, and its plan's chunk in elements.
 type Call struct {
 	Coll       costmodel.Coll
 	Rank, N    int
+	Dt         kernels.Dtype
 	Send, Recv []byte
 	Count, ES  int
 	Root       int

@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/collplan/collplan/engine"
+	"github.com/collplan/collplan/kernels"
 	"hash/fnv"
 	"io"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -74,9 +77,43 @@ func compileTable(ctx context.Context, table string, pins capabilities.Env, coll
 	}
 	dt, err := pl.Compile(ctx, planner.Class{Coll: coll, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1})
 	if err != nil {
+		if alt, ok := enginePins(pins, coll, n, rpn); ok {
+			// The table has no cell of the pinned algorithm (cpu-net declares no reducing network,
+			// yet the engine runs CollNet through its endpoint): the table chooses among the
+			// protocols the engine runs that algorithm with, and the pin overrides the algorithm.
+			return compileTable(ctx, table, alt, coll, n, rpn, noOverlay, spec, logTo)
+		}
 		return nil, fmt.Errorf("compiling the %v decision table: %w (pin --algo and --proto, or pass --planner=false)", coll, err)
 	}
 	return dt, nil
+}
+
+// enginePins is pins without the algorithm, the protocol restricted to those the engine runs the
+// pinned algorithm with at this shape (engine.PinError), for a table without the algorithm's
+// cells; ok is false when pins has no algorithm or the engine runs it with no protocol allowed.
+func enginePins(pins capabilities.Env, coll costmodel.Coll, n, rpn int) (capabilities.Env, bool) {
+	if pins.Algo.Value == "" {
+		return pins, false
+	}
+	a, err := capabilities.ParseAlgo(pins.Algo.Value)
+	if err != nil {
+		return pins, false
+	}
+	var protos []string
+	for p := range costmodel.NumProtos {
+		name := costmodel.Proto(p).String()
+		if pins.Proto.Value != "" && !strings.EqualFold(pins.Proto.Value, name) {
+			continue
+		}
+		if engine.PinError(coll, costmodel.Algo(a), costmodel.Proto(p), n, rpn, kernels.Float32, kernels.Sum) == nil {
+			protos = append(protos, name)
+		}
+	}
+	if len(protos) == 0 {
+		return pins, false
+	}
+	alt := capabilities.Env{Proto: capabilities.Setting{Value: strings.Join(protos, ","), Source: capabilities.SourceFlag}}
+	return alt, true
 }
 
 // tableHash is what every rank must agree on about a table: its class and entries.

@@ -129,3 +129,19 @@ func TestTablePins(t *testing.T) {
 		}
 	}
 }
+
+// TestTablePinsBeyondTable: an algorithm pin the table has no cell of (cpu-net declares no
+// reducing network; the engine runs CollNet through its endpoint) compiles a table over the
+// protocols the engine runs it with, here Simple only, rather than failing ("no algorithm/protocol
+// available", TestHostsJob's CollNetDirect row) or pairing it with LL.
+func TestTablePinsBeyondTable(t *testing.T) {
+	o := options{algo: "CollNetDirect"}
+	dt, err := compileTable(context.Background(), "cpu-net", o.tablePins(), costmodel.AllReduce, 4, 2, true, tunerSpec{}, io.Discard)
+	require.NoError(t, err)
+	for _, e := range dt.Entries() {
+		assert.Equal(t, costmodel.Simple, e.Decision.Proto, "%d..%d B", e.Lo, e.Hi)
+	}
+	o = options{algo: "CollNetDirect", proto: "LL"}
+	_, err = compileTable(context.Background(), "cpu-net", o.tablePins(), costmodel.AllReduce, 4, 2, true, tunerSpec{}, io.Discard)
+	assert.Error(t, err, "CollNetDirect with LL: nothing the engine runs")
+}

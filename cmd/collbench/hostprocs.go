@@ -14,7 +14,6 @@ import (
 	"github.com/collplan/collplan/engine/transport"
 	enet "github.com/collplan/collplan/engine/transport/net"
 	"github.com/collplan/collplan/engine/transport/shm"
-	"github.com/collplan/collplan/planner"
 )
 
 // --hosts H --rank-processes: each rank is its own process in its host's namespaces, as NCCL
@@ -63,15 +62,9 @@ func runHostRank(ctx context.Context, o *options, n int, hostEnv string, stdout,
 			err = fmt.Errorf("rank %d: %w", rank, err)
 		}
 	}()
-	cfg, plans, err := o.engineConfig(n)
+	cfg, plans, ab, err := o.hostConfig(n)
 	if err != nil {
 		return err
-	}
-	var ab [2]*planner.DecisionTable
-	if len(o.ab) > 0 {
-		if ab, err = o.abTables(n); err != nil {
-			return err
-		}
 	}
 	if rank%per == 0 {
 		// The host's local rank 0 owns its shm job: the lock exists before the rendezvous ends,

@@ -183,6 +183,16 @@ func prefixLines(r io.Reader, w io.Writer, prefix string) {
 	io.Copy(io.Discard, r) // past a line over 1 MiB: keep draining, so the writer never blocks
 }
 
+// hostConfig is a --hosts process's engine configuration, its plans line and --ab's two tables.
+func (o *options) hostConfig(n int) (engine.Config, string, [2]*planner.DecisionTable, error) {
+	var ab [2]*planner.DecisionTable
+	cfg, plans, err := o.engineConfig(n)
+	if err == nil && len(o.ab) > 0 {
+		ab, err = o.abTables(n)
+	}
+	return cfg, plans, ab, err
+}
+
 // runHost is one host process of --hosts: its ranks as goroutines, meeting every rank of the job
 // through bootstrap.Join and crossing to the other hosts on the network transport.
 func runHost(ctx context.Context, o *options, n int, hostEnv string, stdout, stderr io.Writer) error {
@@ -191,15 +201,9 @@ func runHost(ctx context.Context, o *options, n int, hostEnv string, stdout, std
 		return usagef("%s=%q: want a host index below --hosts %d", envHostsRank, hostEnv, o.hosts)
 	}
 	per := n / o.hosts
-	cfg, plans, err := o.engineConfig(n)
+	cfg, plans, ab, err := o.hostConfig(n)
 	if err != nil {
 		return err
-	}
-	var ab [2]*planner.DecisionTable
-	if len(o.ab) > 0 {
-		if ab, err = o.abTables(n); err != nil {
-			return err
-		}
 	}
 	// CollNet's aggregation endpoint, where a pin or the tables may run CollNet: host 0 serves it
 	// on the lab's network, at the port after the rendezvous's, where every host finds it.

@@ -31,8 +31,8 @@ type Prims struct {
 
 	Stats ChannelStats // this call's traffic, added to the Comm's at the end
 
-	// Race-build annotations (wire's race.go), set only when the engine's c.raceHidden: after
-	// each step's sends the worker releases RaceRel; after each step's receives, before it writes
+	// Race-build annotations (wire's race.go), set only when the engine's c.raceHidden: before
+	// each step's first publish the worker releases RaceRel; after each step's receives, before it writes
 	// its output, it acquires RaceAcq. RaceTok is the token a tree's reduce-up worker releases.
 	RaceRel, RaceAcq unsafe.Pointer
 	RaceTok          byte
@@ -189,8 +189,8 @@ func (w *Prims) piece(p Prim, in, out []byte, nb int) error {
 		switch {
 		case w.Reducing && w.PreMul:
 			w.Red.Load(res, in)
-		case out == nil && !inSlot:
-			res = in // pack straight from the input
+		case out == nil && !inSlot && w.RaceRel == nil:
+			res = in // pack straight from the input (annotated race builds copy it: see Send below)
 		case !SameBytes(res, in):
 			copy(res, in)
 		}
@@ -211,7 +211,15 @@ func (w *Prims) piece(p Prim, in, out []byte, nb int) error {
 		}
 	}
 
-	// Send.
+	// Send. In an annotated race build the release comes before the first publish: released after
+	// it, a peer could take the data, and the answer come back to this rank's other worker (the
+	// tree's broadcast-down, writing where reduce-up read), before this goroutine reached the
+	// release, and the detector then saw the read and the write unordered (TestTreeInPlaceRace,
+	// shm/LL/5000, once in a loaded CI run). So the sends must not read the user's input after
+	// it: there the LL/LL128 pack reads the scratch copy, not the input.
+	if w.RaceRel != nil {
+		wire.RaceReleaseMerge(w.RaceRel)
+	}
 	for i, e := range sends {
 		if i > 0 || !inSlot {
 			if err := e.Reserve(&w.W); err != nil {
@@ -234,9 +242,6 @@ func (w *Prims) piece(p Prim, in, out []byte, nb int) error {
 		}
 		w.Stats.Steps++
 		w.Stats.PayloadBytes += uint64(nb)
-	}
-	if w.RaceRel != nil {
-		wire.RaceReleaseMerge(w.RaceRel)
 	}
 
 	// Hand the received slots back (after the sends: a Simple result may have been read from one).
@@ -280,13 +285,13 @@ func (w *Prims) pieceFused(p Prim, in, out []byte, views [][]byte, e *wire.Endpo
 		}
 		copy(slot[s:t], o)
 	}
+	if w.RaceRel != nil {
+		wire.RaceReleaseMerge(w.RaceRel) // before the publish: see piece
+	}
 	e.PublishSimple()
 	w.Stats.WireBytes += uint64(nb)
 	w.Stats.Steps++
 	w.Stats.PayloadBytes += uint64(nb)
-	if w.RaceRel != nil {
-		wire.RaceReleaseMerge(w.RaceRel)
-	}
 	for _, r := range recvs {
 		r.Release()
 		w.Stats.RecvBytes += uint64(nb)

@@ -638,7 +638,7 @@ func (c *Comm) execute(w *wire.Waiter, cl *call) error {
 		spin = c.collNetSpinFits(len(tasks))
 	}
 	for _, wk := range tasks {
-		wk.W.Spin, wk.W.Shared = spin, len(tasks) > 1 || c.park != nil
+		wk.W.Spin, wk.W.Shared = spin, len(tasks) > 1
 	}
 	tasks[0].W.Agree = true // the calling goroutine checks the peers' descriptors while it waits
 	wg := &c.wg

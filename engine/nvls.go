@@ -239,7 +239,7 @@ func (c *Comm) executeNVLS(w *wire.Waiter, cl *call) error {
 		spin = c.collNetSpinFits(len(tasks))
 	}
 	for _, wk := range tasks {
-		wk.W.Spin, wk.W.Shared = spin, len(tasks) > 1 || c.park != nil
+		wk.W.Spin, wk.W.Shared = spin, len(tasks) > 1
 	}
 	tasks[0].W.Agree = true
 	wg := &c.wg

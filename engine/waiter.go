@@ -12,13 +12,13 @@ import (
 // poll, yield and sleep).
 func newWaiter(c *Comm, ctx context.Context) wire.Waiter {
 	w := wire.NewWaiter(&c.ctl, ctx, osYieldNeeded(c), c.spinFits(1))
-	w.Park, w.Shared = c.park, c.park != nil
+	w.Park = c.park
 	return w
 }
 
 // parker is tr's bell for waits (wire.Parker), when it runs goroutines of its own in this process
 // that store into the ranks' regions (the network transport's proxy and socket readers). Its
-// waits then also call Gosched (Waiter.Shared) whatever the rank and core counts: those
+// waits then also call Gosched whatever the rank and core counts (wire's Idle: a Park is as Shared): those
 // goroutines share the process's Ps, and a rank that yielded only the OS thread would hold the
 // process's one P while the data it waits for sat unread in a socket.
 func parker(tr transport.Transport) wire.Parker {

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/collplan/collplan/engine"
-	"github.com/collplan/collplan/kernels"
 	"hash/fnv"
 	"io"
 	"os"
@@ -14,6 +12,8 @@ import (
 
 	"github.com/collplan/collplan/capabilities"
 	"github.com/collplan/collplan/costmodel"
+	"github.com/collplan/collplan/engine"
+	"github.com/collplan/collplan/kernels"
 	"github.com/collplan/collplan/node"
 	"github.com/collplan/collplan/planner"
 	"github.com/collplan/collplan/plugin"

@@ -105,7 +105,7 @@ type Waiter struct {
 	OSYield  bool // the whole yield phase also yields the OS thread (see the engine's osYieldNeeded)
 	Bulk     bool // a worker's waiter in a call of at least BulkBytes: see osYieldAfter
 	Agree    bool // the calling goroutine's worker: its waits also check the peers' descriptors
-	Shared   bool // the rank runs other workers in this call: an OSYield wait still calls Gosched
+	Shared   bool // the rank runs other workers in this call: an OSYield wait still calls Gosched (so does one with a Park, whose transport's goroutines share the Ps)
 
 	// Park, when the transport offers it, makes the sleep phase block on the transport's bell
 	// instead of sleeping (see Parker); bell is the armed bell of the current wait, timer the
@@ -226,7 +226,7 @@ func (w *Waiter) Idle(i, peer int) error {
 		now = Nanotime()
 	}
 	if now < w.yieldEnd {
-		if !w.OSYield || w.Shared {
+		if !w.OSYield || w.Shared || w.Park != nil {
 			runtime.Gosched()
 		}
 		if w.OSYield || w.Bulk && now-w.waitFrom > int64(osYieldAfter) {

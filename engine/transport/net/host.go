@@ -398,10 +398,6 @@ func (t *Rank) ProcessRanks() int {
 	return 1
 }
 
-// Proxied tells the engine's waits that this process runs the host's proxy and socket readers
-// beside its ranks (engine/waiter.go).
-func (t *Rank) Proxied() bool { return true }
-
 // Poke, Bell and ParkAfter make the host a wire.Parker for its ranks' waits: a wait that begins
 // wakes the poller (the rank has most likely just published), and a parked wait wakes at the next
 // frame a reader applies.

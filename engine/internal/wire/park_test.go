@@ -123,3 +123,21 @@ func TestWaiterCopy(t *testing.T) {
 	assert.Same(t, mine, u.timer)
 	assert.Nil(t, u.bell)
 }
+
+// TestShortParkAfterReadsTheClock: a wait with a Park reads the clock at every poll, so a
+// ParkAfter of a few microseconds ends the yield phase at the first poll past it, not at the
+// next clockPolls-th (16 sched_yields where processes outnumber the cores).
+func TestShortParkAfterReadsTheClock(t *testing.T) {
+	p := &fakeParker{after: time.Nanosecond}
+	w := NewWaiter(testCtl(), context.Background(), true, false)
+	w.Park = p
+	armedAt := -1
+	for i := 0; i < 4*clockPolls && armedAt < 0; i++ {
+		require.NoError(t, w.Idle(i, 1))
+		if p.arms.Load() > 0 {
+			armedAt = i
+		}
+	}
+	require.GreaterOrEqual(t, armedAt, 0, "never armed")
+	assert.Less(t, armedAt, clockPolls/2, "armed at poll %d", armedAt)
+}

@@ -34,7 +34,10 @@ import (
 // path. The yield phase reads the clock only every clockPolls-th poll (a clock read costs 30-50 ns
 // in a VM, a yield several hundred). Measured on 2 cores, 4 rank processes, LL all-reduce of
 // 8-512 B (median of 70 repetitions each, alternated): 64 polls before the first yield and a
-// clock read per poll took 4.6-7.5 us, this 4.1-6.7 us (docs/engine-vs-mpi.md, sixth run).
+// clock read per poll took 4.6-7.5 us, this 4.1-6.7 us (docs/engine-vs-mpi.md, sixth run). A wait
+// with a Park reads it at every poll: its yield phase is Parker.ParkAfter, which may be a few
+// microseconds, and 16 sched_yields before the first clock read made it last far longer where 8
+// emulated hosts share 2 cores (a third of all samples in sched_yield).
 const (
 	spinPolls  = 64
 	spinTime   = 20 * time.Microsecond
@@ -222,7 +225,7 @@ func (w *Waiter) Idle(i, peer int) error {
 			}
 		}
 		w.waitFrom, w.yieldEnd, w.sleep = now, now+int64(yield), minSleep
-	case w.Bulk || i%clockPolls == 0:
+	case w.Bulk || w.Park != nil || i%clockPolls == 0:
 		now = Nanotime()
 	}
 	if now < w.yieldEnd {

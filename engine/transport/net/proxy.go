@@ -68,8 +68,8 @@ func (l *link) frame(kind int, k connKey, off, n int, val uint64) {
 
 // poll is the proxy of every cross-host connection and control line of this host: it forwards
 // what local senders completed, the heads local receivers published, the local ranks' control
-// lines and the abort word. It spins (yielding) while there is work and for 64 empty passes, then
-// sleeps 20 us doubling to 500 us until something moves.
+// lines and the abort word. It spins (yielding) while there is work and for h.idlePasses empty
+// passes, then sleeps 20 us doubling to 500 us until something moves.
 func (h *Host) poll() {
 	defer h.done.Done()
 	idle := 0
@@ -87,7 +87,7 @@ func (h *Host) poll() {
 				l.deadline, l.stamp = now.Add(h.s.Timeout), now.UnixNano()
 			}
 		}
-		moved := h.pass(&scratch)
+		moved := h.pass(&scratch, now.UnixNano())
 		for _, l := range h.links {
 			if l == nil || l.dead {
 				continue
@@ -128,14 +128,14 @@ func (h *Host) poll() {
 			continue
 		}
 		idle++
-		if idle < 64 {
+		if idle < h.idlePasses {
 			runtime.Gosched()
 			continue
 		}
 		// A frame the reader applies wakes the poller at once: the local rank it unblocked will
 		// answer, and a poller deep in its back-off would add up to 500 us to every hop (with
 		// Setup.Delay, every hop found it asleep).
-		wait := time.NewTimer(min(20*time.Microsecond<<min(idle-64, 5), 500*time.Microsecond))
+		wait := time.NewTimer(min(20*time.Microsecond<<min(idle-h.idlePasses, 5), 500*time.Microsecond))
 		select {
 		case <-h.wake:
 		case <-wait.C:
@@ -144,9 +144,10 @@ func (h *Host) poll() {
 	}
 }
 
-// pass forwards everything that changed since the last pass; it reports whether anything did.
-func (h *Host) pass(scratch *[]byte) bool {
-	moved := h.passCtrl()
+// pass forwards everything that changed since the last pass (now: its clock, Unix ns); it
+// reports whether anything did.
+func (h *Host) pass(scratch *[]byte, now int64) bool {
+	moved := h.passCtrl(now)
 	h.mu.Lock()
 	list := h.list
 	h.mu.Unlock()
@@ -175,7 +176,14 @@ func (h *Host) pass(scratch *[]byte) bool {
 // passCtrl mirrors this host's ranks' control lines (state/beat/waits-for, the two descriptors)
 // and the abort word to every other host. A descriptor's seq is read first: the words read after
 // it are that call's or newer, and the far side stores seq last.
-func (h *Host) passCtrl() bool {
+//
+// Line 0 goes out at once when its state word changed, and otherwise at most every beatLag: its
+// other words are the watchdog's beat and "waits for", which only a watchdog that fires reads
+// (wire's StalledRank, after a wait of Config.Timeout, counting a rank stale after at least
+// 300 ms), while a parked wait changes "waits for" at every sleep. Sent each time, they were
+// half of all frames across 8 emulated hosts (a line to each of 7 hosts, about once per call
+// per rank, beside one data frame and one credit).
+func (h *Host) passCtrl(now int64) bool {
 	moved := false
 	first, last := h.endRanks(h.self())
 	for r := first; r < last; r++ {
@@ -184,6 +192,9 @@ func (h *Host) passCtrl() bool {
 			changed := false
 			if ln > 0 && atomic.LoadUint64(wire.WordAt(h.ctrl, off)) == h.lastCtrl[off/8] {
 				continue // a descriptor: its words change only with its seq, stored after them
+			}
+			if ln == 0 && atomic.LoadUint64(wire.WordAt(h.ctrl, off)) == h.lastCtrl[off/8] && now-h.beatSent[r] < h.beatLag.Load() {
+				continue
 			}
 			for i := 0; i < wire.LineBytes/8; i++ {
 				v := atomic.LoadUint64(wire.WordAt(h.ctrl, off+8*i))
@@ -195,6 +206,9 @@ func (h *Host) passCtrl() bool {
 				continue
 			}
 			moved = true
+			if ln == 0 {
+				h.beatSent[r] = now
+			}
 			var b [wire.LineBytes]byte
 			for i := 0; i < wire.LineBytes/8; i++ {
 				binary.LittleEndian.PutUint64(b[8*i:], h.lastCtrl[off/8+i])
@@ -203,6 +217,7 @@ func (h *Host) passCtrl() bool {
 				if l != nil && !l.dead && h.mirrorsTo(l.host) {
 					l.frame(fCtrl, connKey{from: uint32(r)}, off, wire.LineBytes, 0)
 					l.putPayload(b[:], h.chunk())
+					h.ctrlSent.Add(1)
 				}
 			}
 		}
@@ -392,6 +407,10 @@ func (h *Host) writeFailed(l *link, err error) {
 // writeGrace bounds how long a write error waits for the link's reader (writeFailed).
 const writeGrace = time.Second
 
+// beatLag bounds how late a rank's beat and "waits for" reach the other hosts (passCtrl): well
+// inside wire's staleness bound (300 ms at least) and beat period (100 ms).
+const beatLag = 20 * time.Millisecond
+
 // read applies the frames host l.host sends, until a goodbye, an error or Close.
 func (h *Host) read(l *link) {
 	defer h.readers.Done()
@@ -430,19 +449,17 @@ func (h *Host) readLoop(l *link) error {
 			return fmt.Errorf("read: %w", err)
 		}
 		if h.s.Delay > 0 {
-			hold(int64(binary.LittleEndian.Uint64(b[32:])), h.s.Delay)
+			hold(int64(binary.LittleEndian.Uint64(b[32:])), h.s.Delay, h.spin == parkAfter)
 		}
 		kind := int(b[0])
 		k := connKey{binary.LittleEndian.Uint32(b[4:]), binary.LittleEndian.Uint32(b[8:]), binary.LittleEndian.Uint32(b[12:])}
 		off, n := int(binary.LittleEndian.Uint32(b[16:])), int(binary.LittleEndian.Uint32(b[20:]))
 		val := binary.LittleEndian.Uint64(b[24:])
 		wire.RaceAcquire(unsafe.Pointer(&h.raceSync))
-		if kind != fPing && kind != fProbe {
-			select {
-			case h.wake <- struct{}{}:
-			default:
-			}
+		if kind != fPing && kind != fProbe && kind != fCtrl {
+			h.wakePoller()
 		}
+		quiet := false // a frame that can unblock no wait rings no bell
 		switch kind {
 		case fPing:
 		case fProbe:
@@ -469,6 +486,12 @@ func (h *Host) readLoop(l *link) error {
 			if err := l.readPayload(line[:], h.chunk(), h.s.Timeout); err != nil {
 				return err
 			}
+			// Only line 0's state word and a descriptor's seq are waited for: a line 0 whose
+			// state is unchanged carries the watchdog's beat and "waits for" (passCtrl).
+			quiet = (off-base)/wire.LineBytes == 0 && binary.LittleEndian.Uint64(line[:]) == atomic.LoadUint64(wire.WordAt(h.ctrl, off))
+			if !quiet {
+				h.wakePoller()
+			}
 			// Words 1.. first, word 0 (a descriptor's seq; the state word) last with release.
 			for i := wire.LineBytes/8 - 1; i >= 0; i-- {
 				v := binary.LittleEndian.Uint64(line[8*i:])
@@ -492,9 +515,18 @@ func (h *Host) readLoop(l *link) error {
 		default:
 			return fmt.Errorf("unknown frame kind %d", kind)
 		}
-		if kind != fPing && kind != fProbe {
+		if kind != fPing && kind != fProbe && !quiet {
 			h.bell.ring() // after the stores: a parked wait that wakes finds them
 		}
+	}
+}
+
+// wakePoller ends the poller's back-off (poll): a frame applied most likely unblocked a local
+// rank, which will answer.
+func (h *Host) wakePoller() {
+	select {
+	case h.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -556,7 +588,13 @@ func (h *Host) apply(l *link, c *conn, kind, off, n int, val uint64, scratch *[]
 // the reader got to each, a burst of k frames would wait k delays instead of one, and the knob
 // would cut bandwidth instead of adding latency. The hosts' clocks must agree (emulated hosts
 // share one kernel's clock); a hold is never longer than delay, whatever the stamp says.
-func hold(sent int64, delay time.Duration) {
+//
+// The last millisecond is spun (Gosched) where the host has a core to itself: Go's timers cannot
+// wait less than a millisecond once a process is idle, and a thread sleeping in nanosleep woke
+// 30-100 us late across 2 emulated hosts. Where the colocated hosts outnumber the cores (sleep),
+// all but its last holdSpin is slept in nanosleep instead: eight hosts' readers spinning their
+// holds took the 2 cores from the hops they held for (BENCHMARKS.md, "Quieter hosts").
+func hold(sent int64, delay time.Duration, sleep bool) {
 	until := time.Unix(0, sent).Add(delay)
 	if lim := time.Now().Add(delay); until.After(lim) {
 		until = lim
@@ -568,6 +606,10 @@ func hold(sent int64, delay time.Duration) {
 		}
 		if d > time.Millisecond {
 			time.Sleep(d - 500*time.Microsecond) // a timer's lateness (tens of us) stays inside the rest
+			continue
+		}
+		if sleep && d > holdSpin {
+			threadSleep(d - holdSpin)
 			continue
 		}
 		runtime.Gosched()

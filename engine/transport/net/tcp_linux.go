@@ -95,3 +95,20 @@ func (r *spinReader) Read(p []byte) (int, error) {
 		runtime.Gosched()
 	}
 }
+
+// holdSpin is how much of a hold is spun (runtime.Gosched) after its sleep (threadSleep): the
+// wake-up's own lateness, with the thread's timer slack set to 1 us.
+const holdSpin = 20 * time.Microsecond
+
+// threadSleep blocks the calling thread in nanosleep for d, with its timer slack (50 us by
+// default, by which the kernel may defer the wake-up to batch timers) set to 1 us first. Go's own
+// timers cannot wait less than a millisecond once a process is idle: its poller's epoll_wait
+// takes milliseconds. An interrupted sleep returns early; hold's loop sleeps or spins again.
+func threadSleep(d time.Duration) {
+	syscall.RawSyscall(syscall.SYS_PRCTL, prSetTimerSlack, 1000, 0)
+	ts := syscall.NsecToTimespec(int64(d))
+	syscall.Nanosleep(&ts, nil)
+}
+
+// prSetTimerSlack is PR_SET_TIMERSLACK (linux/prctl.h).
+const prSetTimerSlack = 29

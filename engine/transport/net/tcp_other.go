@@ -13,3 +13,8 @@ func setUserTimeout(*stdnet.TCPConn, time.Duration) {}
 
 // newSpinReader: elsewhere the reader waits in Go's network poller (see tcp_linux.go).
 func newSpinReader(c stdnet.Conn, _ time.Duration) io.Reader { return c }
+
+// holdSpin and threadSleep: elsewhere hold's sleeps are Go's timers (see tcp_linux.go).
+const holdSpin = 20 * time.Microsecond
+
+func threadSleep(d time.Duration) { time.Sleep(d) }

@@ -85,6 +85,9 @@ type Host struct {
 	wake chan struct{} // a reader applied a frame, or a rank began to wait (the poller's back-off ends)
 	bell bell          // rung after every frame a reader applies (the ranks' parked waits)
 	spin time.Duration // how long waits yield and readers try their sockets before they park
+	// sockSpin is how long a reader tries its socket before it waits in Go's poller: readSpin,
+	// or none where waits park early.
+	sockSpin time.Duration
 	// idlePasses is how many empty passes the poller makes, yielding, before it waits on a
 	// timer (poll): idlePasses, or parkedIdlePasses where waits park early (spin is parkAfter).
 	idlePasses int
@@ -145,12 +148,12 @@ func Start(ctx context.Context, s Setup, local transport.Transport) (*Host, erro
 		return nil, fmt.Errorf("%w: net: Colocated %d: want 0..%d (%s)", wire.ErrInvalid, s.Colocated, maxColocated, EnvColocated)
 	}
 	h := &Host{s: s, local: local, links: make([]*link, len(s.Peers)), conns: make(map[connKey]*conn), stop: make(chan struct{}), wake: make(chan struct{}, 1)}
-	h.spin, h.idlePasses = readSpin, idlePasses
+	h.spin, h.sockSpin, h.idlePasses = readSpin, readSpin, idlePasses
 	// Early parking is for a host process, whose ranks are its goroutines: a rank process's
 	// host-mates store into its regions through shared memory, which rings no bell, so its waits
 	// keep the engine's yield phase (a parked wait would find their stores only at its timer).
 	if s.proc == nil && max(s.Colocated, 1)*s.RanksPerHost > runtime.NumCPU() {
-		h.spin, h.idlePasses = parkAfter, parkedIdlePasses
+		h.spin, h.sockSpin, h.idlePasses = parkAfter, 0, parkedIdlePasses
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
@@ -315,7 +318,9 @@ func (h *Host) connect(ctx context.Context) error {
 // (parkedIdlePasses; 64 otherwise) against 50 us and 64 took an 8-byte AllReduce across 8 hosts
 // from 1.9 to 1.4 ms (Ring) and 2.5 to 1.7 ms (Tree) with no injected delay; 1 ns instead of 10 us
 // was no faster at 8 hosts. Every spinning pass and yield there takes a core some other host's
-// hop is waiting for.
+// hop is waiting for; so does every failed read of a spinning reader (at least spinClockTries
+// before its clock is read: 110 EAGAIN reads per host per call across 8 hosts), and there the
+// readers wait in the poller at once (sockSpin 0).
 const (
 	readSpin         = time.Millisecond
 	parkAfter        = 10 * time.Microsecond
@@ -330,7 +335,7 @@ func (h *Host) setSock(j, idx int, c stdnet.Conn) {
 	if h.links[j] == nil {
 		h.links[j] = &link{host: j, socks: make([]*sock, 1+h.s.Sockets), lastSend: time.Now(), readDone: make(chan struct{})}
 	}
-	h.links[j].socks[idx] = newSock(c, h.spin)
+	h.links[j].socks[idx] = newSock(c, h.sockSpin)
 }
 
 func (h *Host) hasSock(j, idx int) bool {

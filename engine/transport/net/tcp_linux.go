@@ -46,7 +46,7 @@ type spinReader struct {
 
 func newSpinReader(c stdnet.Conn, spin time.Duration) io.Reader {
 	tc, ok := c.(*stdnet.TCPConn)
-	if !ok {
+	if !ok || spin <= 0 {
 		return c
 	}
 	raw, err := tc.SyscallConn()

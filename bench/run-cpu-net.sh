@@ -4,7 +4,8 @@
 # hosts, one rank each, with COLLPLAN_NET_DELAY_US (default 200) injected; then fits 2 and 4 hosts
 # together and predicts 8 (--holdout-nodes 8: the prediction error at 8 hosts, which the fit never
 # saw), and writes the overlay fitted on 2 and 4 with its cells predicted at 8 (--predict-nodes 8).
-# Needs root (network namespaces). Usage: bench/run-cpu-net.sh [outdir]   (FIT_ONLY=1: refit an earlier run)
+# Needs root (network namespaces). Usage: bench/run-cpu-net.sh [outdir]   (FIT_ONLY=1: refit an earlier run;
+# ITERS, WARMUP, REPEAT: collbench -n, -w and calibrate --repeat, default 10, 2, 2)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-${TMPDIR:-/tmp}/collplan-cpu-net}
@@ -16,7 +17,7 @@ if [ -z "${FIT_ONLY:-}" ]; then
   for h in 2 4 8; do
     rm -rf "$out/h$h"
     "$out/bin/calibrate" --node cpu-net --run --transport net --nodes "$h" --colls allreduce \
-      --min 8 --max 1M --factor 4 --iters 10 --warmup 2 --repeat "${REPEAT:-2}" --no-progress \
+      --min 8 --max 1M --factor 4 --iters "${ITERS:-10}" --warmup "${WARMUP:-2}" --repeat "${REPEAT:-2}" --no-progress \
       --sweeps-out "$out/h$h" --out "$out/h$h.fit.toml" > "$out/h$h.report.txt"
   done
 fi

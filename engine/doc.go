@@ -56,7 +56,7 @@
 // more rank processes than cores sets GOMAXPROCS=1 in their environment unless it is set. A
 // transport whose own goroutines store into the regions (the network transport's proxy and socket
 // readers) may offer a bell (wire.Parker): its ranks' sleeps then block on it, and where its hosts
-// outnumber the cores the yield phase is 50 us instead of a millisecond.
+// outnumber the cores the yield phase is 10 us instead of a millisecond.
 //
 // # Algorithms
 //

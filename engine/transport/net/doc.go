@@ -60,18 +60,21 @@
 // runs more than NCCL_STEPS slots ahead of the remote receiver: staging stays bounded as on one
 // host.
 //
-// The proxy polls: it yields while there is work and for 64 empty passes, then sleeps 20 us,
+// The proxy polls: it yields while there is work and for 64 empty passes (4 where the waits park
+// early, below), then sleeps 20 us,
 // doubling up to 500 us, until something moves (2 cores: it does not spin a core forever); a
 // frame a reader applies, or a rank that begins to wait (Rank.Poke), wakes it at once.
 //
 // # Waiting
 //
 // A Rank is a wire.Parker for the engine's waits: a wait past its yield phase arms the host's bell
-// and blocks on it, and the readers ring it after every frame they store. Setup.Colocated
-// (COLLPLAN_NET_COLOCATED: how many host processes share this machine's cores; collbench --hosts
-// sets it) makes the waits yield 50 us rather than a millisecond, and the readers spin as long,
-// when the colocated hosts' ranks outnumber the cores, so that a host process with nothing to do
-// sleeps in the kernel (docs/net-transport.md, "Parked waits"). A write error is a loss only once
+// and blocks on it, and the readers ring it after every frame they store that can end a wait (a
+// control line that moved only the watchdog's beat or "waits for" cannot, and such a line goes
+// out at most every beatLag). Setup.Colocated (COLLPLAN_NET_COLOCATED: how many host processes
+// share this machine's cores; collbench --hosts sets it) makes the waits yield 10 us rather than a
+// millisecond, the readers wait in Go's poller at once, the proxy stop after 4 empty passes and the
+// injected delay's hold sleep, when the colocated hosts' ranks outnumber the cores, so that a host
+// process with nothing to do sleeps in the kernel (docs/net-transport.md, "Parked waits"). A write error is a loss only once
 // the link's reader has had writeGrace to find the far host's goodbye (writeFailed).
 //
 // # Injected latency

@@ -40,7 +40,10 @@ import (
 // (2 nodes) with the aggregation endpoint the launcher starts (this test binary running
 // TestCollNetEndpointHelper): the node's region (collnet.go: NVLS's shape, 2 MiB per rank on 2 ranks,
 // 8 MiB on 4) and the endpoint connection's NCCL_STEPS result slots of a Simple step (4 MiB) are
-// the staging; 1 MiB against 1 GiB on 2 and 4 ranks.
+// the staging; 1 MiB against 1 GiB on 2 and 4 ranks. CollNetDirect AllGather and ReduceScatter
+// (NCCL's other two CollNet collectives, "collnetdirect-ag" and "-rs") run the same region and
+// endpoint connection with 1 MiB against 1 GiB of the large side (AllGather's output,
+// ReduceScatter's input) on 4 ranks; the buffers subtracted are then that side and its nth.
 //
 // It allocates 2 x 1 GiB per rank on up to 4 ranks, so it runs only when COLLPLAN_STAGING_TEST=1
 // (and never under -short or the race detector):
@@ -49,7 +52,7 @@ import (
 
 const (
 	stagingBytesEnv = "COLLPLAN_STAGING_BYTES" // set in the rank processes: the message size
-	stagingAlgoEnv  = "COLLPLAN_STAGING_ALGO"  // set in the rank processes: "nvls" pins NVLS/Simple on 1 channel, "collnetdirect" CollNetDirect
+	stagingAlgoEnv  = "COLLPLAN_STAGING_ALGO"  // set in the rank processes: "nvls" pins NVLS/Simple on 1 channel, "collnetdirect" CollNetDirect (AllReduce; -ag AllGather, -rs ReduceScatter)
 	stagingSlack    = 16 << 20
 )
 
@@ -71,6 +74,8 @@ func TestStagingBounded(t *testing.T) {
 		{4, 1 << 20, 1 << 30, "nvls"},
 		{2, 1 << 20, 1 << 30, "collnetdirect"},
 		{4, 1 << 20, 1 << 30, "collnetdirect"},
+		{4, 1 << 20, 1 << 30, "collnetdirect-ag"},
+		{4, 1 << 20, 1 << 30, "collnetdirect-rs"},
 	} {
 		name := fmt.Sprintf("ranks=%d", tc.n)
 		if tc.algo != "" {
@@ -80,9 +85,9 @@ func TestStagingBounded(t *testing.T) {
 			small := stagingRun(t, tc.n, tc.small, tc.algo)
 			big := stagingRun(t, tc.n, tc.big, tc.algo)
 			for r := 0; r < tc.n; r++ {
-				es, eb := small[r]-2*tc.small, big[r]-2*tc.big
+				es, eb := small[r].hwm-small[r].buffers, big[r].hwm-big[r].buffers
 				t.Logf("rank %d: VmHWM %.1f MiB at %d MiB (%.1f MiB beyond the buffers), %.1f MiB at %d MiB (%.1f MiB beyond)",
-					r, mib(small[r]), tc.small>>20, mib(es), mib(big[r]), tc.big>>20, mib(eb))
+					r, mib(small[r].hwm), tc.small>>20, mib(es), mib(big[r].hwm), tc.big>>20, mib(eb))
 				if d := eb - es; d > stagingSlack || d < -stagingSlack {
 					t.Errorf("rank %d: memory beyond the buffers differs by %.1f MiB between %d MiB and %d MiB (limit %d MiB)",
 						r, mib(d), tc.small>>20, tc.big>>20, stagingSlack>>20)
@@ -94,9 +99,13 @@ func TestStagingBounded(t *testing.T) {
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
+// rankMemory is what a rank process of stagingRun reports: its VmHWM and its send plus receive
+// buffers' bytes.
+type rankMemory struct{ hwm, buffers int64 }
+
 // stagingRun launches n rank processes (this test binary, running TestStagingRank) on a message of
-// size bytes (algo: see stagingAlgoEnv) and returns each rank's VmHWM in bytes.
-func stagingRun(t *testing.T, n int, size int64, algo string) []int64 {
+// size bytes (algo: see stagingAlgoEnv) and returns each rank's memory.
+func stagingRun(t *testing.T, n int, size int64, algo string) []rankMemory {
 	t.Helper()
 	var out, errb bytes.Buffer
 	l := &launch.Launcher{
@@ -105,7 +114,7 @@ func stagingRun(t *testing.T, n int, size int64, algo string) []int64 {
 		Env:    append(os.Environ(), stagingBytesEnv+"="+strconv.FormatInt(size, 10), stagingAlgoEnv+"="+algo),
 		Stdout: &out, Stderr: &errb,
 	}
-	if algo == "collnetdirect" {
+	if strings.HasPrefix(algo, "collnetdirect") {
 		l.CollNet = []string{os.Args[0], "-test.run=^TestCollNetEndpointHelper$"} // the launcher appends the address
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -113,21 +122,21 @@ func stagingRun(t *testing.T, n int, size int64, algo string) []int64 {
 	if err := l.Run(ctx); err != nil {
 		t.Fatalf("%d ranks, %d bytes: %v\nstdout:\n%s\nstderr:\n%s", n, size, err, out.String(), errb.String())
 	}
-	hwm := make([]int64, n)
+	mem := make([]rankMemory, n)
 	seen := 0
 	sc := bufio.NewScanner(&out)
 	for sc.Scan() {
 		var r int
-		var b, h int64
-		if _, err := fmt.Sscanf(strings.TrimSpace(sc.Text()), "STAGING rank=%d bytes=%d vmhwm=%d", &r, &b, &h); err == nil && r >= 0 && r < n {
-			hwm[r] = h
+		var b, h, buf int64
+		if _, err := fmt.Sscanf(strings.TrimSpace(sc.Text()), "STAGING rank=%d bytes=%d buffers=%d vmhwm=%d", &r, &b, &buf, &h); err == nil && r >= 0 && r < n {
+			mem[r] = rankMemory{hwm: h, buffers: buf}
 			seen++
 		}
 	}
 	if seen != n {
 		t.Fatalf("%d of %d ranks reported VmHWM:\n%s\n%s", seen, n, out.String(), errb.String())
 	}
-	return hwm
+	return mem
 }
 
 // TestStagingRank is one rank process of TestStagingBounded (it skips unless launched by it).
@@ -150,11 +159,12 @@ func TestStagingRank(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Tables = []*planner.DecisionTable{dt}
-	switch os.Getenv(stagingAlgoEnv) {
+	algo := os.Getenv(stagingAlgoEnv)
+	switch algo {
 	case "nvls":
 		cfg.Override = engine.Pin(costmodel.NVLS, costmodel.Simple)
 		cfg.Override.Channels = 1
-	case "collnetdirect":
+	case "collnetdirect", "collnetdirect-ag", "collnetdirect-rs":
 		cfg.Override = engine.Pin(costmodel.CollNetDirect, costmodel.Simple)
 		cfg.Override.Channels = 1
 		cfg.RanksPerNode = env.Size / 2
@@ -178,18 +188,37 @@ func TestStagingRank(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	count := int(size / 4)
-	send, recv := make([]byte, size), make([]byte, size)
+	// size is the large side: AllReduce's buffers, AllGather's output, ReduceScatter's input; the
+	// small side of those two is its nth (count per rank: AllGather's send, ReduceScatter's recv).
+	n := env.Size
+	sendBytes, recvBytes := size, size
+	switch algo {
+	case "collnetdirect-ag":
+		sendBytes = size / int64(n)
+	case "collnetdirect-rs":
+		recvBytes = size / int64(n)
+	}
+	send, recv := make([]byte, sendBytes), make([]byte, recvBytes)
 	one := math.Float32bits(1)
-	for i := 0; i < count; i++ {
+	for i := 0; i < len(send)/4; i++ {
 		binary.LittleEndian.PutUint32(send[4*i:], one)
 	}
+	want := math.Float32bits(float32(n)) // a sum of n ones; AllGather gathers ones
 	for i := 0; i < 3; i++ {
-		if err := c.AllReduce(ctx, send, recv, count, kernels.Float32, kernels.Sum); err != nil {
+		switch algo {
+		case "collnetdirect-ag":
+			err = c.AllGather(ctx, send, recv, len(send)/4, kernels.Float32)
+			want = one
+		case "collnetdirect-rs":
+			err = c.ReduceScatter(ctx, send, recv, len(recv)/4, kernels.Float32, kernels.Sum)
+		default:
+			err = c.AllReduce(ctx, send, recv, len(send)/4, kernels.Float32, kernels.Sum)
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	want := math.Float32bits(float32(env.Size))
+	count := len(recv) / 4
 	for _, i := range []int{0, count / 2, count - 1} {
 		if v := binary.LittleEndian.Uint32(recv[4*i:]); v != want {
 			t.Fatalf("element %d: %#x, want %#x", i, v, want)
@@ -200,7 +229,10 @@ func TestStagingRank(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := c.LastPlan()
-	fmt.Printf("STAGING rank=%d bytes=%d vmhwm=%d plan=%v/%v/%dch\n", env.Rank, size, hwm, p.Algo, p.Proto, p.Channels)
+	if cfg.Override.PinAlgo && p.Algo != cfg.Override.Algo {
+		t.Fatalf("ran %v/%v, not the pinned %v", p.Algo, p.Proto, cfg.Override.Algo)
+	}
+	fmt.Printf("STAGING rank=%d bytes=%d buffers=%d vmhwm=%d plan=%v/%v/%dch\n", env.Rank, size, sendBytes+recvBytes, hwm, p.Algo, p.Proto, p.Channels)
 }
 
 // stagingTable is collbench's plan source: the planner's AllReduce table for the cpu node table,

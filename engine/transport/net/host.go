@@ -83,13 +83,15 @@ type Host struct {
 
 	stop chan struct{}
 	wake chan struct{} // a reader applied a frame, or a rank began to wait (the poller's back-off ends)
-	bell bell          // rung after every frame a reader applies (the ranks' parked waits)
-	spin time.Duration // how long waits yield and readers try their sockets before they park
+	bell bell          // rung after every frame a reader applies that can end a wait (the ranks' parked waits)
+	// parked: the colocated hosts' ranks outnumber the cores, and waits park after parkAfter
+	// (ParkAfter), readers wait in Go's poller at once, holds sleep (hold).
+	parked bool
 	// sockSpin is how long a reader tries its socket before it waits in Go's poller: readSpin,
 	// or none where waits park early.
 	sockSpin time.Duration
 	// idlePasses is how many empty passes the poller makes, yielding, before it waits on a
-	// timer (poll): idlePasses, or parkedIdlePasses where waits park early (spin is parkAfter).
+	// timer (poll): idlePasses, or parkedIdlePasses where waits park early (parked).
 	idlePasses int
 	done       sync.WaitGroup // the poller
 	readers    sync.WaitGroup
@@ -148,12 +150,12 @@ func Start(ctx context.Context, s Setup, local transport.Transport) (*Host, erro
 		return nil, fmt.Errorf("%w: net: Colocated %d: want 0..%d (%s)", wire.ErrInvalid, s.Colocated, maxColocated, EnvColocated)
 	}
 	h := &Host{s: s, local: local, links: make([]*link, len(s.Peers)), conns: make(map[connKey]*conn), stop: make(chan struct{}), wake: make(chan struct{}, 1)}
-	h.spin, h.sockSpin, h.idlePasses = readSpin, readSpin, idlePasses
+	h.sockSpin, h.idlePasses = readSpin, idlePasses
 	// Early parking is for a host process, whose ranks are its goroutines: a rank process's
 	// host-mates store into its regions through shared memory, which rings no bell, so its waits
 	// keep the engine's yield phase (a parked wait would find their stores only at its timer).
 	if s.proc == nil && max(s.Colocated, 1)*s.RanksPerHost > runtime.NumCPU() {
-		h.spin, h.sockSpin, h.idlePasses = parkAfter, 0, parkedIdlePasses
+		h.parked, h.sockSpin, h.idlePasses = true, 0, parkedIdlePasses
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
@@ -434,7 +436,7 @@ func (t *Rank) Bell() <-chan struct{} { return t.h.bell.arm() }
 // ParkAfter: see Poke; 0 (the engine's yield phase) unless the colocated hosts' ranks outnumber
 // the cores.
 func (t *Rank) ParkAfter() time.Duration {
-	if t.h.spin == parkAfter {
+	if t.h.parked {
 		return parkAfter
 	}
 	return 0

@@ -449,7 +449,7 @@ func (h *Host) readLoop(l *link) error {
 			return fmt.Errorf("read: %w", err)
 		}
 		if h.s.Delay > 0 {
-			hold(int64(binary.LittleEndian.Uint64(b[32:])), h.s.Delay, h.spin == parkAfter)
+			hold(int64(binary.LittleEndian.Uint64(b[32:])), h.s.Delay, h.parked)
 		}
 		kind := int(b[0])
 		k := connKey{binary.LittleEndian.Uint32(b[4:]), binary.LittleEndian.Uint32(b[8:]), binary.LittleEndian.Uint32(b[12:])}

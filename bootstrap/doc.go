@@ -1,7 +1,8 @@
 // Package bootstrap brings the ranks of a multi-host job together: FromEnv reads who a process
 // is from the variables its launcher set, and Join meets the other ranks over TCP and returns the
-// Roster (every rank's record, and the ranks of each node). The engine does not use it yet: its
-// ranks still meet through engine.Join on loopback.
+// Roster (every rank's record, and the ranks of each node). collbench uses it for jobs across
+// hosts (--hosts, and the ranks a launcher starts on several hosts); a job on one host meets
+// through engine.Join on loopback, whose connections stay open for the job's life.
 //
 // # Detection
 //
@@ -48,14 +49,16 @@
 //	peer -> rank 0   Hello      "collplan-bootstrap/1", Np (32 random bytes)
 //	rank 0 -> peer   Challenge  N0 (32 random bytes), HMAC-SHA256(K, "collplan-bootstrap/1 rank0" || Np || N0)
 //	peer -> rank 0   Proof      HMAC-SHA256(K, "collplan-bootstrap/1 peer" || Np || N0)
-//	peer -> rank 0   Record     JSON: rank, size, local rank and size, node id, host, endpoint, job nonce
+//	peer -> rank 0   Record     JSON: rank, size, local rank and size, node id, host, endpoint
+//	                            (addresses, the node's shm job id, a configuration digest), job nonce
 //	rank 0 -> peer   Waiting    JSON: the ranks still missing (every 200 ms while that changes)
 //	rank 0 -> peer   Roster     JSON, or Fatal (text): the same verdict to every rank
 //
 // where K is the job secret (COLLPLAN_JOB_SECRET). At any step from the Proof on, rank 0 may
 // answer Rejected (text) instead: this connection is refused (a failed proof, a stale file's
 // nonce) and the job goes on without it; the peer tries again. Rank 0 checks that every rank arrives exactly
-// once, for the same size, and that each node's local ranks are 0..k-1 with local size k; any
+// once, for the same size, that each node's local ranks are 0..k-1 with local size k, and that every
+// rank's endpoint carries rank 0's configuration digest (collbench's engine configuration hash); any
 // mismatch is sent to every rank as Fatal. Half a second (at most a tenth of the time left)
 // before its deadline rank 0 sends Fatal naming the ranks still missing; a rank whose own deadline
 // comes first names the ranks rank 0 last reported missing, and a rank that never reached rank 0

@@ -19,9 +19,13 @@ import (
 )
 
 // Endpoint is what a rank tells the others about itself beyond its rank: the addresses
-// (host:port) its data connections will listen on.
+// (host:port) its data connections will listen on, the shared-memory job its node's ranks meet in
+// (set by the node's local rank 0, which created it), and a digest of what every rank of the job
+// must agree on (its configuration): Join refuses a job whose ranks' digests differ.
 type Endpoint struct {
-	Addrs []string `json:"addrs"`
+	Addrs  []string `json:"addrs"`
+	Shm    string   `json:"shm,omitempty"`
+	Digest string   `json:"digest,omitempty"`
 }
 
 // Record is one rank's entry in the Roster.
@@ -497,9 +501,15 @@ func rankRanges(ranks []int) string {
 }
 
 // buildRoster checks that records (indexed by rank, each present) are consistent with their
-// nodes: on each node the local ranks are 0..k-1, each once, and every rank says its node has k.
+// nodes: on each node the local ranks are 0..k-1, each once, and every rank says its node has k;
+// and that every rank's digest is rank 0's.
 func buildRoster(size int, records []Record) (Roster, error) {
 	r := Roster{Size: size, Records: records}
+	for _, rec := range records[1:] {
+		if d0 := records[0].Endpoint.Digest; rec.Endpoint.Digest != d0 {
+			return Roster{}, fmt.Errorf("bootstrap: rank %d's configuration digest %q differs from rank 0's %q: every rank of a job must be started with the same configuration", rec.Rank, rec.Endpoint.Digest, d0)
+		}
+	}
 	index := map[string]int{}
 	for _, rec := range records {
 		i, ok := index[rec.Node]
@@ -711,7 +721,8 @@ func checkRoster(r Roster, id Identity, own Record) error {
 			return fmt.Errorf("bootstrap: rank %d: roster entry %d is rank %d", id.Rank, i, rec.Rank)
 		}
 	}
-	if got := r.Records[id.Rank]; got.Node != own.Node || got.LocalRank != own.LocalRank || !slices.Equal(got.Endpoint.Addrs, own.Endpoint.Addrs) {
+	if got := r.Records[id.Rank]; got.Node != own.Node || got.LocalRank != own.LocalRank || !slices.Equal(got.Endpoint.Addrs, own.Endpoint.Addrs) ||
+		got.Endpoint.Shm != own.Endpoint.Shm || got.Endpoint.Digest != own.Endpoint.Digest {
 		return fmt.Errorf("bootstrap: rank %d: rank 0's roster has %+v for this rank, which sent %+v", id.Rank, got, own)
 	}
 	if _, err := buildRoster(r.Size, r.Records); err != nil {

@@ -573,6 +573,53 @@ func TestJoinMismatch(t *testing.T) {
 	}
 }
 
+// TestJoinEndpoint: the endpoint's shared-memory job and digest reach every rank as each rank
+// sent them, and a rank whose digest differs from rank 0's fails the job on every rank, named.
+func TestJoinEndpoint(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		digests []string
+		want    string // "" : the job starts
+	}{
+		{"same digest", []string{"d1", "d1", "d1"}, ""},
+		{"rank 2 differs", []string{"d1", "d1", "d2"}, `rank 2's configuration digest "d2" differs from rank 0's "d1"`},
+		{"rank 1 has none", []string{"d1", "", "d1"}, `rank 1's configuration digest "" differs from rank 0's "d1"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ids := job([]string{"a", "a", "b"}, freeAddr(t), "")
+			shm := []string{"job-a", "", "job-b"} // each node's local rank 0 names its node's job
+			out := make([]result, len(ids))
+			var wg sync.WaitGroup
+			for i, id := range ids {
+				wg.Go(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					defer cancel()
+					ep := endpointOf(id.Rank)
+					ep.Shm, ep.Digest = shm[i], tc.digests[i]
+					out[i].roster, out[i].err = Join(ctx, id, ep)
+				})
+			}
+			wg.Wait()
+			for r, got := range out {
+				if tc.want != "" {
+					var re *RemoteError
+					require.ErrorAs(t, got.err, &re, "rank %d", r)
+					assert.True(t, re.Fatal)
+					assert.Contains(t, re.Msg, tc.want, "rank %d", r)
+					continue
+				}
+				require.NoError(t, got.err, "rank %d", r)
+				for q, rec := range got.roster.Records {
+					assert.Equal(t, shm[q], rec.Endpoint.Shm, "rank %d's roster, rank %d", r, q)
+					assert.Equal(t, tc.digests[q], rec.Endpoint.Digest, "rank %d's roster, rank %d", r, q)
+				}
+			}
+		})
+	}
+}
+
 // TestJoinNeedsSecretOffLoopback: off loopback, no secret, no rendezvous.
 func TestJoinNeedsSecretOffLoopback(t *testing.T) {
 	for _, rank := range []int{0, 1} {

@@ -44,7 +44,7 @@ func rankProcEnv(p, per int, job string) []string {
 }
 
 // runHostRank is one rank process of --hosts --rank-processes.
-func runHostRank(ctx context.Context, o *options, n int, hostEnv string, stdout, stderr io.Writer) (err error) {
+func runHostRank(ctx context.Context, o *options, n int, hostEnv string, stdout, stderr io.Writer) error {
 	per := n / o.hosts
 	host, herr := strconv.Atoi(hostEnv)
 	rank, rerr := strconv.Atoi(os.Getenv(envHostsProc))
@@ -57,6 +57,41 @@ func runHostRank(ctx context.Context, o *options, n int, hostEnv string, stdout,
 	case transport.ValidJobID(job) != nil:
 		return usagef("%s=%q: want the host's shm job id", envHostsShmJob, job)
 	}
+	hostname, _ := os.Hostname()
+	own := map[string]string{"RANK": strconv.Itoa(rank), "LOCAL_RANK": strconv.Itoa(rank % per)}
+	id, err := bootstrap.FromEnv(func(k string) (string, bool) {
+		if v, ok := own[k]; ok {
+			return v, true
+		}
+		return os.LookupEnv(k)
+	}, hostname)
+	if err != nil {
+		return fmt.Errorf("rank %d: %w", rank, err)
+	}
+	return runNetRank(ctx, o, netRank{id: id, host: host, job: job,
+		transport: fmt.Sprintf("net (%d emulated hosts x %d rank processes, TCP between hosts, shm inside, a proxy per rank)", o.hosts, per)},
+		stdout, stderr)
+}
+
+// netRank is one rank process of a job across hosts: its identity, its host's index where the
+// launcher knows it (-1: the roster's), its host's shm job id where the launcher made one ("": the
+// node's local rank 0 makes it, and the roster carries it to the host-mates), and the transport
+// line of the preamble.
+type netRank struct {
+	id        bootstrap.Identity
+	host      int
+	job       string
+	transport string
+}
+
+// runNetRank runs one rank process of a job across hosts, as NCCL runs one: a host's ranks share
+// its /dev/shm (one shm job per host, whose lock the host's local rank 0 creates before the
+// rendezvous, so the host-mates find it after), every rank meets the others through
+// bootstrap.Join with its listener's address, and every rank process runs the network
+// transport's proxy for its own connections to other hosts (enet.StartRank).
+func runNetRank(ctx context.Context, o *options, nr netRank, stdout, stderr io.Writer) (err error) {
+	id := nr.id
+	n, per, rank := id.Size, id.LocalSize, id.Rank
 	defer func() {
 		if err != nil {
 			err = fmt.Errorf("rank %d: %w", rank, err)
@@ -66,7 +101,21 @@ func runHostRank(ctx context.Context, o *options, n int, hostEnv string, stdout,
 	if err != nil {
 		return err
 	}
-	if rank%per == 0 {
+	// Every rank compiled its tables itself; the rendezvous checks that they are the same.
+	digest, err := engine.ConfigHash(n, cfg, o.fingerprint(), fmt.Sprintf("ab %016x %016x", tableHash(ab[0]), tableHash(ab[1])))
+	if err != nil {
+		return err
+	}
+	job := nr.job
+	if id.LocalRank == 0 {
+		if job == "" {
+			// No launcher made this host's job: its local rank 0 clears crashed jobs' segments and
+			// makes one, which its record carries to the host-mates.
+			if _, err := shm.RemoveStaleShm(); err != nil {
+				fmt.Fprintln(stderr, "collbench: warning:", err)
+			}
+			job = transport.NewJobID(os.Getpid())
+		}
 		// The host's local rank 0 owns its shm job: the lock exists before the rendezvous ends,
 		// so the host-mates find it after it; the last process of the host to let go removes the
 		// host's segments.
@@ -85,29 +134,32 @@ func runHostRank(ctx context.Context, o *options, n int, hostEnv string, stdout,
 		return err
 	}
 	defer ln.Close()
-	hostname, _ := os.Hostname()
-	own := map[string]string{"RANK": strconv.Itoa(rank), "LOCAL_RANK": strconv.Itoa(rank % per)}
-	id, err := bootstrap.FromEnv(func(k string) (string, bool) {
-		if v, ok := own[k]; ok {
-			return v, true
-		}
-		return os.LookupEnv(k)
-	}, hostname)
-	if err != nil {
-		return err
+	self := bootstrap.Endpoint{Addrs: []string{ln.Addr().String()}, Digest: fmt.Sprintf("%016x", digest)}
+	if id.LocalRank == 0 && nr.job == "" {
+		self.Shm = job
 	}
 	jctx, cancel := context.WithTimeout(ctx, rendezvousTimeout)
 	defer cancel()
-	roster, err := bootstrap.Join(jctx, id, bootstrap.Endpoint{Addrs: []string{ln.Addr().String()}})
+	roster, err := bootstrap.Join(jctx, id, self)
 	if err != nil {
 		return err
+	}
+	if job == "" {
+		local := roster.Local(rank)
+		if len(local) == 0 {
+			return fmt.Errorf("the roster has no node for rank %d", rank)
+		}
+		job = roster.Records[local[0]].Endpoint.Shm
+		if err := transport.ValidJobID(job); err != nil {
+			return fmt.Errorf("rank %d (this node's local rank 0) sent no valid shm job id (%q): %w", local[0], job, err)
+		}
 	}
 	p, err := enet.RankPlacementOf(roster, rank)
 	if err != nil {
 		return err
 	}
-	if p.Host != host || p.RanksPerHost != per {
-		return fmt.Errorf("the roster places rank %d on host %d at %d ranks per host, want host %d at %d", rank, p.Host, p.RanksPerHost, host, per)
+	if (nr.host >= 0 && p.Host != nr.host) || p.RanksPerHost != per {
+		return fmt.Errorf("the roster places rank %d on host %d at %d ranks per host, want host %d at %d", rank, p.Host, p.RanksPerHost, nr.host, per)
 	}
 	sockets, err := enet.SocketsFromEnv(os.LookupEnv)
 	if err != nil {
@@ -154,8 +206,7 @@ func runHostRank(ctx context.Context, o *options, n int, hostEnv string, stdout,
 		out = stdout
 	}
 	bn := &bench{o: o, c: c, out: out, log: &lockedWriter{w: stderr}, plans: plans,
-		transport: fmt.Sprintf("net (%d emulated hosts x %d rank processes, TCP between hosts, shm inside, a proxy per rank)", o.hosts, per),
-		override:  cfg.Override, ab: ab, hostNames: hostNames}
+		transport: nr.transport, override: cfg.Override, ab: ab, hostNames: hostNames}
 	bn.setPolicy(cfg, rank)
 	err = bn.run(ctx)
 	if err != nil {

@@ -133,7 +133,7 @@ func cell(d planner.Decision) string {
 // benchTable is the node table collbench plans with: cpu-net for a job across emulated hosts
 // (--hosts: one rank per host, TCP between them), cpu otherwise.
 func (o *options) benchTable() string {
-	if o.hosts > 0 {
+	if o.hosts > 0 || o.netHosts > 0 {
 		return "cpu-net"
 	}
 	return "cpu"

@@ -73,6 +73,7 @@ type options struct {
 	rpn       int
 	hosts     int  // --hosts: emulated hosts (hosts.go); 0: one host
 	rankProcs bool // --rank-processes: with --hosts, each rank its own process (hostprocs.go)
+	netHosts  int  // a launcher's job across hosts (launched.go): its hosts; 0: not one
 	transport string
 	device    string // --device: cpu (the engine on CPUs) or cuda (the GPU communicator)
 	bindTo    string
@@ -539,13 +540,35 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.serveCollNet != "" {
 		return usagef("--serve-collnet runs an aggregation endpoint alone: collbench --serve-collnet ADDR, without a collective")
 	}
-	env, isRank, err := launch.EnvFrom(os.Getenv)
-	if err != nil {
-		return usageError{err}
+	id, across, err := o.acrossHosts()
+	var env launch.Env
+	isRank := false
+	if !across {
+		var lerr error
+		env, isRank, lerr = launch.EnvFrom(os.Getenv)
+		switch {
+		case err == nil && id.Size > 0 && (lerr != nil || !isRank):
+			// A launcher's job on this one host that engine/launch refuses (torchrun names the
+			// host, not loopback) or does not see (srun): its ranks meet on loopback at
+			// bootstrap's port.
+			if env, err = oneHostEnv(id); err != nil {
+				return usageError{err}
+			}
+			isRank = true
+		case lerr != nil:
+			return usageError{errors.Join(err, lerr)}
+		case err != nil && !isRank:
+			return usageError{err} // a launcher's variables, malformed: not a job to launch here
+		}
 	}
 	isRank = isRank && o.transport != "inproc"
 	n := o.np
 	switch {
+	case across:
+		if err := o.checkAcrossHosts(id); err != nil {
+			return usageError{err}
+		}
+		n = id.Size
 	case isRank:
 		if o.np != 0 && o.np != env.Size {
 			return usagef("-np %d, but the environment (%s) says %d ranks", o.np, env.Source, env.Size)
@@ -578,6 +601,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return runHost(ctx, o, n, h, stdout, stderr)
 		}
 		return runHosts(ctx, o, n, args, stdout, stderr)
+	}
+	if across {
+		return runLaunched(ctx, o, id, stdout, stderr)
 	}
 	if o.device == "cuda" {
 		return runCUDA(ctx, o, n, stdout)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 
 	"github.com/collplan/collplan/bootstrap"
 	"github.com/collplan/collplan/engine/launch"
@@ -69,14 +70,15 @@ func runLaunched(ctx context.Context, o *options, id bootstrap.Identity, stdout,
 }
 
 // oneHostEnv is engine/launch's Env for a launcher's job on one host: the rank and size, and the
-// rendezvous at bootstrap's port on loopback (every rank is on this host).
+// rendezvous on loopback (every rank is on this host) at bootstrap's port, or with a file
+// rendezvous at engine/launch's default port.
 func oneHostEnv(id bootstrap.Identity) (launch.Env, error) {
-	if _, file := id.IsFile(); file {
-		return launch.Env{}, fmt.Errorf("%s=%s: a file rendezvous runs jobs across hosts; this job's %d ranks are all on this host: unset it", id.RendezvousFrom, id.Rendezvous, id.Size)
-	}
-	_, port, err := net.SplitHostPort(id.Rendezvous)
-	if err != nil {
-		return launch.Env{}, fmt.Errorf("rendezvous %q (%s): %w", id.Rendezvous, id.RendezvousFrom, err)
+	port := strconv.Itoa(launch.DefaultRendezvousPort)
+	if _, file := id.IsFile(); !file {
+		var err error
+		if _, port, err = net.SplitHostPort(id.Rendezvous); err != nil {
+			return launch.Env{}, fmt.Errorf("rendezvous %q (%s): %w", id.Rendezvous, id.RendezvousFrom, err)
+		}
 	}
 	return launch.Env{Rank: id.Rank, Size: id.Size, Addr: net.JoinHostPort("127.0.0.1", port), Job: id.Job, Source: string(id.Launcher)}, nil
 }

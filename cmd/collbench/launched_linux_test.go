@@ -239,6 +239,7 @@ func TestLaunchedOneHost(t *testing.T) {
 	host, err := os.Hostname()
 	require.NoError(t, err)
 	port := 29900 + os.Getpid()%90
+	file := filepath.Join(t.TempDir(), "rendezvous")
 	for _, tc := range []struct {
 		name string
 		env  func(r int) []string
@@ -251,6 +252,10 @@ func TestLaunchedOneHost(t *testing.T) {
 		{"torchrun", func(r int) []string {
 			return []string{"RANK=" + strconv.Itoa(r), "WORLD_SIZE=2", "LOCAL_RANK=" + strconv.Itoa(r), "LOCAL_WORLD_SIZE=2",
 				"GROUP_RANK=0", "MASTER_ADDR=" + host, "MASTER_PORT=" + strconv.Itoa(port+1)}
+		}},
+		{"mpirun with a file rendezvous", func(r int) []string {
+			return []string{"OMPI_COMM_WORLD_RANK=" + strconv.Itoa(r), "OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_LOCAL_RANK=" + strconv.Itoa(r),
+				"OMPI_COMM_WORLD_LOCAL_SIZE=2", "COLLPLAN_INIT=file://" + file, "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + strconv.Itoa(port+2)}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

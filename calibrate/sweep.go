@@ -205,10 +205,30 @@ func ParseSweeps(file string, r io.Reader) ([]*Sweep, error) {
 	}
 	p.finish()
 	var out []*Sweep
+	var empty []*sweepState // section runs that printed nothing
 	for _, st := range p.done {
+		if len(st.s.Rows) == 0 && len(st.s.Bad) == 0 && st.sectionLine != 0 {
+			empty = append(empty, st)
+			continue
+		}
 		if st.sawHeader || len(st.s.Rows) > 0 || len(st.s.Bad) > 0 || st.s.Program != "" || st.s.TestsVersion != "" {
 			out = append(out, st.s)
 		}
+	}
+	// A section with no rows (a pinned run that failed or printed nothing) is not a run to fit; it
+	// is said in the run before it, or the first one.
+	for _, st := range empty {
+		if len(out) == 0 {
+			break
+		}
+		at := out[0]
+		for _, s := range out {
+			if s.Line < st.sectionLine {
+				at = s
+			}
+		}
+		at.Warnings = append(at.Warnings, Problem{File: file, Line: st.sectionLine,
+			Msg: fmt.Sprintf("section %s has no rows: the run printed none (not fitted)", sectionName(st.s.Pin))})
 	}
 	// A line with NUL bytes is a warning of the run it falls in.
 	for _, pr := range lr.nul {
@@ -223,6 +243,18 @@ func ParseSweeps(file string, r io.Reader) ([]*Sweep, error) {
 		return nil, Problem{File: file, Line: max(lr.phys, 1), Msg: "no nccl-tests table (no header and no data row) in the file"}
 	}
 	return out, nil
+}
+
+// sectionName is a section's pin as NCCL variables: "NCCL_ALGO=CollnetChain".
+func sectionName(p Pin) string {
+	var parts []string
+	if p.Algo != "" {
+		parts = append(parts, "NCCL_ALGO="+p.Algo)
+	}
+	if p.Proto != "" {
+		parts = append(parts, "NCCL_PROTO="+p.Proto)
+	}
+	return strings.Join(parts, " ")
 }
 
 // sweepState is a run being read.
@@ -241,7 +273,9 @@ type sweepState struct {
 	logVersion string // from the NCCL version INFO line
 	rowN       int    // fields of the first parsed row (without the timestamp), 0 before it
 	algoLine   int    // line of the first NCCL_ALGO pin, 0 when none
-	protoLine  int
+	// sectionLine is the line of the section line ("### ALGO=Ring") that began this run, 0 when none
+	sectionLine int
+	protoLine   int
 }
 
 type sweepParser struct {
@@ -455,12 +489,77 @@ func (p *sweepParser) hashLine(line int, text string) {
 			st.s.BWCheckFailed = true
 			p.cur.warn(line, "footer: average bus bandwidth %s below NCCL_TESTS_MIN_BW, FAILED", m[1])
 		}
+	case isSection(text):
+		p.section(line, text)
 	case pinHashRE.MatchString(text):
 		m := pinHashRE.FindStringSubmatch(text)
 		p.pinLine(line, m[1], m[2])
 	default:
 		p.headerLine(line, text)
 	}
+}
+
+// isSection reports whether a '#' line is a section line, as scripts that loop over NCCL_ALGO or
+// NCCL_PROTO echo before each run ("### ALGO=Ring size=268435456", "# NCCL_ALGO=Tree NCCL_PROTO=LL"):
+// after the '#'s, only KEY=VALUE words, at least one of them ALGO, PROTO, NCCL_ALGO or NCCL_PROTO.
+func isSection(text string) bool {
+	words := strings.Fields(strings.TrimLeft(text, "#"))
+	pin := false
+	for _, w := range words {
+		k, _, ok := strings.Cut(w, "=")
+		if !ok || k == "" {
+			return false
+		}
+		switch k {
+		case "ALGO", "PROTO", "NCCL_ALGO", "NCCL_PROTO":
+			pin = true
+		}
+	}
+	return pin
+}
+
+// section reads a section line. Once the current run has rows or a footer, the line starts a new
+// run that keeps the file's preamble (tool and NCCL versions, program, rank lines, column header):
+// a section names what changed between runs, not a new program. Its ALGO and PROTO words are the
+// new run's NCCL_ALGO and NCCL_PROTO.
+func (p *sweepParser) section(line int, text string) {
+	if prev := p.cur; prev.begun() {
+		p.start(line)
+		p.cur.inherit(prev)
+	}
+	if p.cur.sectionLine == 0 {
+		p.cur.sectionLine = line
+	}
+	for _, w := range strings.Fields(strings.TrimLeft(text, "#")) {
+		k, v, _ := strings.Cut(w, "=")
+		switch k {
+		case "ALGO", "NCCL_ALGO":
+			p.pinLine(line, "NCCL_ALGO", v)
+		case "PROTO", "NCCL_PROTO":
+			p.pinLine(line, "NCCL_PROTO", v)
+		}
+	}
+}
+
+// inherit copies the preamble facts of prev, the run before a section line, into st.
+func (st *sweepState) inherit(prev *sweepState) {
+	s, ps := st.s, prev.s
+	s.Tool, s.TestsVersion = ps.Tool, ps.TestsVersion
+	s.Program, s.Coll, s.CollKnown, s.CollSource = ps.Program, ps.Coll, ps.CollKnown, ps.CollSource
+	if ps.CollSource == CollInferred { // inferred from the previous run's rows; infer again from this one's
+		s.Coll, s.CollKnown, s.CollSource = 0, false, ""
+	}
+	s.Hosts = append([]string(nil), ps.Hosts...)
+	s.PerIter, s.Timestamps, s.CPUTime = ps.PerIter, ps.Timestamps, ps.CPUTime
+	for r := range prev.rankSeen {
+		st.rankSeen[r] = true
+	}
+	for h, n := range prev.hostRanks {
+		st.hostRanks[h] = n
+	}
+	st.rank0Name, st.anyName, st.mixedNames = prev.rank0Name, prev.anyName, prev.mixedNames
+	st.libVersion, st.logVersion = prev.libVersion, prev.logVersion
+	st.sawHeader, st.hdrLayout, st.hdrFields, st.rowN = prev.sawHeader, prev.hdrLayout, prev.hdrFields, prev.rowN
 }
 
 // headerLine reads the column header ("# size count type redop root time ...").

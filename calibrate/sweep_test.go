@@ -1,6 +1,7 @@
 package calibrate
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -435,6 +436,43 @@ func TestParseSweepInline(t *testing.T) {
 		require.Len(t, ss, 2)
 		assert.Equal(t, 5, ss[1].Line)
 		assert.False(t, ss[1].CollKnown)
+	})
+	t.Run("section lines start pinned runs", func(t *testing.T) {
+		// A script looping over NCCL_ALGO echoes a section line before each run; the sections
+		// after the first keep the file's preamble (here the collective and the header).
+		row := func(b int) string {
+			return fmt.Sprintf("  %10d  %12d     float     sum      -1  100.00  1.00  1.50       0  100.00  1.00  1.50       0\n", b, b/4)
+		}
+		text := "# nccl-tests version 2.19.6 nccl-headers=22902 nccl-library=22902\n" + hdr +
+			"### ALGO=Ring size=1024\n" + row(1024) + "# Avg bus bandwidth    : 1.5 \n" +
+			"### ALGO=Tree size=1024\n" + row(1024) + row(2048) +
+			"# NCCL_ALGO=NVLS NCCL_PROTO=Simple\n" + row(4096) +
+			"# PROTO=LL\n# ALGO=Ring\n" + row(4096) +
+			"### ALGO=CollnetChain size=1024\n### ALGO=CollnetChain size=2048\n"
+		ss, err := ParseSweeps("x.txt", strings.NewReader(text))
+		require.NoError(t, err)
+		require.Len(t, ss, 4)
+		type run struct {
+			line, rows  int
+			algo, proto string
+			coll        bool
+			version     string
+		}
+		var got []run
+		for _, s := range ss {
+			got = append(got, run{s.Line, len(s.Rows), s.Pin.Algo, s.Pin.Proto, s.CollKnown && s.CollSource == CollFromProgram, s.NCCLVersion})
+		}
+		assert.Equal(t, []run{{1, 1, "Ring", "", true, "2.29.2"}, {7, 2, "Tree", "", true, "2.29.2"},
+			{10, 1, "NVLS", "Simple", true, "2.29.2"}, {12, 1, "Ring", "LL", true, "2.29.2"}}, got)
+		var msgs []string
+		for _, w := range ss[3].Warnings {
+			msgs = append(msgs, w.Error())
+		}
+		assert.Contains(t, msgs, "x.txt:15: section NCCL_ALGO=CollnetChain has no rows: the run printed none (not fitted)")
+		// A comment that is not only KEY=VALUE words is no section.
+		s := parse(t, hdr+row(1024)+"# note: ALGO=Ring was slow\n"+row(2048))
+		assert.Len(t, s.Rows, 2)
+		assert.True(t, s.Pin.IsFree())
 	})
 	t.Run("conflicting pin lines", func(t *testing.T) {
 		s := parse(t, "# NCCL_ALGO=Ring\n# NCCL_ALGO=\"Tree\"\n# NCCL_PROTO=Fast\n"+hdr+

@@ -29,6 +29,10 @@ type refRow struct {
 	time, algbw, busbw  [2]float64
 	wrong               [2]string // #wrong or the error column, as printed
 	oldLayout, validRef [2]bool
+	// sectioned is true for a row after a section line ("### ALGO=Ring size=268435456"); algo and
+	// proto are that line's pins, "" where it names none.
+	sectioned   bool
+	algo, proto string
 }
 
 var (
@@ -87,10 +91,20 @@ func refRead(t *testing.T, path string) (rows []refRow, bad []int) {
 		texts = append(texts, *p)
 	}
 	sort.SliceStable(texts, func(i, j int) bool { return texts[i].line < texts[j].line })
+	var sectioned, rowSince bool
+	var algo, proto string
 	for _, tx := range texts {
 		s := refRankRE.ReplaceAllString(tx.s, "")
 		f := strings.Fields(s)
 		if len(f) == 0 {
+			continue
+		}
+		if a, p, ok := refSection(s); ok {
+			if rowSince || !sectioned {
+				algo, proto = "", ""
+			}
+			sectioned, rowSince = true, false
+			algo, proto = cmpOr(a, algo), cmpOr(p, proto)
 			continue
 		}
 		if _, err := strconv.ParseFloat(f[0], 64); err != nil {
@@ -102,9 +116,40 @@ func refRead(t *testing.T, path string) (rows []refRow, bad []int) {
 			continue
 		}
 		r.line = tx.line
+		r.sectioned, r.algo, r.proto = sectioned, algo, proto
+		rowSince = true
 		rows = append(rows, r)
 	}
 	return rows, bad
+}
+
+// refSection reads a section line as a script that loops over NCCL_ALGO or NCCL_PROTO prints it
+// before each run: '#'s, then KEY=VALUE words only, ALGO/NCCL_ALGO or PROTO/NCCL_PROTO among them.
+func refSection(s string) (algo, proto string, ok bool) {
+	s = strings.TrimSpace(s)
+	if !strings.HasPrefix(s, "#") {
+		return "", "", false
+	}
+	for _, w := range strings.Fields(strings.TrimLeft(s, "#")) {
+		eq := strings.Index(w, "=")
+		if eq <= 0 {
+			return "", "", false
+		}
+		switch w[:eq] {
+		case "ALGO", "NCCL_ALGO":
+			algo, ok = w[eq+1:], true
+		case "PROTO", "NCCL_PROTO":
+			proto, ok = w[eq+1:], true
+		}
+	}
+	return algo, proto, ok
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 // refRowOf reads the fields of one row.
@@ -199,10 +244,12 @@ func TestListAgreesWithReference(t *testing.T) {
 			require.Len(t, l.Files, 1)
 			lf := l.Files[0]
 			rows := map[int]calibrate.ListedRow{}
+			pins := map[int][2]string{}
 			dropped := map[int]bool{}
 			for _, s := range lf.Sweeps {
 				for _, r := range s.Rows {
 					rows[r.Line] = r
+					pins[r.Line] = [2]string{s.Algo, s.Proto}
 				}
 				for _, d := range s.Dropped {
 					dropped[d.Line] = true
@@ -224,6 +271,9 @@ func TestListAgreesWithReference(t *testing.T) {
 				}
 				assert.Equal(t, [6]any{want.bytes, want.count, want.typ, want.redop, want.root, 0},
 					[6]any{got.Bytes, got.Count, got.Type, got.Redop, got.Root, 0}, "line %d", want.line)
+				if want.sectioned {
+					assert.Equal(t, [2]string{want.algo, want.proto}, pins[want.line], "line %d: NCCL_ALGO, NCCL_PROTO", want.line)
+				}
 				for h, gh := range []calibrate.ListedHalf{got.OOP, got.IP} {
 					assert.Equal(t, [3]float64{want.time[h], want.algbw[h], want.busbw[h]}, [3]float64{gh.TimeUS, gh.AlgBW, gh.BusBW},
 						"line %d half %d", want.line, h)

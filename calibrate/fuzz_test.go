@@ -79,6 +79,9 @@ func finiteNonNegative(vs ...float64) bool {
 
 func FuzzParseSweep(f *testing.F) {
 	addSeeds(f, "sweeps")
+	f.Add([]byte("#  Rank  0 Group  0 Pid 1 on h device  0 [0000:41:00] NVIDIA H100\n" +
+		"  1024  256  float  sum  -1h:1:1 [0] NCCL INFO AllReduce: 1024 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..1}\n" +
+		"  9.80  0.10  0.18  0h:1:1 [0] NCCL INFO x\n  9.80  0.10  0.18  0\n### ALGO=Tree size=1024\n"))
 	f.Add([]byte("#  size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n" +
 		"[1,0]<stdout>:  1024  256  float  sum  -1  9.8[1,0]<stdout>:0  0.10  0.18  0  9.80  0.10  0.18  N/A\n" +
 		"# Out of bounds values : 0 OK\n"))

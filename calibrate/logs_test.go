@@ -223,3 +223,42 @@ func TestLoadSweepsUnreadableEntry(t *testing.T) {
 		})
 	}
 }
+
+// TestRowsCutByNCCLLines: with NCCL_DEBUG_SUBSYS=TUNING, NCCL logs a line per call while
+// nccl-tests prints a row in pieces, so the pieces of one row sit on several lines, each followed
+// by a log line without a newline between ("-1" then "h100box:2101:2101 [0] NCCL INFO", after
+// waynehacking8/nccl-collectives-bench's g4_Ring.log). The rows are read from their pieces, at the
+// line of their first piece; a row whose last piece never comes is named there; the TUNING lines
+// of the same file are all read too.
+func TestRowsCutByNCCLLines(t *testing.T) {
+	ss := parseLogsFile(t, "ar_tuning_split_rows.txt")
+	require.Len(t, ss, 1)
+	s := ss[0]
+	type row struct {
+		line    int
+		bytes   int64
+		oop, ip float64
+	}
+	var got []row
+	for _, r := range s.Rows {
+		got = append(got, row{r.Line, r.Bytes, r.OOP.TimeUS, r.IP.TimeUS})
+		assert.True(t, r.OOP.Valid && r.IP.Valid, "line %d", r.Line)
+	}
+	// The pieces as the file's comment lists them (lines 22, 24, 27; 28, 31, 33; 34, 36).
+	assert.Equal(t, []row{{22, 268435456, 1188.10, 1184.70}, {28, 536870912, 2318.40, 2311.90},
+		{34, 1073741824, 4522.60, 4519.80}}, got)
+	require.Len(t, s.Bad, 1)
+	assert.Equal(t, 37, s.Bad[0].Line)
+	assert.Contains(t, s.Bad[0].Msg, "garbled by an NCCL log line on the same line: 2147483648 536870912 float sum -1h100box")
+	assert.Equal(t, 4, s.Ranks)
+	assert.Equal(t, "2.29.2", s.NCCLVersion)
+
+	data, err := os.ReadFile(filepath.Join("testdata", "logs", "ar_tuning_split_rows.txt"))
+	require.NoError(t, err)
+	f, err := os.Open(filepath.Join("testdata", "logs", "ar_tuning_split_rows.txt"))
+	require.NoError(t, err)
+	defer f.Close()
+	ds, _, err := ParseTuning("ar_tuning_split_rows.txt", f)
+	require.NoError(t, err)
+	assert.Len(t, ds, strings.Count(string(data), " Bytes -> Algo RING proto SIMPLE "))
+}

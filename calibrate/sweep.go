@@ -195,7 +195,7 @@ func ParseSweep(file string, r io.Reader) (*Sweep, error) {
 // rows, a footer, or already has that line.
 func ParseSweeps(file string, r io.Reader) ([]*Sweep, error) {
 	lr := &logReader{file: file, r: r}
-	p := &sweepParser{file: file}
+	p := &sweepParser{file: file, hosts: map[string]bool{}}
 	p.start(1)
 	for l := range lr.lines() {
 		p.line(l)
@@ -203,6 +203,7 @@ func ParseSweeps(file string, r io.Reader) ([]*Sweep, error) {
 	if lr.err != nil {
 		return nil, lr.err
 	}
+	p.dropPending()
 	p.finish()
 	var out []*Sweep
 	var empty []*sweepState // section runs that printed nothing
@@ -282,6 +283,19 @@ type sweepParser struct {
 	file string
 	cur  *sweepState
 	done []*sweepState
+	// hosts are the host names of NCCL lines that start a line and of the rank lines: a row piece
+	// that NCCL's prefix follows without a space ("-1" then "host:pid:tid") is cut off by them.
+	hosts map[string]bool
+	pend  *pendingRow
+}
+
+// pendingRow is a table row that NCCL log lines cut: nccl-tests prints a row in pieces (the size
+// columns, then each half's columns after its timed loop), and NCCL's per-call lines
+// (NCCL_DEBUG_SUBSYS=TUNING or COLL) land between them, each piece ending where a log line starts.
+type pendingRow struct {
+	line  int    // the line of the row's first piece
+	first string // that line as printed, for the message when the row never completes
+	text  string // the pieces so far, space-joined
 }
 
 func (p *sweepParser) start(line int) {
@@ -330,13 +344,24 @@ func (p *sweepParser) line(l logLine) {
 		return
 	}
 	if nl, ok := parseNCCLLine(text); ok {
-		if lead := strings.Fields(text[:nl.start]); len(lead) > 0 {
-			if _, err := strconv.ParseInt(lead[0], 10, 64); err == nil {
-				p.cur.bad(l.line, "a table row is garbled by an NCCL log line on the same line: %s", clip(text))
-			}
+		nl = p.unglue(text, nl)
+		if lead := strings.TrimSpace(text[:nl.start]); lead != "" {
+			p.piece(l.line, text, lead)
+		} else if nl.host != "" {
+			p.hosts[nl.host] = true
 		}
 		p.ncclLine(l.line, nl)
 		return
+	}
+	if p.pend != nil {
+		// The row's last piece is a line of its own; anything else means the row never completed.
+		if joined := p.pend.text + " " + text; !strings.HasPrefix(text, "#") && rowComplete(strings.Fields(joined), p.rowWidth()) {
+			line := p.pend.line
+			p.pend = nil
+			p.row(line, joined, strings.Fields(joined))
+			return
+		}
+		p.dropPending()
 	}
 	if strings.HasPrefix(text, "#") {
 		p.hashLine(l.line, text)
@@ -352,6 +377,75 @@ func (p *sweepParser) line(l logLine) {
 		return // other program output
 	}
 	p.row(l.line, text, fields)
+}
+
+// unglue moves the start of an NCCL line that follows a row piece without a space ("sum -1" then
+// "38dcf168f605:1417:1417 [0] NCCL INFO ...", read as host "-138dcf168f605") to the known host name
+// its prefix ends with, giving the piece back its last characters.
+func (p *sweepParser) unglue(text string, nl ncclLine) ncclLine {
+	if nl.host == "" || p.hosts[nl.host] || nl.start == 0 {
+		return nl
+	}
+	for h := range p.hosts {
+		if len(h) < len(nl.host) && strings.HasSuffix(nl.host, h) && text[nl.start:nl.start+len(nl.host)] == nl.host {
+			nl.start += len(nl.host) - len(h)
+			nl.host = h
+			break
+		}
+	}
+	return nl
+}
+
+// piece reads the text before an NCCL line on the same line: the first piece of a row (it starts
+// with the size), or the next piece of the row in progress; a row is read once its pieces have
+// the table's width. Other text before an NCCL line (a timestamp, a launcher's words) is ignored.
+func (p *sweepParser) piece(line int, text, lead string) {
+	if p.pend == nil {
+		f := strings.Fields(lead)
+		if _, err := strconv.ParseInt(f[0], 10, 64); err != nil {
+			return
+		}
+		p.pend = &pendingRow{line: line, first: text, text: lead}
+	} else {
+		p.pend.text += " " + lead
+	}
+	f := strings.Fields(p.pend.text)
+	switch want := p.rowWidth(); {
+	case rowComplete(f, want):
+		pr := p.pend
+		p.pend = nil
+		p.row(pr.line, pr.text, f)
+	case len(f) > want+2:
+		p.dropPending()
+	}
+}
+
+// rowWidth is the number of fields a row of the current run has: its header's, else its first
+// row's, else the current layout's 13.
+func (p *sweepParser) rowWidth() int {
+	switch {
+	case p.cur.hdrFields != 0:
+		return p.cur.hdrFields
+	case p.cur.rowN != 0:
+		return p.cur.rowN
+	}
+	return 13
+}
+
+// rowComplete reports whether f is a whole row of want fields, or of want fields and a -S
+// timestamp.
+func rowComplete(f []string, want int) bool {
+	n := len(f)
+	return n == want || (n == want+2 && dateRE.MatchString(f[n-2]) && clockRE.MatchString(f[n-1]))
+}
+
+// dropPending names a row that NCCL log lines cut and that never completed.
+func (p *sweepParser) dropPending() {
+	if p.pend == nil {
+		return
+	}
+	p.cur.bad(p.pend.line, "a table row is garbled by an NCCL log line on the same line: %s", clip(p.pend.first))
+	p.pend = nil
 }
 
 func (p *sweepParser) ncclLine(line int, nl ncclLine) {
@@ -455,6 +549,7 @@ func (p *sweepParser) hashLine(line int, text string) {
 			return
 		}
 		st.rankSeen[rank] = true
+		p.hosts[m[2]] = true
 		if _, ok := st.hostRanks[m[2]]; !ok {
 			st.s.Hosts = append(st.s.Hosts, m[2])
 		}

@@ -93,11 +93,63 @@ func refRead(t *testing.T, path string) (rows []refRow, bad []int) {
 	sort.SliceStable(texts, func(i, j int) bool { return texts[i].line < texts[j].line })
 	var sectioned, rowSince bool
 	var algo, proto string
+	// Host names NCCL's log lines carry: those of the rank lines and of lines that start with one.
+	hosts := map[string]bool{}
+	for _, tx := range texts {
+		s := strings.TrimSpace(refRankRE.ReplaceAllString(tx.s, ""))
+		if m := refRankHostRE.FindStringSubmatch(s); m != nil {
+			hosts[m[1]] = true
+		} else if m := refLogStartRE.FindStringSubmatch(s); m != nil {
+			hosts[m[1]] = true
+		}
+	}
+	// A row cut by NCCL log lines: its pieces, up to each log line that follows one without a
+	// newline, joined until they read as a row; carry is the row so far and the line it began on.
+	var carry string
+	carryLine := 0
+	addRow := func(r refRow, line int) {
+		r.line = line
+		r.sectioned, r.algo, r.proto = sectioned, algo, proto
+		rowSince = true
+		rows = append(rows, r)
+	}
+	dropCarry := func() {
+		if carryLine != 0 {
+			bad = append(bad, carryLine)
+		}
+		carry, carryLine = "", 0
+	}
 	for _, tx := range texts {
 		s := refRankRE.ReplaceAllString(tx.s, "")
+		if cut := refLogCut(s, hosts); cut >= 0 {
+			piece := strings.Fields(s[:cut])
+			if carryLine == 0 {
+				if len(piece) == 0 {
+					continue
+				}
+				if _, err := strconv.ParseInt(piece[0], 10, 64); err != nil {
+					continue
+				}
+				carryLine = tx.line
+			}
+			carry += " " + strings.Join(piece, " ")
+			if r, ok := refRowOf(strings.Fields(carry)); ok {
+				addRow(r, carryLine)
+				carry, carryLine = "", 0
+			}
+			continue
+		}
 		f := strings.Fields(s)
 		if len(f) == 0 {
 			continue
+		}
+		if carryLine != 0 {
+			if r, ok := refRowOf(strings.Fields(carry + " " + s)); ok && !strings.HasPrefix(strings.TrimSpace(s), "#") {
+				addRow(r, carryLine)
+				carry, carryLine = "", 0
+				continue
+			}
+			dropCarry()
 		}
 		if a, p, ok := refSection(s); ok {
 			if rowSince || !sectioned {
@@ -115,12 +167,35 @@ func refRead(t *testing.T, path string) (rows []refRow, bad []int) {
 			bad = append(bad, tx.line)
 			continue
 		}
-		r.line = tx.line
-		r.sectioned, r.algo, r.proto = sectioned, algo, proto
-		rowSince = true
-		rows = append(rows, r)
+		addRow(r, tx.line)
 	}
+	dropCarry()
 	return rows, bad
+}
+
+var (
+	refRankHostRE = regexp.MustCompile(`^#\s*Rank\s+\d+\s.*\bon\s+(\S+)\s+device\b`)
+	refLogStartRE = regexp.MustCompile(`^([^\s:]+):\d+:\d+ \[\d+\] NCCL `)
+)
+
+// refLogCut is where an NCCL log line begins in s: at a known host's "HOST:pid:tid [N] NCCL ",
+// wherever it sits in the line; -1 when none does.
+func refLogCut(s string, hosts map[string]bool) int {
+	best := -1
+	for h := range hosts {
+		for from := 0; ; {
+			i := strings.Index(s[from:], h+":")
+			if i < 0 {
+				break
+			}
+			i += from
+			if refLogStartRE.MatchString(s[i:]) && (best < 0 || i < best) {
+				best = i
+			}
+			from = i + 1
+		}
+	}
+	return best
 }
 
 // refSection reads a section line as a script that loops over NCCL_ALGO or NCCL_PROTO prints it

@@ -108,6 +108,12 @@ func assume(s *Setup, gpnFlag int) Assumed {
 		a.StandsIn = true
 		a.Graphs = fmt.Sprintf("scale %s stands in for %s (no [scale.%d])", a.Scale, Plural(nodes, "node"), nodes)
 	}
+	if table := s.Node.Node.GPUsPerNode; a.GPN != table && !s.Node.Node.IsCPU() {
+		// The table's graphs are NCCL's search at its own ranks per node; NCCL searches a node of
+		// another size again (4 H100s of an NVSwitch host: 24 ring channels at 15 GB/s where 8
+		// give 16 at 20, NCCL 2.29.2's init lines in waynehacking8/nccl-collectives-bench).
+		a.Graphs += fmt.Sprintf(", searched at the table's %d GPUs per node: NCCL searches %d again, and its channels and speeds can differ (--topology gives them)", table, a.GPN)
+	}
 	return a
 }
 

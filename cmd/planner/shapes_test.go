@@ -59,6 +59,8 @@ func TestGPUsPerNodeFlag(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, out, "(2 nodes, 8 ranks)")
 	assert.Contains(t, out, "   gpus per node: 4 (--gpus-per-node; the table says 8)\n")
+	assert.Contains(t, out, "   graphs: scale 2 (2 nodes), searched at the table's 8 GPUs per node: NCCL searches 4 again")
+	assert.Contains(t, assumedOf(t, m)["graphs"], "searched at the table's 8 GPUs per node")
 	out, err = runCLI(t, "", "explain", "--node", "h100", "--bytes", "1M")
 	require.NoError(t, err)
 	assert.Contains(t, out, "   gpus per node: 8 (h100.toml's gpus_per_node)\n")
@@ -68,7 +70,8 @@ func TestGPUsPerNodeFlag(t *testing.T) {
 	out, err = runCLI(t, "", "map", "--node", "h100", "--nodes", "2", "--gpus-per-node", "4", "--min", "1K", "--max", "1M")
 	assert.NoError(t, err)
 	assert.Contains(t, out, "8 ranks")
-	assert.Contains(t, out, "\nassumed: gpus per node 4 (--gpus-per-node; the table says 8); graphs: scale 2 (2 nodes)\n")
+	assert.Contains(t, out, "\nassumed: gpus per node 4 (--gpus-per-node; the table says 8); graphs: scale 2 (2 nodes), "+
+		"searched at the table's 8 GPUs per node: NCCL searches 4 again, and its channels and speeds can differ (--topology gives them)\n")
 
 	for _, args := range [][]string{
 		{"explain", "--topology", topoDir + "s1.toml", "--gpus-per-node", "4", "--bytes", "1M"},

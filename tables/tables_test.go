@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var wantNames = []string{"a100", "b200", "cpu", "cpu-net", "gh200", "gh200-4", "h100", "h200", "l40s-4", "l40s-pcie", "v100"}
+var wantNames = []string{"a100", "b200", "cpu", "cpu-net", "gh200", "gh200-4", "h100", "h100-4", "h200", "l40s-4", "l40s-pcie", "v100"}
 
 func TestNamesListsBaseTables(t *testing.T) {
 	assert.Equal(t, wantNames, Names())
@@ -208,6 +208,8 @@ func TestTableFacts(t *testing.T) {
 		overlay     string // the embedded fitted overlay, if any
 	}{
 		{name: "h100", cc: 90, arch: "x86", vend: "intel", nvs: 4, nvls: true, nvlsCh: map[string]int{"1": 16, "2": 16, "4": 16}, typeIntra1: "NVL", gpusPerNode: 8},
+		// 4 GPUs of the HGX H100 board: NCCL 2.29.2's log says 16 NVLS channels (h100-4.toml).
+		{name: "h100-4", cc: 90, arch: "x86", vend: "intel", nvs: 4, nvls: true, nvlsCh: map[string]int{"1": 16, "2": 16, "4": 16}, typeIntra1: "NVL", gpusPerNode: 4},
 		{name: "h200", cc: 90, arch: "x86", vend: "intel", nvs: 4, nvls: true, nvlsCh: map[string]int{"1": 16, "2": 16, "4": 16}, typeIntra1: "NVL", gpusPerNode: 8},
 		{name: "a100", cc: 80, arch: "x86", vend: "amd", nvs: 6, nvlsCh: map[string]int{"1": 0, "2": 0, "4": 0}, typeIntra1: "NVL", gpusPerNode: 8},
 		{name: "v100", cc: 70, arch: "x86", vend: "intel", nvs: 0, nvlsCh: map[string]int{"1": 0, "2": 0, "4": 0}, typeIntra1: "NVL", gpusPerNode: 8},

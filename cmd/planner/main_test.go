@@ -289,7 +289,7 @@ func TestMap(t *testing.T) {
 func TestTablesCommand(t *testing.T) {
 	out, err := runCLI(t, "", "tables")
 	require.NoError(t, err)
-	for _, name := range []string{"h100", "h200", "a100", "v100", "l40s-pcie", "l40s-4", "gh200", "gh200-4", "b200", "cpu"} {
+	for _, name := range []string{"h100", "h100-4", "h200", "a100", "v100", "l40s-pcie", "l40s-4", "gh200", "gh200-4", "b200", "cpu"} {
 		assert.Contains(t, out, name)
 	}
 	out, err = runCLI(t, "", "tables", "h100")
@@ -309,7 +309,7 @@ func TestHelp(t *testing.T) {
 // TestAllTablesExplain: every embedded table plans every collective at 1, 2 and 4 nodes.
 func TestAllTablesExplain(t *testing.T) {
 	clearNCCLEnv(t)
-	for _, name := range []string{"h100", "h200", "a100", "v100", "l40s-pcie", "l40s-4", "gh200", "gh200-4", "b200", "cpu"} {
+	for _, name := range []string{"h100", "h100-4", "h200", "a100", "v100", "l40s-pcie", "l40s-4", "gh200", "gh200-4", "b200", "cpu"} {
 		for _, nodes := range []string{"1", "2", "4"} {
 			for _, coll := range []string{"broadcast", "reduce", "allgather", "reducescatter", "allreduce"} {
 				m := explainJSON(t, "--node", name, "--nodes", nodes, "--coll", coll, "--bytes", "1M")

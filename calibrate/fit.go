@@ -199,10 +199,13 @@ func Points(ctx context.Context, sweeps []*Sweep, topo *capabilities.Topology, c
 			continue
 		}
 		run := fmt.Sprintf("%s:%d", s.File, s.Line)
+		noIP := 0
 		for _, r := range s.Rows {
 			h := r.IP
 			if half == HalfOutOfPlace {
 				h = r.OOP
+			} else if r.OOPOnly {
+				noIP++
 			}
 			if !h.Valid || r.Bytes <= 0 {
 				continue
@@ -213,6 +216,10 @@ func Points(ctx context.Context, sweeps []*Sweep, topo *capabilities.Topology, c
 				p.Allowed, p.Cells = cells, []Cell{modelPick(m, cells, r.Bytes)}
 			}
 			pts = append(pts, p)
+		}
+		if noIP > 0 {
+			probs = append(probs, Problem{File: s.File, Line: s.Rows[0].Line, Msg: fmt.Sprintf(
+				"%s not fitted: the run printed the out-of-place half only, and the %s half is fitted (give --half oop)", plural(noIP, "row"), half)})
 		}
 	}
 	return pts, probs, nil

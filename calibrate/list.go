@@ -74,6 +74,8 @@ type ListedHalf struct {
 	Wrong    int64   `json:"wrong"`
 	ErrorAbs float64 `json:"error_abs"`
 	Valid    bool    `json:"valid"`
+	// Absent is true for the in-place half of a row that printed the out-of-place half only.
+	Absent bool `json:"absent,omitempty"`
 }
 
 // ListedLine is a line and what is said about it. File is set when the line is another file's
@@ -127,6 +129,9 @@ func listSweep(s *Sweep) ListedSweep {
 		rowAt[r.Line] = i
 		ls.Rows = append(ls.Rows, ListedRow{Line: r.Line, Bytes: r.Bytes, Count: r.Count, Type: r.Type, Redop: r.Redop,
 			Root: r.Root, OOP: listHalf(r.OOP), IP: listHalf(r.IP), Problems: []string{}})
+		if r.OOPOnly {
+			ls.Rows[len(ls.Rows)-1].IP = ListedHalf{Absent: true, Wrong: -1, ErrorAbs: -1}
+		}
 	}
 	for _, p := range s.Bad {
 		if i, ok := rowAt[p.Line]; ok && p.File == s.File {
@@ -254,6 +259,9 @@ func (s *ListedSweep) writeText(w io.Writer, file string) error {
 
 // text is a half's columns: time, algbw, busbw and #wrong (N/A) or the error column.
 func (h ListedHalf) text(layout string) string {
+	if h.Absent {
+		return "-\t-\t-\t-"
+	}
 	wrong := "N/A"
 	switch {
 	case layout == Layout12Column && h.ErrorAbs >= 0:

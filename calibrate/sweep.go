@@ -78,7 +78,11 @@ type Row struct {
 	Root  int    // -1 for non-rooted collectives, and in the 12-column layout (no root column)
 	OOP   Half   // out-of-place
 	IP    Half   // in-place
-	Stamp string // -S timestamp as printed ("2025-06-11 10:00:00"), "" without -S
+	// OOPOnly is true for a row that printed the out-of-place half only (a fork of nccl-tests that
+	// skips the in-place run, 8 fields in the 12-column layout, 9 with a root column): IP is zero
+	// and not Valid.
+	OOPOnly bool
+	Stamp   string // -S timestamp as printed ("2025-06-11 10:00:00"), "" without -S
 }
 
 // Sweep is one nccl-tests (or collbench) run: its preamble facts, its rows and what was wrong.
@@ -273,6 +277,7 @@ type sweepState struct {
 	libVersion string // from nccl-headers/nccl-library
 	logVersion string // from the NCCL version INFO line
 	rowN       int    // fields of the first parsed row (without the timestamp), 0 before it
+	oopOnly    int    // rows that printed the out-of-place half only
 	algoLine   int    // line of the first NCCL_ALGO pin, 0 when none
 	// sectionLine is the line of the section line ("### ALGO=Ring") that began this run, 0 when none
 	sectionLine int
@@ -716,15 +721,22 @@ func (p *sweepParser) row(line int, text string, fields []string) {
 	if want == 0 {
 		want = st.rowN
 	}
-	if n != 12 && n != 13 && n != 21 {
-		p.cur.bad(line, "unparsable row (%d fields; want 13, 21 with -I, or 12 in the old layout): %s", n, clip(text))
+	// A run whose rows print one half, the out-of-place one: 4 fields fewer than its header's. The
+	// first row decides; a short row among whole ones is a row cut off.
+	oopOnly := (n == 8 || n == 9) && (st.rowN == n || (st.rowN == 0 && (st.hdrFields == 0 || n == st.hdrFields-4)))
+	if n != 12 && n != 13 && n != 21 && !oopOnly {
+		if (n == 8 || n == 9) && want != 0 {
+			p.cur.bad(line, "row has %d fields but the table has %d (a row cut off?): %s", n, want, clip(text))
+			return
+		}
+		p.cur.bad(line, "unparsable row (%d fields; want 13, 21 with -I, or 12 in the old layout, or 9 and 8 with the out-of-place half only): %s", n, clip(text))
 		return
 	}
-	if want != 0 && n != want {
+	if want != 0 && n != want && !oopOnly {
 		p.cur.bad(line, "row has %d fields but the table has %d: %s", n, want, clip(text))
 		return
 	}
-	old := n == 12
+	old := n == 12 || n == 8
 	var err error
 	if r.Bytes, err = parseCount(fields[0]); err != nil {
 		if v, ferr := strconv.ParseFloat(fields[0], 64); ferr == nil && v >= 0 && v != math.Trunc(v) {
@@ -756,8 +768,13 @@ func (p *sweepParser) row(line int, text string, fields []string) {
 		rest = fields[5:]
 	}
 	per := len(rest) / 2
+	halves := []*Half{&r.OOP, &r.IP}
+	if oopOnly {
+		per, halves, r.OOPOnly = len(rest), halves[:1], true
+		st.oopOnly++
+	}
 	var flag [2]string
-	for i, h := range []*Half{&r.OOP, &r.IP} {
+	for i, h := range halves {
 		f := rest[i*per : (i+1)*per]
 		if flag[i], err = parseHalf(h, f, old, r.Type); err != nil {
 			p.cur.bad(line, "%s half: %v: %s", halfName(i), err, clip(text))
@@ -1043,6 +1060,9 @@ func (p *sweepParser) finish() {
 			if r.Redop != s.Op {
 				s.Op = ""
 			}
+		}
+		if st.oopOnly > 0 {
+			st.warn(s.Rows[0].Line, "%s with the out-of-place half only (no in-place columns): fit them with --half oop", plural(st.oopOnly, "row"))
 		}
 		if len(s.Rows) == 0 {
 			st.warn(s.Line, "the run has no data rows")

@@ -437,6 +437,35 @@ func TestParseSweepInline(t *testing.T) {
 		assert.Equal(t, 5, ss[1].Line)
 		assert.False(t, ss[1].CollKnown)
 	})
+	t.Run("rows of the out-of-place half only", func(t *testing.T) {
+		// A fork of nccl-tests that skips the in-place run (Panlichen/nccl-tests) prints 8 fields
+		// under the 12-column header; with a root column it would be 9 under the 13-column one. A
+		// short row among whole ones is a row cut off, as before.
+		old := "#       size         count      type   redop     time   algbw   busbw  error     time   algbw   busbw  error\n"
+		s := parse(t, old+"          64            16     float     sum    65.27    0.00    0.00    N/A\n"+
+			"         128            32     float     sum    68.36    0.00    0.00    N/A\n")
+		require.Len(t, s.Rows, 2)
+		assert.Empty(t, s.Bad)
+		r := s.Rows[1]
+		assert.True(t, r.OOPOnly)
+		assert.Equal(t, 68.36, r.OOP.TimeUS)
+		assert.True(t, r.OOP.Valid)
+		assert.False(t, r.IP.Valid)
+		assert.Zero(t, r.IP.TimeUS)
+		require.NotEmpty(t, s.Warnings)
+		assert.Equal(t, "x.txt:2: 2 rows with the out-of-place half only (no in-place columns): fit them with --half oop", s.Warnings[0].Error())
+
+		s = parse(t, hdr+"        1024           256     float     sum      -1     9.80    0.10    0.18       0\n")
+		require.Len(t, s.Rows, 1)
+		assert.True(t, s.Rows[0].OOPOnly)
+		assert.Equal(t, -1, s.Rows[0].Root)
+
+		s = parse(t, hdr+"        1024           256     float     sum      -1     9.80    0.10    0.18       0     9.80    0.10    0.18       0\n"+
+			"        2048           512     float     sum      -1    10.80    0.19    0.34       0\n")
+		require.Len(t, s.Rows, 1)
+		require.Len(t, s.Bad, 1)
+		assert.Contains(t, s.Bad[0].Msg, "row has 9 fields but the table has 13")
+	})
 	t.Run("section lines start pinned runs", func(t *testing.T) {
 		// A script looping over NCCL_ALGO echoes a section line before each run; the sections
 		// after the first keep the file's preamble (here the collective and the header).

@@ -55,14 +55,7 @@ func (r RunTime) Label() string {
 	case RunFree:
 		return "NCCL default"
 	}
-	var s []string
-	if r.Algo != "" {
-		s = append(s, "NCCL_ALGO="+r.Algo)
-	}
-	if r.Proto != "" {
-		s = append(s, "NCCL_PROTO="+r.Proto)
-	}
-	return strings.Join(s, " ")
+	return Pin{Algo: r.Algo, Proto: r.Proto}.Env()
 }
 
 func (r RunTime) allows(c Cell) bool {

@@ -233,7 +233,7 @@ func ParseSweeps(file string, r io.Reader) ([]*Sweep, error) {
 			}
 		}
 		at.Warnings = append(at.Warnings, Problem{File: file, Line: st.sectionLine,
-			Msg: fmt.Sprintf("section %s has no rows: the run printed none (not fitted)", sectionName(st.s.Pin))})
+			Msg: fmt.Sprintf("section %s has no rows: the run printed none (not fitted)", st.s.Pin.Env())})
 	}
 	// A line with NUL bytes is a warning of the run it falls in.
 	for _, pr := range lr.nul {
@@ -250,8 +250,8 @@ func ParseSweeps(file string, r io.Reader) ([]*Sweep, error) {
 	return out, nil
 }
 
-// sectionName is a section's pin as NCCL variables: "NCCL_ALGO=CollnetChain".
-func sectionName(p Pin) string {
+// Env is the pin as NCCL's variables: "NCCL_ALGO=Ring NCCL_PROTO=LL", "NCCL_ALGO=Tree", "" when free.
+func (p Pin) Env() string {
 	var parts []string
 	if p.Algo != "" {
 		parts = append(parts, "NCCL_ALGO="+p.Algo)

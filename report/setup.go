@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -112,7 +113,11 @@ func assume(s *Setup, gpnFlag int) Assumed {
 		// The table's graphs are NCCL's search at its own ranks per node; NCCL searches a node of
 		// another size again (4 H100s of an NVSwitch host: 24 ring channels at 15 GB/s where 8
 		// give 16 at 20, NCCL 2.29.2's init lines in waynehacking8/nccl-collectives-bench).
-		a.Graphs += fmt.Sprintf(", searched at the table's %d GPUs per node: NCCL searches %d again, and its channels and speeds can differ (--topology gives them)", table, a.GPN)
+		a.Graphs += fmt.Sprintf(", searched at the table's %d GPUs per node: NCCL searches %d again, and its channels and speeds can differ (--topology gives them", table, a.GPN)
+		if shaped := fmt.Sprintf("%s-%d", s.Node.Name, a.GPN); slices.Contains(tables.Names(), shaped) {
+			a.Graphs += fmt.Sprintf("; --node %s is this node at %d", shaped, a.GPN)
+		}
+		a.Graphs += ")"
 	}
 	return a
 }

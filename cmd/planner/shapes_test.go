@@ -71,7 +71,7 @@ func TestGPUsPerNodeFlag(t *testing.T) {
 	assert.NoError(t, err)
 	assert.Contains(t, out, "8 ranks")
 	assert.Contains(t, out, "\nassumed: gpus per node 4 (--gpus-per-node; the table says 8); graphs: scale 2 (2 nodes), "+
-		"searched at the table's 8 GPUs per node: NCCL searches 4 again, and its channels and speeds can differ (--topology gives them)\n")
+		"searched at the table's 8 GPUs per node: NCCL searches 4 again, and its channels and speeds can differ (--topology gives them; --node h100-4 is this node at 4)\n")
 
 	for _, args := range [][]string{
 		{"explain", "--topology", topoDir + "s1.toml", "--gpus-per-node", "4", "--bytes", "1M"},

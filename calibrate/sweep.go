@@ -234,6 +234,11 @@ func ParseSweeps(file string, r io.Reader) ([]*Sweep, error) {
 		}
 		at.Warnings = append(at.Warnings, Problem{File: file, Line: st.sectionLine,
 			Msg: fmt.Sprintf("section %s has no rows: the run printed none (not fitted)", st.s.Pin.Env())})
+		for _, w := range st.s.Warnings { // what the empty run said (a failure message), but its own "no data rows"
+			if w.Line != st.s.Line {
+				at.Warnings = append(at.Warnings, w)
+			}
+		}
 	}
 	// A line with NUL bytes is a warning of the run it falls in.
 	for _, pr := range lr.nul {
@@ -391,12 +396,15 @@ func (p *sweepParser) unglue(text string, nl ncclLine) ncclLine {
 	if nl.host == "" || p.hosts[nl.host] || nl.start == 0 {
 		return nl
 	}
-	for h := range p.hosts {
-		if len(h) < len(nl.host) && strings.HasSuffix(nl.host, h) && text[nl.start:nl.start+len(nl.host)] == nl.host {
-			nl.start += len(nl.host) - len(h)
-			nl.host = h
-			break
+	best := ""
+	for h := range p.hosts { // the longest known name the glued one ends with
+		if len(h) < len(nl.host) && len(h) > len(best) && strings.HasSuffix(nl.host, h) {
+			best = h
 		}
+	}
+	if best != "" && text[nl.start:nl.start+len(nl.host)] == nl.host {
+		nl.start += len(nl.host) - len(best)
+		nl.host = best
 	}
 	return nl
 }
@@ -645,10 +653,8 @@ func (p *sweepParser) section(line int, text string) {
 func (st *sweepState) inherit(prev *sweepState) {
 	s, ps := st.s, prev.s
 	s.Tool, s.TestsVersion = ps.Tool, ps.TestsVersion
+	// A collective inferred from rows is inferred at the end (finish), for each run from its own.
 	s.Program, s.Coll, s.CollKnown, s.CollSource = ps.Program, ps.Coll, ps.CollKnown, ps.CollSource
-	if ps.CollSource == CollInferred { // inferred from the previous run's rows; infer again from this one's
-		s.Coll, s.CollKnown, s.CollSource = 0, false, ""
-	}
 	s.Hosts = append([]string(nil), ps.Hosts...)
 	s.PerIter, s.Timestamps, s.CPUTime = ps.PerIter, ps.Timestamps, ps.CPUTime
 	for r := range prev.rankSeen {

@@ -477,7 +477,7 @@ func TestParseSweepInline(t *testing.T) {
 			"### ALGO=Tree size=1024\n" + row(1024) + row(2048) +
 			"# NCCL_ALGO=NVLS NCCL_PROTO=Simple\n" + row(4096) +
 			"# PROTO=LL\n# ALGO=Ring\n" + row(4096) +
-			"### ALGO=CollnetChain size=1024\n### ALGO=CollnetChain size=2048\n"
+			"### ALGO=CollnetChain size=1024\nh: Test NCCL failure common.cu:1 'invalid usage'\n### ALGO=CollnetChain size=2048\n"
 		ss, err := ParseSweeps("x.txt", strings.NewReader(text))
 		require.NoError(t, err)
 		require.Len(t, ss, 4)
@@ -498,6 +498,7 @@ func TestParseSweepInline(t *testing.T) {
 			msgs = append(msgs, w.Error())
 		}
 		assert.Contains(t, msgs, "x.txt:15: section NCCL_ALGO=CollnetChain has no rows: the run printed none (not fitted)")
+		assert.Contains(t, msgs, "x.txt:16: the run reports a failure: h: Test NCCL failure common.cu:1 'invalid usage'")
 		// A comment that is not only KEY=VALUE words is no section.
 		s := parse(t, hdr+row(1024)+"# note: ALGO=Ring was slow\n"+row(2048))
 		assert.Len(t, s.Rows, 2)

@@ -283,6 +283,7 @@ type sweepState struct {
 	logVersion string // from the NCCL version INFO line
 	rowN       int    // fields of the first parsed row (without the timestamp), 0 before it
 	oopOnly    int    // rows that printed the out-of-place half only
+	oopLine    int    // the first of them
 	algoLine   int    // line of the first NCCL_ALGO pin, 0 when none
 	// sectionLine is the line of the section line ("### ALGO=Ring") that began this run, 0 when none
 	sectionLine int
@@ -777,7 +778,6 @@ func (p *sweepParser) row(line int, text string, fields []string) {
 	halves := []*Half{&r.OOP, &r.IP}
 	if oopOnly {
 		per, halves, r.OOPOnly = len(rest), halves[:1], true
-		st.oopOnly++
 	}
 	var flag [2]string
 	for i, h := range halves {
@@ -808,6 +808,12 @@ func (p *sweepParser) row(line int, text string, fields []string) {
 	}
 	if st.rowN == 0 {
 		st.rowN = n
+	}
+	if r.OOPOnly {
+		if st.oopOnly == 0 {
+			st.oopLine = line
+		}
+		st.oopOnly++
 	}
 	st.s.Rows = append(st.s.Rows, r)
 }
@@ -1068,7 +1074,7 @@ func (p *sweepParser) finish() {
 			}
 		}
 		if st.oopOnly > 0 {
-			st.warn(s.Rows[0].Line, "%s with the out-of-place half only (no in-place columns): fit them with --half oop", plural(st.oopOnly, "row"))
+			st.warn(st.oopLine, "%s with the out-of-place half only (no in-place columns): fit them with --half oop", plural(st.oopOnly, "row"))
 		}
 		if len(s.Rows) == 0 {
 			st.warn(s.Line, "the run has no data rows")

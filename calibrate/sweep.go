@@ -1,6 +1,7 @@
 package calibrate
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -282,8 +283,6 @@ type sweepState struct {
 	libVersion string // from nccl-headers/nccl-library
 	logVersion string // from the NCCL version INFO line
 	rowN       int    // fields of the first parsed row (without the timestamp), 0 before it
-	oopOnly    int    // rows that printed the out-of-place half only
-	oopLine    int    // the first of them
 	algoLine   int    // line of the first NCCL_ALGO pin, 0 when none
 	// sectionLine is the line of the section line ("### ALGO=Ring") that began this run, 0 when none
 	sectionLine int
@@ -366,10 +365,11 @@ func (p *sweepParser) line(l logLine) {
 	}
 	if p.pend != nil {
 		// The row's last piece is a line of its own; anything else means the row never completed.
-		if joined := p.pend.text + " " + text; !strings.HasPrefix(text, "#") && rowComplete(strings.Fields(joined), p.rowWidth()) {
+		joined := p.pend.text + " " + text
+		if f := strings.Fields(joined); !strings.HasPrefix(text, "#") && rowComplete(f, p.rowWidth()) {
 			line := p.pend.line
 			p.pend = nil
-			p.row(line, joined, strings.Fields(joined))
+			p.row(line, joined, f)
 			return
 		}
 		p.dropPending()
@@ -434,17 +434,13 @@ func (p *sweepParser) piece(line int, text, lead string) {
 	}
 }
 
-// rowWidth is the number of fields a row of the current run has: its header's, else its first
-// row's, else the current layout's 13.
-func (p *sweepParser) rowWidth() int {
-	switch {
-	case p.cur.hdrFields != 0:
-		return p.cur.hdrFields
-	case p.cur.rowN != 0:
-		return p.cur.rowN
-	}
-	return 13
-}
+// rowWidth is the number of fields a row of the current run has (sweepState.width), else the
+// current layout's 13.
+func (p *sweepParser) rowWidth() int { return cmp.Or(p.cur.width(), 13) }
+
+// width is the number of fields a row of the run has: its header's, else its first row's; 0 before
+// either.
+func (st *sweepState) width() int { return cmp.Or(st.hdrFields, st.rowN) }
 
 // rowComplete reports whether f is a whole row of want fields, or of want fields and a -S
 // timestamp.
@@ -508,6 +504,10 @@ func (p *sweepParser) pinLine(line int, name, value string) {
 }
 
 func (p *sweepParser) hashLine(line int, text string) {
+	if pins, ok := sectionPins(text); ok {
+		p.section(line, pins)
+		return
+	}
 	st := p.cur
 	switch {
 	case versionRE.MatchString(text):
@@ -598,8 +598,6 @@ func (p *sweepParser) hashLine(line int, text string) {
 			st.s.BWCheckFailed = true
 			p.cur.warn(line, "footer: average bus bandwidth %s below NCCL_TESTS_MIN_BW, FAILED", m[1])
 		}
-	case isSection(text):
-		p.section(line, text)
 	case pinHashRE.MatchString(text):
 		m := pinHashRE.FindStringSubmatch(text)
 		p.pinLine(line, m[1], m[2])
@@ -608,30 +606,32 @@ func (p *sweepParser) hashLine(line int, text string) {
 	}
 }
 
-// isSection reports whether a '#' line is a section line, as scripts that loop over NCCL_ALGO or
+// sectionPins reads a '#' line as a section line, as scripts that loop over NCCL_ALGO or
 // NCCL_PROTO echo before each run ("### ALGO=Ring size=268435456", "# NCCL_ALGO=Tree NCCL_PROTO=LL"):
 // after the '#'s, only KEY=VALUE words, at least one of them ALGO, PROTO, NCCL_ALGO or NCCL_PROTO.
-func isSection(text string) bool {
-	words := strings.Fields(strings.TrimLeft(text, "#"))
-	pin := false
-	for _, w := range words {
-		k, _, ok := strings.Cut(w, "=")
+// It returns those as NCCL variable names and values, in the line's order.
+func sectionPins(text string) ([][2]string, bool) {
+	var pins [][2]string
+	for _, w := range strings.Fields(strings.TrimLeft(text, "#")) {
+		k, v, ok := strings.Cut(w, "=")
 		if !ok || k == "" {
-			return false
+			return nil, false
 		}
 		switch k {
-		case "ALGO", "PROTO", "NCCL_ALGO", "NCCL_PROTO":
-			pin = true
+		case "ALGO", "NCCL_ALGO":
+			pins = append(pins, [2]string{"NCCL_ALGO", v})
+		case "PROTO", "NCCL_PROTO":
+			pins = append(pins, [2]string{"NCCL_PROTO", v})
 		}
 	}
-	return pin
+	return pins, len(pins) > 0
 }
 
 // section reads a section line. Once the current run has rows or a footer, the line starts a new
 // run that keeps the file's preamble (tool and NCCL versions, program, rank lines, column header):
 // a section names what changed between runs, not a new program. Its ALGO and PROTO words are the
 // new run's NCCL_ALGO and NCCL_PROTO.
-func (p *sweepParser) section(line int, text string) {
+func (p *sweepParser) section(line int, pins [][2]string) {
 	if prev := p.cur; prev.begun() {
 		p.start(line)
 		p.cur.inherit(prev)
@@ -639,14 +639,8 @@ func (p *sweepParser) section(line int, text string) {
 	if p.cur.sectionLine == 0 {
 		p.cur.sectionLine = line
 	}
-	for _, w := range strings.Fields(strings.TrimLeft(text, "#")) {
-		k, v, _ := strings.Cut(w, "=")
-		switch k {
-		case "ALGO", "NCCL_ALGO":
-			p.pinLine(line, "NCCL_ALGO", v)
-		case "PROTO", "NCCL_PROTO":
-			p.pinLine(line, "NCCL_PROTO", v)
-		}
+	for _, pin := range pins {
+		p.pinLine(line, pin[0], pin[1])
 	}
 }
 
@@ -724,10 +718,7 @@ func (p *sweepParser) row(line int, text string, fields []string) {
 		fields = fields[:n-2]
 		n -= 2
 	}
-	want := st.hdrFields
-	if want == 0 {
-		want = st.rowN
-	}
+	want := st.width()
 	// A run whose rows print one half, the out-of-place one: 4 fields fewer than its header's. The
 	// first row decides; a short row among whole ones is a row cut off.
 	oopOnly := (n == 8 || n == 9) && (st.rowN == n || (st.rowN == 0 && (st.hdrFields == 0 || n == st.hdrFields-4)))
@@ -808,12 +799,6 @@ func (p *sweepParser) row(line int, text string, fields []string) {
 	}
 	if st.rowN == 0 {
 		st.rowN = n
-	}
-	if r.OOPOnly {
-		if st.oopOnly == 0 {
-			st.oopLine = line
-		}
-		st.oopOnly++
 	}
 	st.s.Rows = append(st.s.Rows, r)
 }
@@ -1073,8 +1058,17 @@ func (p *sweepParser) finish() {
 				s.Op = ""
 			}
 		}
-		if st.oopOnly > 0 {
-			st.warn(st.oopLine, "%s with the out-of-place half only (no in-place columns): fit them with --half oop", plural(st.oopOnly, "row"))
+		oopOnly, oopLine := 0, 0
+		for _, r := range s.Rows {
+			if r.OOPOnly {
+				if oopOnly == 0 {
+					oopLine = r.Line
+				}
+				oopOnly++
+			}
+		}
+		if oopOnly > 0 {
+			st.warn(oopLine, "%s with the out-of-place half only (no in-place columns): fit them with --half oop", plural(oopOnly, "row"))
 		}
 		if len(s.Rows) == 0 {
 			st.warn(s.Line, "the run has no data rows")

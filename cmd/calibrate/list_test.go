@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"io/fs"
@@ -96,8 +97,9 @@ func refRead(t *testing.T, path string) (rows []refRow, bad []int) {
 	var algo, proto string
 	// Host names NCCL's log lines carry: those of the rank lines and of lines that start with one.
 	hosts := map[string]bool{}
-	for _, tx := range texts {
-		s := strings.TrimSpace(refRankRE.ReplaceAllString(tx.s, ""))
+	for i := range texts {
+		texts[i].s = refRankRE.ReplaceAllString(texts[i].s, "")
+		s := strings.TrimSpace(texts[i].s)
 		if m := refRankHostRE.FindStringSubmatch(s); m != nil {
 			hosts[m[1]] = true
 		} else if m := refLogStartRE.FindStringSubmatch(s); m != nil {
@@ -121,7 +123,7 @@ func refRead(t *testing.T, path string) (rows []refRow, bad []int) {
 		carry, carryLine = "", 0
 	}
 	for _, tx := range texts {
-		s := refRankRE.ReplaceAllString(tx.s, "")
+		s := tx.s // launcher prefixes stripped above
 		if cut := refLogCut(s, hosts); cut >= 0 {
 			piece := strings.Fields(s[:cut])
 			if carryLine == 0 {
@@ -157,7 +159,7 @@ func refRead(t *testing.T, path string) (rows []refRow, bad []int) {
 				algo, proto = "", ""
 			}
 			sectioned, rowSince = true, false
-			algo, proto = cmpOr(a, algo), cmpOr(p, proto)
+			algo, proto = cmp.Or(a, algo), cmp.Or(p, proto)
 			continue
 		}
 		if strings.HasPrefix(f[0], "#") && strings.Contains(s, "size") && strings.Contains(s, "count") {
@@ -228,13 +230,6 @@ func refSection(s string) (algo, proto string, ok bool) {
 	return algo, proto, ok
 }
 
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
 // refRowOf reads the fields of one row.
 func refRowOf(f []string) (refRow, bool) { return refRowHalves(f, false) }
 
@@ -265,8 +260,9 @@ func refRowHalves(f []string, oneHalf bool) (refRow, bool) {
 	if (r.count == 0) != (r.bytes == 0) || (r.count > 0 && r.bytes%(r.count*elt) != 0) {
 		return r, false
 	}
+	old := n == 12 || n == 8 // the 12-column layout: no root column, an error column
 	rest := f[4:]
-	if n != 12 && n != 8 {
+	if !old {
 		root, err := strconv.Atoi(f[4])
 		if err != nil {
 			return r, false
@@ -289,7 +285,7 @@ func refRowHalves(f []string, oneHalf bool) (refRow, bool) {
 				return r, false
 			}
 		}
-		r.time[h], r.algbw[h], r.busbw[h], r.wrong[h], r.oldLayout[h] = vals[0], vals[1], vals[2], col[3], n == 12 || n == 8
+		r.time[h], r.algbw[h], r.busbw[h], r.wrong[h], r.oldLayout[h] = vals[0], vals[1], vals[2], col[3], old
 		w := 0.0
 		if col[3] != "N/A" {
 			v, err := strconv.ParseFloat(strings.TrimSuffix(col[3], "*"), 64)
@@ -299,7 +295,7 @@ func refRowHalves(f []string, oneHalf bool) (refRow, bool) {
 			w = v
 		}
 		// Valid by nccl-tests' own meaning of the columns: no wrong elements, a time it can print.
-		r.validRef[h] = vals[0] >= 0.01 && vals[0] <= 1e9 && (n == 12 || n == 8 || w == 0)
+		r.validRef[h] = vals[0] >= 0.01 && vals[0] <= 1e9 && (old || w == 0)
 	}
 	return r, true
 }

@@ -40,13 +40,8 @@ func TestPublicNVSwitchH100x4(t *testing.T) {
 		{"h100 at 4 per node", []string{"--node", "h100", "--gpus-per-node", "4"}, "AllReduce/NVLS/SIMPLE"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			args := append(append([]string{}, tc.args...),
-				"--sweeps", "../../calibrate/testdata/public/sets/h100x4-nvswitch-allreduce/sweeps.toml",
-				"--holdout", "2", "--out", filepath.Join(t.TempDir(), "h100x4.fit.toml"), "--json")
-			require.NoError(t, run(context.Background(), args, &stdout, &stderr), stderr.String())
-			var rep calibrate.Report
-			require.NoError(t, json.Unmarshal(stdout.Bytes(), &rep))
+			rep := publicFit(t, append(append([]string{}, tc.args...),
+				"--sweeps", "../../calibrate/testdata/public/sets/h100x4-nvswitch-allreduce/sweeps.toml", "--holdout", "2")...)
 			require.Equal(t, calibrate.HalfInPlace, rep.Half)
 
 			wantDefaultMax := 0.0
@@ -100,11 +95,7 @@ func TestPublicRingSimpleOnePin(t *testing.T) {
 	} {
 		t.Run(tc.set, func(t *testing.T) {
 			set := "../../calibrate/testdata/public/sets/" + tc.set + "/sweeps.toml"
-			var stdout, stderr bytes.Buffer
-			require.NoError(t, run(context.Background(), []string{"--node", tc.node, "--sweeps", set, "--half", "oop",
-				"--holdout", "2", "--out", filepath.Join(t.TempDir(), "one.fit.toml"), "--json"}, &stdout, &stderr), stderr.String())
-			var rep calibrate.Report
-			require.NoError(t, json.Unmarshal(stdout.Bytes(), &rep))
+			rep := publicFit(t, "--node", tc.node, "--sweeps", set, "--half", "oop", "--holdout", "2")
 			assert.Equal(t, calibrate.HalfOutOfPlace, rep.Half)
 			p := rep.HoldoutPinned
 			t.Logf("held-out pinned points %d: |pred/meas-1| fitted median %.3f max %.3f, prior median %.3f max %.3f", p.Points, p.FittedMedian, p.FittedMax, p.PriorMedian, p.PriorMax)
@@ -120,11 +111,21 @@ func TestPublicRingSimpleOnePin(t *testing.T) {
 			assert.InEpsilon(t, 4294967296/tc.lastUS/1e3, bw, 0.02, "fitted Ring/Simple bandwidth, GB/s")
 
 			// Without --half oop nothing is fitted, and every run says why.
-			stdout.Reset()
-			stderr.Reset()
+			var stdout, stderr bytes.Buffer
 			err := run(context.Background(), []string{"--node", tc.node, "--sweeps", set, "--out", filepath.Join(t.TempDir(), "x.fit.toml")}, &stdout, &stderr)
 			require.Error(t, err)
 			assert.Equal(t, 27, strings.Count(stderr.String(), "the run printed the out-of-place half only, and the in-place half is fitted (give --half oop)"))
 		})
 	}
+}
+
+// publicFit runs calibrate with args, --json and a fresh --out, and returns its report.
+func publicFit(t *testing.T, args ...string) calibrate.Report {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	args = append(args, "--out", filepath.Join(t.TempDir(), "public.fit.toml"), "--json")
+	require.NoError(t, run(context.Background(), args, &stdout, &stderr), stderr.String())
+	var rep calibrate.Report
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &rep))
+	return rep
 }

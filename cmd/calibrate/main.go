@@ -13,8 +13,9 @@
 //
 // Besides the per-cell fit it fits per-bucket bandwidth corrections where the alpha-beta form cannot
 // follow the data (calibrate.FitCorrected; --no-corrections to skip) and writes them to the overlay's
-// [corrections]. With --run --repeat K each pinned sweep runs K times and, per size, the minimum
-// time is kept (the sweep file's preamble and the manifest's note say so).
+// [corrections]. With --run --repeat K each pinned sweep runs K times, in K rounds over all the
+// sweeps, and per size the minimum time is kept (the sweep file's preamble and the manifest's
+// note say so).
 package main
 
 import (
@@ -160,7 +161,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	factor := fs.Int64("factor", 2, "with --run: size step factor")
 	iters := fs.Int("iters", 20, "with --run: collbench -n")
 	warmup := fs.Int("warmup", 5, "with --run: collbench -w")
-	repeat := fs.Int("repeat", 1, "with --run: run each pinned sweep K times and keep, per size, the minimum time (--quick: 1)")
+	repeat := fs.Int("repeat", 1, "with --run: run each pinned sweep K times, in K rounds over all the sweeps, and keep, per size, the minimum time (--quick: 1)")
 	noCorr := fs.Bool("no-corrections", false, "fit latency and bandwidth per cell only, no per-bucket bandwidth corrections")
 	holdoutNodes := fs.Int("holdout-nodes", 0, "with sweeps at several node counts: leave node count N out of the fit and report the prediction error there")
 	predictNodes := fs.String("predict-nodes", "", "with sweeps at several node counts: also write the overlay's cells at these node counts (comma-separated), predicted by the fit")

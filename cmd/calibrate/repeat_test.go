@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/collplan/collplan/calibrate"
+	"github.com/collplan/collplan/costmodel"
 )
 
 const repeatHeader = `# nccl-tests version 2.19.6 nccl-headers=23007 nccl-library=23007
@@ -80,4 +82,50 @@ func TestRunRepeat(t *testing.T) {
 		assert.Equal(t, pinned, strings.HasPrefix(string(data), "# calibrate --repeat 2:"), e.File)
 		assert.Equal(t, pinned, strings.Contains(e.Note, "minimum time per size"), e.Note)
 	}
+}
+
+// TestRepeatRunsInRounds: with --repeat 3, runSweeps runs every pinned sweep's first run, then every
+// sweep's second, then every third, so that a slow spell of the host reaches all runs of one cell
+// only when it lasts the whole calibration; the free choice runs once, in the first round. The fake
+// collbench logs its pin and the run's ordinal; each sweep's kept row is the fastest of its runs.
+func TestRepeatRunsInRounds(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "calls")
+	fake := filepath.Join(dir, "collbench")
+	// The time printed is 30 - 10*(calls so far of this pin): each cell's third run is its fastest.
+	script := `#!/bin/sh
+pin=free
+while [ $# -gt 0 ]; do [ "$1" = --algo ] && pin=$2; shift; done
+echo "$pin" >>` + log + `
+n=$(grep -c "^$pin\$" ` + log + `)
+t=$((40 - 10 * n))
+cat <<'H'
+` + repeatHeader + `H
+echo "  1024  256  float  sum  -1  $t.0  0.00  0.00  0  $t.0  0.00  0.00  0"
+`
+	require.NoError(t, os.WriteFile(fake, []byte(script), 0o755))
+	specs := []sweepSpec{
+		{coll: costmodel.AllReduce, algo: "Ring", proto: "LL", file: "allreduce-ring-ll.txt"},
+		{coll: costmodel.AllReduce, algo: "Tree", proto: "Simple", file: "allreduce-tree-simple.txt"},
+		{coll: costmodel.AllReduce, file: "allreduce-free.txt"},
+	}
+	cfg := sweepConfig{collbench: fake, np: 2, nodes: 1, gpn: 2, transport: "shm", minB: 1024, maxB: 1024, fact: 2,
+		iters: 1, warmup: 0, repeat: 3, half: calibrate.HalfInPlace}
+	out := filepath.Join(dir, "sweeps")
+	require.NoError(t, runSweeps(context.Background(), cfg, specs, out, io.Discard))
+	calls, err := os.ReadFile(log)
+	require.NoError(t, err)
+	assert.Equal(t, "Ring\nTree\nfree\nRing\nTree\nRing\nTree\n", string(calls))
+	for file, want := range map[string]float64{"allreduce-ring-ll.txt": 10, "allreduce-tree-simple.txt": 10, "allreduce-free.txt": 30} {
+		data, err := os.ReadFile(filepath.Join(out, file))
+		require.NoError(t, err)
+		sw, err := calibrate.ParseSweep(file, bytes.NewReader(data))
+		require.NoError(t, err)
+		require.Len(t, sw.Rows, 1, file)
+		assert.Equal(t, want, sw.Rows[0].IP.TimeUS, file)
+	}
+	man, err := calibrate.LoadManifest(filepath.Join(out, calibrate.ManifestName))
+	require.NoError(t, err)
+	require.Len(t, man.Sweeps, 3)
+	assert.Contains(t, man.Sweeps[0].Note, "run 3 times in rounds over every sweep")
 }

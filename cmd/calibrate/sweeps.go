@@ -181,52 +181,48 @@ func runSweeps(ctx context.Context, cfg sweepConfig, specs []sweepSpec, dir stri
 	defer pg.finish()
 	var man strings.Builder
 	man.WriteString("# Written by calibrate --run: one collbench sweep per legal pinned cell, and the free choice.\n")
-	for _, sp := range specs {
-		args := []string{benchColl[sp.coll], "-np", strconv.Itoa(cfg.np), "-b", strconv.FormatInt(cfg.minB, 10),
-			"-e", strconv.FormatInt(cfg.maxB, 10), "-f", strconv.FormatInt(cfg.fact, 10),
-			"-n", strconv.Itoa(cfg.iters), "-w", strconv.Itoa(cfg.warmup)}
-		if cfg.transport == "net" {
-			// every node an emulated host: its ranks goroutines of one process, TCP between hosts
-			args = append(args, "--hosts", strconv.Itoa(cfg.nodes))
-		} else {
-			args = append(args, "--transport", cfg.transport)
-		}
-		if cfg.rpn > 0 {
-			args = append(args, "--ranks-per-node", strconv.Itoa(cfg.rpn))
-		}
-		if sp.algo != "" {
-			args = append(args, "--algo", sp.algo, "--proto", sp.proto)
-		}
-		pin := "free"
-		if sp.algo != "" {
-			pin = sp.algo + "/" + sp.proto
-		}
-		// Pinned sweeps run cfg.repeat times (the free choice once: NCCL's pick may differ
-		// between runs, so its minimum would mix cells).
-		k := runsOf(sp)
-		runs := make([][]byte, 0, k)
-		for rep := 0; rep < k; rep++ {
-			pg.label = benchColl[sp.coll] + " " + pin
+	// Every pinned sweep runs cfg.repeat times, in rounds: round r runs each sweep's r-th run,
+	// so the runs of one cell are spread over the whole calibration rather than back to back.
+	// A shared host's slow spells (seconds long, 2x at one size here) then reach all runs of a
+	// cell only when they reach every round, and the per-size minimum compares cells measured
+	// across the same spells. The free choice runs once, in the first round: NCCL's pick may
+	// differ between runs, so its minimum would mix cells.
+	argsOf := make([][]string, len(specs))
+	runs := make([][][]byte, len(specs))
+	rounds := 0
+	for i, sp := range specs {
+		argsOf[i] = sweepArgs(cfg, sp)
+		rounds = max(rounds, runsOf(sp))
+	}
+	for rep := 0; rep < rounds; rep++ {
+		for i, sp := range specs {
+			k := runsOf(sp)
+			if rep >= k {
+				continue
+			}
+			pg.label = benchColl[sp.coll] + " " + sp.pin()
 			if k > 1 {
 				pg.label += fmt.Sprintf(" (run %d/%d)", rep+1, k)
 			}
 			pg.done = doneRows
 			pg.draw()
-			out, err := runCollbench(ctx, cfg, args, pg)
+			out, err := runCollbench(ctx, cfg, argsOf[i], pg)
 			if err != nil {
 				return err
 			}
 			doneRows += perSweep
-			runs = append(runs, out)
+			runs[i] = append(runs[i], out)
 		}
-		data := runs[0]
-		note := "collbench " + strings.Join(args, " ")
-		if k > 1 {
+	}
+	for i, sp := range specs {
+		data := runs[i][0]
+		note := "collbench " + strings.Join(argsOf[i], " ")
+		if k := len(runs[i]); k > 1 {
 			var err error
-			if data, err = minOfRuns(sp.file, runs, cfg.half); err != nil {
+			if data, err = minOfRuns(sp.file, runs[i], cfg.half); err != nil {
 				return err
 			}
-			note += fmt.Sprintf("; run %d times, each row the fastest of the %d (minimum time per size)", k, k)
+			note += fmt.Sprintf("; run %d times in rounds over every sweep, each row the fastest of the %d (minimum time per size)", k, k)
 		}
 		path := filepath.Join(dir, sp.file)
 		if err := os.WriteFile(path, data, 0o644); err != nil {
@@ -244,6 +240,34 @@ func runSweeps(ctx context.Context, cfg sweepConfig, specs []sweepSpec, dir stri
 		return errors.New("no sweep to run")
 	}
 	return os.WriteFile(filepath.Join(dir, "sweeps.toml"), []byte(man.String()), 0o644)
+}
+
+// sweepArgs is collbench's command line for one sweep.
+func sweepArgs(cfg sweepConfig, sp sweepSpec) []string {
+	args := []string{benchColl[sp.coll], "-np", strconv.Itoa(cfg.np), "-b", strconv.FormatInt(cfg.minB, 10),
+		"-e", strconv.FormatInt(cfg.maxB, 10), "-f", strconv.FormatInt(cfg.fact, 10),
+		"-n", strconv.Itoa(cfg.iters), "-w", strconv.Itoa(cfg.warmup)}
+	if cfg.transport == "net" {
+		// every node an emulated host: its ranks goroutines of one process, TCP between hosts
+		args = append(args, "--hosts", strconv.Itoa(cfg.nodes))
+	} else {
+		args = append(args, "--transport", cfg.transport)
+	}
+	if cfg.rpn > 0 {
+		args = append(args, "--ranks-per-node", strconv.Itoa(cfg.rpn))
+	}
+	if sp.algo != "" {
+		args = append(args, "--algo", sp.algo, "--proto", sp.proto)
+	}
+	return args
+}
+
+// pin names the sweep's cell, "Ring/LL", or "free".
+func (sp sweepSpec) pin() string {
+	if sp.algo == "" {
+		return "free"
+	}
+	return sp.algo + "/" + sp.proto
 }
 
 // runCollbench runs collbench once and returns its standard output, advancing pg per table row.

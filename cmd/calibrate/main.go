@@ -86,8 +86,9 @@ planner, collbench and the tuner plugins apply over the node table, with a repor
 a cell is swept where the prior finds it legal and the engine runs it at the run's shape
 (engine.PinError, float sum): Ring and Tree, NVLS on one node (--np 2, or --np 4 --gpus-per-node
 4), NVLS_TREE on 2+ nodes of 2+ (--np 4 --gpus-per-node 2), PAT at one rank per node
-(--gpus-per-node 1), CollNetDirect and CollNetChain AllReduce on 2+ nodes (collbench starts
-the aggregation endpoint); collbench pins each by NCCL_ALGO's name;
+(--gpus-per-node 1), CollNetDirect (AllReduce, AllGather, ReduceScatter) and CollNetChain
+(AllReduce) on 2+ nodes (collbench starts the aggregation endpoint); collbench pins each by
+NCCL_ALGO's name;
 --dumps reads the profiler dumps of collplan's NCCL plugin (docs/profile-dump.md; a *.jsonl file or
 a directory of them, alone or beside --sweeps): each (collective, cell, size) a job ran is a point
 of the cell NCCL ran, at its median measured time (the kernel channels' GPU span), so a training

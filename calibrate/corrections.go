@@ -39,6 +39,11 @@ type CorrectionOptions struct {
 	// bucket's points: below it the time is latency-bound and a bandwidth factor is not the fix.
 	// Default 0.2.
 	MinSensitivity float64
+	// RunLen and RunZ: a run of at least RunLen neighbouring buckets of one cell, leaning the same
+	// way at RunZ or more each, is written when its combined significance reaches SingleZ.
+	// Defaults 3 and 2.
+	RunLen int
+	RunZ   float64
 	// SigmaFloor bounds the per-cell robust residual spread from below. Default 0.01.
 	SigmaFloor float64
 }
@@ -61,6 +66,12 @@ func (o CorrectionOptions) withDefaults() CorrectionOptions {
 	}
 	if o.SigmaFloor <= 0 {
 		o.SigmaFloor = 0.01
+	}
+	if o.RunLen <= 0 {
+		o.RunLen = 3
+	}
+	if o.RunZ <= 0 {
+		o.RunZ = 2
 	}
 	return o
 }
@@ -147,7 +158,15 @@ func FitCorrections(menus map[costmodel.Coll]*planner.Menu, res *FitResult, pts 
 		}
 		return keys[i].b < keys[j].b
 	})
-	var out []BucketCorrection
+	// Each bucket's candidate multiplier and its significance; which are written is decided after,
+	// since a run of neighbouring buckets can carry what one bucket alone cannot.
+	type candidate struct {
+		k             key
+		lm, z, sigma  float64
+		before, after float64
+		n             int
+	}
+	var cands []candidate
 	for _, k := range keys {
 		g := groups[k]
 		var sens, sw2 float64
@@ -173,9 +192,9 @@ func FitCorrections(menus map[costmodel.Coll]*planner.Menu, res *FitResult, pts 
 		lm := minimize1D(func(x float64) float64 { return loss(x) + pen(x) }, math.Log(MinFactor), math.Log(MaxFactor))
 		before, after := loss(0), loss(lm)
 		sigma := spread[k.c] / math.Sqrt(sw2)
-		z, eff := o.Z, o.MinEffect
+		eff := o.MinEffect
 		if len(g) == 1 {
-			z, eff = o.SingleZ, o.SingleEffect
+			eff = o.SingleEffect
 		} else {
 			// Consistency: most points must sit on the side the multiplier corrects.
 			same := 0
@@ -188,14 +207,57 @@ func FitCorrections(menus map[costmodel.Coll]*planner.Menu, res *FitResult, pts 
 				continue
 			}
 		}
-		if math.Abs(lm) < eff || math.Abs(lm) < z*sigma || after > 0.5*before {
+		if math.Abs(lm) < eff || after > 0.5*before {
 			continue
 		}
-		m := menus[k.c.Coll]
-		prior := float64(m.Factor(k.c.Algo, k.c.Proto, correction.BucketStart(k.b)))
-		mult := math.Exp(lm)
-		out = append(out, BucketCorrection{Cell: k.c, Bucket: k.b, Prior: prior, Mult: mult, Factor: prior * mult,
-			Sigma: prior * mult * sigma, Points: len(g), LossBefore: before, LossAfter: after})
+		cands = append(cands, candidate{k, lm, math.Abs(lm) / sigma, sigma, before, after, len(g)})
+	}
+	// A bucket is written when it is significant alone (Z; SingleZ for a lone point), or when it is
+	// one of a run of at least RunLen neighbouring buckets of its cell that lean the same way, each at
+	// RunZ or more, whose combined significance (Stouffer: the sum of z over the square root of the
+	// run's length) reaches SingleZ. A cache knee on CPUs (bandwidth halving from 1 MiB up, one
+	// point per bucket at factor-2 sweeps, each 3-4 sigma) is such a run; noise rarely is.
+	keep := make([]bool, len(cands))
+	for i, c := range cands {
+		z := o.Z
+		if c.n == 1 {
+			z = o.SingleZ
+		}
+		keep[i] = c.z >= z
+	}
+	for i := 0; i < len(cands); {
+		j := i + 1
+		for j < len(cands) && cands[j].k.c == cands[i].k.c && cands[j].k.b == cands[j-1].k.b+1 &&
+			(cands[j].lm < 0) == (cands[i].lm < 0) && cands[j].z >= o.RunZ && cands[i].z >= o.RunZ {
+			j++
+		}
+		if cands[i].z < o.RunZ {
+			i++
+			continue
+		}
+		if j-i >= o.RunLen {
+			var sum float64
+			for _, c := range cands[i:j] {
+				sum += c.z
+			}
+			if sum/math.Sqrt(float64(j-i)) >= o.SingleZ {
+				for q := i; q < j; q++ {
+					keep[q] = true
+				}
+			}
+		}
+		i = j
+	}
+	var out []BucketCorrection
+	for i, c := range cands {
+		if !keep[i] {
+			continue
+		}
+		m := menus[c.k.c.Coll]
+		prior := float64(m.Factor(c.k.c.Algo, c.k.c.Proto, correction.BucketStart(c.k.b)))
+		mult := math.Exp(c.lm)
+		out = append(out, BucketCorrection{Cell: c.k.c, Bucket: c.k.b, Prior: prior, Mult: mult, Factor: prior * mult,
+			Sigma: prior * mult * c.sigma, Points: c.n, LossBefore: c.before, LossAfter: c.after})
 	}
 	return out
 }
@@ -362,22 +424,42 @@ func roundFactor(x float64) float64 {
 	return v
 }
 
-// TableCorrections merges the fitted rows into a node table's [corrections] cells (existing, as the
-// table and its overlay give them): a fitted cell's row replaces the existing row of that cell, the
-// other existing cells are kept. The result is sorted by the existing order, new cells last.
-func TableCorrections(existing []tables.CorrectionCell, menus map[costmodel.Coll]*planner.Menu, cs []BucketCorrection) []tables.CorrectionCell {
+// TableCorrections merges the rows fitted at nodes x rpn into a node table's [corrections] cells
+// (existing: the table's own rows and the rows an earlier overlay fitted at other shapes): each
+// fitted row is tagged with its shape, so that it applies there only, and replaces an existing row
+// of its cell at that shape; every other existing row is kept. A fitted row carries the prior's
+// factors (menus) outside its fitted buckets, since at its shape it replaces the cell's shape-less
+// row whole. The result is in the existing order, new rows last.
+func TableCorrections(existing []tables.CorrectionCell, menus map[costmodel.Coll]*planner.Menu, cs []BucketCorrection, nodes, rpn int) []tables.CorrectionCell {
 	out := append([]tables.CorrectionCell(nil), existing...)
 	for _, row := range correctionRows(menus, cs) {
 		tc := tables.CorrectionCell{Coll: tableColl[row.cell.Coll], Algo: tableAlgo[row.cell.Algo], Proto: tableProto[row.cell.Proto],
-			Factors: row.factors}
+			Nodes: nodes, RanksPerNode: rpn, Factors: row.factors}
 		replaced := false
 		for i, e := range out {
-			if sameCell(e, tc) {
+			if sameCell(e, tc) && e.Nodes == nodes && e.RanksPerNode == rpn {
 				out[i], replaced = tc, true
 			}
 		}
 		if !replaced {
 			out = append(out, tc)
+		}
+	}
+	return out
+}
+
+// MergeCorrections is the prior's [corrections] rows (the table's, or a --prior overlay's) with an
+// earlier overlay's rows of other shapes (OverlayCorrections) added where the prior has no row of
+// that cell at that shape.
+func MergeCorrections(prior, keep []tables.CorrectionCell) []tables.CorrectionCell {
+	out := append([]tables.CorrectionCell(nil), prior...)
+	for _, k := range keep {
+		dup := false
+		for _, e := range out {
+			dup = dup || (sameCell(e, k) && e.Nodes == k.Nodes && e.RanksPerNode == k.RanksPerNode)
+		}
+		if !dup {
+			out = append(out, k)
 		}
 	}
 	return out

@@ -26,17 +26,18 @@ var dipCells = map[Cell][]int{
 
 const dipFactor = 0.5
 
-// dipTruth is the truth planner of the recovery test (prior x truthFactors) with the dips.
-func dipTruth(t *testing.T, topo *capabilities.Topology, prior map[costmodel.Coll]*planner.Menu) (*planner.Planner, *correction.Factors) {
+// dipTruth is the truth planner of the recovery test (prior x truthFactors) with the dips: the
+// buckets of dips, their bandwidth x factor.
+func dipTruth(t *testing.T, topo *capabilities.Topology, prior map[costmodel.Coll]*planner.Menu, dips map[Cell][]int, factor float64) (*planner.Planner, *correction.Factors) {
 	t.Helper()
 	f := *correction.Default(topo)
-	for c, dipBuckets := range dipCells {
+	for c, dipBuckets := range dips {
 		row := make([]float64, correction.NumBuckets)
 		for b := range row {
 			row[b] = float64(f.Factor(c.Coll, c.Algo, c.Proto, correction.BucketStart(b)))
 			for _, d := range dipBuckets {
 				if b == d {
-					row[b] *= dipFactor
+					row[b] *= factor
 				}
 			}
 		}
@@ -82,7 +83,7 @@ func TestFitCorrectedRecoversBucketDips(t *testing.T) {
 	require.NoError(t, err)
 	prior, err := Menus(ctx, priorPl)
 	require.NoError(t, err)
-	truth, truthF := dipTruth(t, &topo, prior)
+	truth, truthF := dipTruth(t, &topo, prior, dipCells, dipFactor)
 	isDip := func(c Cell, b int) bool {
 		for _, db := range dipCells[c] {
 			if b == db {
@@ -145,6 +146,71 @@ func TestFitCorrectedRecoversBucketDips(t *testing.T) {
 				t.Logf("%s %s: fitted %.4g true %.4g (%+.1f%%)", p.Cell, p.Kind, p.Value, want, 100*(p.Value/want-1))
 			}
 			t.Logf("median rel %.3f max %.3f", cf.MedianRel, cf.MaxRel)
+		})
+	}
+}
+
+// TestFitCorrectionsFindsAKneeRun: a CPU's cache knee, as the cpu table's NVLS AllReduce showed at
+// 1 x 2 (bandwidth halved from 1 MiB up, one point per log2 bucket, each 3.3-4.8 sigma of a spread
+// of 0.18): Tree/LL's bandwidth is halved in buckets 18-21, where its time is bandwidth, and every
+// other point of every cell is off by exp(+-0.13) in turn (a spread of 1.4826 x 0.13 = 0.19). Each
+// knee bucket alone is about 3.6 sigma (log 2 over 0.19), short of a lone point's 5, so the rule
+// of single buckets writes none of them; as a run of 4 neighbours leaning the same way (Stouffer:
+// 4 x 3.6 / 2 = 7.2) all four are written, near 0.5 each, and nothing else is.
+func TestFitCorrectionsFindsAKneeRun(t *testing.T) {
+	ctx := context.Background()
+	topo := loadTopo(t, "s2.toml")
+	priorPl, err := planner.New(&topo, planner.Config{})
+	require.NoError(t, err)
+	prior, err := Menus(ctx, priorPl)
+	require.NoError(t, err)
+	knee := Cell{costmodel.AllReduce, costmodel.Tree, costmodel.LL}
+	kneeBuckets := []int{18, 19, 20, 21}
+	truth, truthF := dipTruth(t, &topo, prior, map[Cell][]int{knee: kneeBuckets}, 0.5)
+	m, err := truth.Prepare(ctx, planner.Class{Coll: costmodel.AllReduce, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1})
+	require.NoError(t, err)
+	inKnee := func(c Cell, n int64) bool {
+		b := correction.Bucket(n)
+		return c == knee && b >= kneeBuckets[0] && b <= kneeBuckets[len(kneeBuckets)-1]
+	}
+	algo := map[costmodel.Algo]string{costmodel.Tree: "Tree", costmodel.Ring: "Ring", costmodel.NVLSTree: "NVLSTree"}
+	var sweeps []*Sweep
+	for _, c := range sortedCells(truthFactors) {
+		s := &Sweep{File: "synth-" + c.String(), Line: 1, Coll: c.Coll, CollKnown: true, Nodes: topo.NNodes,
+			Pin: Pin{Algo: algo[c.Algo], Proto: c.Proto.String(), Source: pinSourceManif}}
+		for k := 0; k <= 27; k++ {
+			n := int64(8) << k
+			noise := 0.13 * float64(1-2*(k%2))
+			if inKnee(c, n) {
+				noise = 0
+			}
+			tm := float64(m.Menu().Time(c.Algo, c.Proto, n)) * math.Exp(noise)
+			s.Rows = append(s.Rows, Row{Line: k + 2, Bytes: n, Count: n / 4, OOP: Half{TimeUS: tm, Valid: true}, IP: Half{TimeUS: tm, Valid: true}})
+		}
+		sweeps = append(sweeps, s)
+	}
+	pts, probs := pointsOf(t, sweeps, &topo)
+	require.Empty(t, probs)
+	for _, tc := range []struct {
+		name string
+		opt  CorrectionOptions
+		want []int
+	}{
+		{"runs", CorrectionOptions{}, kneeBuckets},
+		{"single buckets only", CorrectionOptions{RunLen: 1 << 10}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cf, err := FitCorrected(ctx, &topo, planner.Config{}, pts, FitOptions{}, tc.opt)
+			require.NoError(t, err)
+			var got []int
+			for _, bc := range cf.Corrections {
+				want := float64(truthF.Factor(bc.Cell.Coll, bc.Cell.Algo, bc.Cell.Proto, correction.BucketStart(bc.Bucket)))
+				t.Logf("%s bucket %d: factor %.3f ± %.2g (true %.3f)", bc.Cell, bc.Bucket, bc.Factor, bc.Sigma, want)
+				require.Equal(t, knee, bc.Cell, "bucket %d", bc.Bucket)
+				assert.InDelta(t, 1, bc.Factor/want, 0.15, "bucket %d", bc.Bucket)
+				got = append(got, bc.Bucket)
+			}
+			assert.Equal(t, tc.want, got)
 		})
 	}
 }

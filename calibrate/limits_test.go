@@ -66,7 +66,7 @@ func TestOverlayReadersNestingLimit(t *testing.T) {
 	_, err := KeepFromOverlay("o.fit.toml", []byte(in), 1, 8, 8)
 	require.Error(t, err)
 	assert.Equal(t, want, err.Error())
-	_, err = OverlayCorrections("o.fit.toml", []byte(in))
+	_, _, err = OverlayCorrections("o.fit.toml", []byte(in), 1, 8)
 	require.Error(t, err)
 	assert.Equal(t, want, err.Error())
 }

@@ -25,8 +25,9 @@ type OverlayInput struct {
 	// are replaced.
 	Keep []tables.FitCell
 	// Corrections, when not empty, are written as the overlay's [[corrections.cell]]: the complete
-	// list (an overlay's array replaces the table's), e.g. from TableCorrections. Corrections are
-	// not per node count: they apply at every node count of the table.
+	// list (an overlay's array replaces the table's), e.g. from TableCorrections. A row with nodes
+	// and ranks_per_node applies at that shape only (a fit's own rows, fitted against its cells);
+	// the table's rows have none and apply at every shape.
 	Corrections []tables.CorrectionCell
 	// NodesTags tag the node count of the cells at a node count ("predicted from ..."); a count
 	// not listed is tagged measured.
@@ -161,7 +162,8 @@ func WriteOverlay(w io.Writer, r *FitResult, in OverlayInput) error {
 	}
 	if len(in.Corrections) > 0 {
 		b.WriteString("\n# Bandwidth correction factors per log2 size bucket (bucket i: [64*2^i, 64*2^(i+1)) bytes),\n")
-		b.WriteString("# the table's own (or NCCL's treeCorrectionFactor) times what calibrate fitted; every node count.\n")
+		b.WriteString("# the table's own (or NCCL's treeCorrectionFactor) times what calibrate fitted at the row's shape\n")
+		b.WriteString("# (nodes x ranks_per_node, over that shape's fitted cells); a row without a shape is the table's own.\n")
 	}
 	for _, c := range in.Corrections {
 		fs := make([]string, len(c.Factors))
@@ -169,6 +171,9 @@ func WriteOverlay(w io.Writer, r *FitResult, in OverlayInput) error {
 			fs[i] = tomlFloat(f)
 		}
 		fmt.Fprintf(&b, "\n[[corrections.cell]]\ncoll = %q\nalgo = %q\nproto = %q\n", c.Coll, c.Algo, c.Proto)
+		if c.Nodes != 0 {
+			fmt.Fprintf(&b, "nodes = %d  # measured\nranks_per_node = %d  # measured\n", c.Nodes, c.RanksPerNode)
+		}
 		fmt.Fprintf(&b, "factors = [%s]  # measured\n", strings.Join(fs, ", "))
 	}
 	b.WriteString("\n[provenance]\n")
@@ -189,19 +194,30 @@ func WriteOverlay(w io.Writer, r *FitResult, in OverlayInput) error {
 	return err
 }
 
-// OverlayCorrections reports whether an existing overlay's text has a [corrections] table (its cells
-// are then the table's effective ones and must be written again).
-func OverlayCorrections(file string, data []byte) (bool, error) {
+// OverlayCorrections reads an existing overlay's [corrections] for a refit at nodes x rpn: whether
+// it has any (its cells are then the table's effective ones and must be written again), and the
+// rows of other shapes, which the refit keeps as it keeps their cells (KeepFromOverlay). Rows of
+// this shape, and rows without one (an earlier overlay's, or the table's copied in), are not kept:
+// the refit writes the table's own rows and its fitted ones.
+func OverlayCorrections(file string, data []byte, nodes, rpn int) (had bool, keep []tables.CorrectionCell, err error) {
 	var o struct {
 		Corrections *tables.Corrections `toml:"corrections"`
 	}
 	if _, err := configfile.DecodeTOML(file, data, tables.MaxDepth, &o); err != nil {
-		return false, fmt.Errorf("calibrate: %w", err)
+		return false, nil, fmt.Errorf("calibrate: %w", err)
 	}
 	if err := checkUpdatable(file, data); err != nil {
-		return false, err
+		return false, nil, err
 	}
-	return o.Corrections != nil && len(o.Corrections.Cell) > 0, nil
+	if o.Corrections == nil {
+		return false, nil, nil
+	}
+	for _, c := range o.Corrections.Cell {
+		if c.Nodes != 0 && !c.At(nodes, rpn) {
+			keep = append(keep, c)
+		}
+	}
+	return len(o.Corrections.Cell) > 0, keep, nil
 }
 
 // checkUpdatable accepts an overlay to rewrite: of this build's schema version, or of none (the same

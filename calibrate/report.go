@@ -516,7 +516,7 @@ func (rep *Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\t%.4g\t%.4g\t%.2g\t%s\n", p.Cell, p.Kind, p.Prior, p.Value, p.Sigma, st)
 	}
 	if len(rep.Corrections) > 0 {
-		fmt.Fprintf(tw, "\nbandwidth corrections (per log2 bucket; written to [corrections], every node count)\ncell\tbucket\tbytes\tprior factor\tmultiplier\tfactor\tsigma\tpoints\n")
+		fmt.Fprintf(tw, "\nbandwidth corrections (per log2 bucket; written to [corrections] at this shape)\ncell\tbucket\tbytes\tprior factor\tmultiplier\tfactor\tsigma\tpoints\n")
 		for _, c := range rep.Corrections {
 			fmt.Fprintf(tw, "%s\t%d\t%d..%d\t%.3g\t%.3f\t%.3f\t%.2g\t%d\n", c.Cell, c.Bucket, c.BytesLo, c.BytesHi-1, c.Prior, c.Mult, c.Factor, c.Sigma, c.Points)
 		}

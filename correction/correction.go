@@ -109,25 +109,39 @@ func (fs *Factors) Set(c costmodel.Coll, a costmodel.Algo, p costmodel.Proto, fa
 	return nil
 }
 
-// Apply sets the cells a node table's [corrections] gives over fs. Errors name the table file.
-func (fs *Factors) Apply(n *tables.Node) error {
+// Apply sets the cells a node table's [corrections] gives over fs at a shape of nodes x
+// ranksPerNode: the rows without a shape first, then the rows of that shape, which replace their
+// cells' (tables.CorrectionCell.At). Errors name the table file.
+func (fs *Factors) Apply(n *tables.Node, nodes, ranksPerNode int) error {
 	if n == nil || n.Corrections == nil {
 		return nil
 	}
-	for i, cell := range n.Corrections.Cell {
-		c, err := capabilities.ParseColl(cell.Coll)
-		if err == nil {
-			var a costmodel.Algo
-			if a, err = capabilities.ParseAlgo(cell.Algo); err == nil {
-				var p costmodel.Proto
-				if p, err = capabilities.ParseProto(cell.Proto); err == nil {
-					err = fs.Set(c, a, p, cell.Factors, SourceTable)
-				}
+	for pass := 0; pass < 2; pass++ {
+		for i, cell := range n.Corrections.Cell {
+			if (cell.Nodes != 0) != (pass == 1) || !cell.At(nodes, ranksPerNode) {
+				continue
 			}
-		}
-		if err != nil {
-			return fmt.Errorf("correction: %s: corrections.cell[%d]: %w", n.File, i, err)
+			if err := fs.applyCell(cell); err != nil {
+				return fmt.Errorf("correction: %s: corrections.cell[%d]: %w", n.File, i, err)
+			}
 		}
 	}
 	return nil
+}
+
+// applyCell sets one [corrections] row.
+func (fs *Factors) applyCell(cell tables.CorrectionCell) error {
+	c, err := capabilities.ParseColl(cell.Coll)
+	if err != nil {
+		return err
+	}
+	a, err := capabilities.ParseAlgo(cell.Algo)
+	if err != nil {
+		return err
+	}
+	p, err := capabilities.ParseProto(cell.Proto)
+	if err != nil {
+		return err
+	}
+	return fs.Set(c, a, p, cell.Factors, SourceTable)
 }

@@ -64,10 +64,36 @@ func TestSetAndApply(t *testing.T) {
 	n := &tables.Node{File: "x.toml", Corrections: &tables.Corrections{Cell: []tables.CorrectionCell{
 		{Coll: "allreduce", Algo: "ring", Proto: "ll", Factors: []float64{2}},
 	}}}
-	require.NoError(t, f.Apply(n))
+	require.NoError(t, f.Apply(n, 1, 8))
 	assert.Equal(t, float32(2), f.Factor(costmodel.AllReduce, costmodel.Ring, costmodel.LL, 100))
 	assert.Equal(t, SourceTable, f.Source(costmodel.AllReduce, costmodel.Ring, costmodel.LL))
 	n.Corrections.Cell[0].Algo = "bogus"
-	assert.ErrorContains(t, f.Apply(n), "x.toml: corrections.cell[0]")
-	require.NoError(t, f.Apply(nil))
+	assert.ErrorContains(t, f.Apply(n, 1, 8), "x.toml: corrections.cell[0]")
+	require.NoError(t, f.Apply(nil, 1, 8))
+}
+
+// TestApplyPerShape: a row with a shape applies at that shape only, over the cell's row without
+// one, whichever comes first in the table; other shapes get the shape-less row.
+func TestApplyPerShape(t *testing.T) {
+	n := &tables.Node{File: "x.toml", Corrections: &tables.Corrections{Cell: []tables.CorrectionCell{
+		{Coll: "allreduce", Algo: "nvls", Proto: "simple", Nodes: 1, RanksPerNode: 2, Factors: []float64{1, 0.5}},
+		{Coll: "allreduce", Algo: "nvls", Proto: "simple", Factors: []float64{3}},
+		{Coll: "allgather", Algo: "ring", Proto: "simple", Nodes: 2, RanksPerNode: 1, Factors: []float64{0.25}},
+	}}}
+	for _, tc := range []struct {
+		nodes, rpn      int
+		nvls64, nvls128 float32
+		ag              float32
+	}{
+		{1, 2, 1, 0.5, 1}, // the 1 x 2 row replaces the shape-less one
+		{1, 4, 3, 1, 1},   // no row of this shape: the shape-less row
+		{2, 1, 3, 1, 0.25},
+		{2, 2, 3, 1, 1},
+	} {
+		var f Factors
+		require.NoError(t, f.Apply(n, tc.nodes, tc.rpn))
+		assert.Equal(t, tc.nvls64, f.Factor(costmodel.AllReduce, costmodel.NVLS, costmodel.Simple, 64), "%+v", tc)
+		assert.Equal(t, tc.nvls128, f.Factor(costmodel.AllReduce, costmodel.NVLS, costmodel.Simple, 128), "%+v", tc)
+		assert.Equal(t, tc.ag, f.Factor(costmodel.AllGather, costmodel.Ring, costmodel.Simple, 64), "%+v", tc)
+	}
 }

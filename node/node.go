@@ -19,7 +19,7 @@ import (
 //   - Constants: NCCL 2.30's, with the table's [constants] applied; nil (the planner's default)
 //     when the table has none;
 //   - Factors: NCCL's tree correction factors for tp (correction.Default), times the table's
-//     [corrections];
+//     [corrections] (the rows of every shape, and those of tp's nodes x local_ranks over them);
 //   - Cells: the fitted overlay's [[fit.cell]] entries fitted at tp.NNodes nodes (a cell fitted
 //     at 2 nodes says nothing about 4); a cell that tp's shape or env makes illegal is skipped by
 //     planner.New with a note (Planner.Overlay), never an error, and so is a cell fitted at other
@@ -42,7 +42,7 @@ func PlannerConfig(n *tables.Node, tp *capabilities.Topology) (planner.Config, e
 		cfg.Constants = &k
 	}
 	f := correction.Default(tp)
-	if err := f.Apply(n); err != nil {
+	if err := f.Apply(n, tp.NNodes, tp.LocalRanks); err != nil {
 		return cfg, fmt.Errorf("node: %w", err)
 	}
 	cfg.Factors = f

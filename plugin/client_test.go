@@ -142,7 +142,7 @@ func TestInitReplacesModel(t *testing.T) {
 	for _, nodes := range []int{1, 2, 4} {
 		topo := h100(t, nodes)
 		f := correction.Default(topo)
-		require.NoError(t, f.Apply(node))
+		require.NoError(t, f.Apply(node, topo.NNodes, topo.LocalRanks))
 		fitted, err := planner.New(topo, planner.Config{Constants: &k, Factors: f})
 		require.NoError(t, err)
 		stock, err := planner.New(topo, planner.Config{})

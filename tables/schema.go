@@ -114,12 +114,22 @@ type Corrections struct {
 }
 
 // CorrectionCell gives factors for one (coll, algo, proto); Factors[i] applies to nBytes in
-// [64*2^i, 64*2^(i+1)). Up to 24 buckets; missing buckets are 1.
+// [64*2^i, 64*2^(i+1)). Up to 24 buckets; missing buckets are 1. Without nodes and ranks_per_node
+// the row applies at every shape; with them (both, >= 1) only at that shape, where it replaces the
+// shape-less row of its cell: calibrate fits a shape's corrections against that shape's fitted
+// cells, so they are written, kept and applied per shape as the cells are.
 type CorrectionCell struct {
-	Coll    string    `toml:"coll"`
-	Algo    string    `toml:"algo"`
-	Proto   string    `toml:"proto"`
-	Factors []float64 `toml:"factors"`
+	Coll         string    `toml:"coll"`
+	Algo         string    `toml:"algo"`
+	Proto        string    `toml:"proto"`
+	Nodes        int       `toml:"nodes"`
+	RanksPerNode int       `toml:"ranks_per_node"`
+	Factors      []float64 `toml:"factors"`
+}
+
+// At reports whether the row applies at nodes x ranksPerNode.
+func (c CorrectionCell) At(nodes, ranksPerNode int) bool {
+	return c.Nodes == 0 || (c.Nodes == nodes && c.RanksPerNode == ranksPerNode)
 }
 
 // Fit is the optional [fit] table that calibrate writes into NAME.fit.toml: the effective latency

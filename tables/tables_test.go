@@ -369,6 +369,13 @@ func TestDecodeBadInputs(t *testing.T) {
 			"corrections.cell[2].factors[2]: +Inf",
 			"corrections.cell[3]: duplicate cell allreduce/tree/ll (also corrections.cell[0])",
 		}},
+		// A row with a shape names both nodes and ranks_per_node; one cell may have a row per shape
+		// and one without, but not two at one shape.
+		{"bad_correction_shape.toml", []string{
+			"corrections.cell[2]: duplicate cell allreduce/tree/ll at 2 x 8 (also corrections.cell[0])",
+			"corrections.cell[3].ranks_per_node: 0 out of range",
+			"corrections.cell[4].nodes: 0 out of range",
+		}},
 		{"bad_provenance.toml", []string{
 			"line 33: provenance.fitted_from[0].file: must name the sweep file",
 			"line 34: provenance.fitted_from[0].sha256",

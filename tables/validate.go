@@ -271,6 +271,11 @@ func validateCorrections(v *validator, c *Corrections) {
 		v.word(k+".algo", algoNames, cell.Algo)
 		v.word(k+".proto", protoNames, cell.Proto)
 		id := cell.Coll + "/" + cell.Algo + "/" + cell.Proto
+		if cell.Nodes != 0 || cell.RanksPerNode != 0 {
+			v.intRange(k+".nodes", cell.Nodes, 1, maxFitNodes)
+			v.intRange(k+".ranks_per_node", cell.RanksPerNode, 1, maxFitNodes)
+			id += fmt.Sprintf(" at %d x %d", cell.Nodes, cell.RanksPerNode)
+		}
 		if j, dup := seen[id]; dup {
 			v.add(k, "duplicate cell %s (also corrections.cell[%d])", id, j)
 		} else {

@@ -183,4 +183,45 @@ func TestCalibrateWritesBucketCorrections(t *testing.T) {
 	require.NoError(t, run(ctx, []string{"--node", base2, "--sweeps", sweeps, "--out", tables.OverlayPath(base2), "--date", "2026-11-30"}, &out, &errb), errb.String())
 	assert.Contains(t, out.String(), "bandwidth corrections")
 	assert.Contains(t, out.String(), fmt.Sprintf("AllReduce/RING/LL  %d", dip[0]))
+
+	// The rows are the 2-node fit's: tagged with its shape, applied there only, and kept by a fit
+	// of another shape into the same overlay, as its cells are. Here: the prior model's own times
+	// at 4 nodes (no dip, so no correction) fitted into the overlay after the 2-node fit.
+	assert.Equal(t, 2, got.Nodes)
+	assert.Equal(t, 8, got.RanksPerNode)
+	topo4, _, prior4, err := priorPlanner(n, 4, 0, nil)
+	require.NoError(t, err)
+	require.Equal(t, 4, topo4.NNodes)
+	pm4, err := prior4.Prepare(ctx, cls)
+	require.NoError(t, err)
+	sweeps4 := filepath.Join(dir, "sweeps4")
+	require.NoError(t, os.MkdirAll(sweeps4, 0o755))
+	man.Reset()
+	for _, p := range []costmodel.Proto{costmodel.LL, costmodel.LL128, costmodel.Simple} {
+		file := "ring-" + strings.ToLower(p.String()) + ".txt"
+		writeSynthSweep(t, filepath.Join(sweeps4, file), func(nb int64) float64 {
+			return float64(pm4.Menu().Time(costmodel.Ring, p, nb)) * math.Exp(0.02*rng.NormFloat64())
+		})
+		fmt.Fprintf(&man, "[[sweep]]\nfile = %q\nalgo = \"Ring\"\nproto = %q\nnodes = 4\ngpus_per_node = 8\n\n", file, benchProto[p])
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(sweeps4, "sweeps.toml"), []byte(man.String()), 0o644))
+	out.Reset()
+	require.NoError(t, run(ctx, []string{"--node", base, "--nodes", "4", "--sweeps", sweeps4, "--out", overlay, "--json", "--date", "2026-11-30"}, &out, &errb), errb.String())
+	rep.Corrections = nil
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rep))
+	assert.Empty(t, rep.Corrections, "no dip at 4 nodes")
+	both, err := tables.LoadFile(base)
+	require.NoError(t, err)
+	require.NotNil(t, both.Corrections, "the 2-node fit's rows survive the 4-node fit")
+	assert.Equal(t, on.Corrections.Cell, both.Corrections.Cell)
+	for _, tc := range []struct {
+		nodes int
+		want  float64
+	}{{2, 0.5}, {4, 1}} {
+		_, _, pl, err := priorPlanner(both, tc.nodes, 0, nil)
+		require.NoError(t, err)
+		e, err := pl.Explain(ctx, cls, nb)
+		require.NoError(t, err)
+		assert.InDelta(t, tc.want, e.Explain.Cells[costmodel.Ring][costmodel.LL].Correction, 0.05, "%d nodes", tc.nodes)
+	}
 }

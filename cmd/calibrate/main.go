@@ -541,24 +541,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	hadCorr := false
+	var keepCorr []tables.CorrectionCell // an earlier overlay's rows of other shapes
 	if old, err := configfile.Read(*out); err == nil {
 		if in.Keep, err = calibrate.KeepFromOverlay(*out, old, *nodes, shape.RanksPerNode, n.Node.GPUsPerNode); err != nil {
 			return usageError{err}
 		}
-		if hadCorr, err = calibrate.OverlayCorrections(*out, old); err != nil {
+		if hadCorr, keepCorr, err = calibrate.OverlayCorrections(*out, old, *nodes, shape.RanksPerNode); err != nil {
 			return usageError{err}
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return usagef("the overlay to update: %v", err)
 	}
-	// The table's effective [corrections] (its own, or an earlier overlay's) with the fitted rows
-	// replacing their cells: the overlay's array replaces the table's, so it is written whole.
+	// The table's own [corrections] and the earlier overlay's rows of other shapes, with this
+	// shape's fitted rows: the overlay's array replaces the table's, so it is written whole.
 	if len(corr) > 0 || hadCorr {
 		var existing []tables.CorrectionCell
 		if pn.Corrections != nil { // the prior's, which the fitted multipliers apply to
 			existing = pn.Corrections.Cell
 		}
-		in.Corrections = calibrate.TableCorrections(existing, menus, corr)
+		in.Corrections = calibrate.TableCorrections(calibrate.MergeCorrections(existing, keepCorr), menus, corr, *nodes, shape.RanksPerNode)
 	}
 	var buf bytes.Buffer
 	if err := calibrate.WriteOverlay(&buf, withoutCells(res, heldBack), in); err != nil {

@@ -33,7 +33,7 @@ func TestCompileTableUsesOverlay(t *testing.T) {
 		cfg.Cells = append(cfg.Cells, planner.CellOverride{Coll: c.Coll, Algo: c.Algo, Proto: c.Proto, LatUS: float32(c.LatUS), BWGBps: float32(c.BWGBps)})
 	}
 	cfg.Factors = correction.Default(&topo)
-	require.NoError(t, cfg.Factors.Apply(nt))
+	require.NoError(t, cfg.Factors.Apply(nt, topo.NNodes, topo.LocalRanks))
 	cfg.Constants = tableConstants(t, nt)
 	cls := planner.Class{Coll: costmodel.AllReduce, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1}
 	compile := func(cfg planner.Config) *planner.DecisionTable {

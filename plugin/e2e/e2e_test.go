@@ -193,7 +193,7 @@ func TestNCCLInit(t *testing.T) {
 	for _, nodes := range []int{1, 2, 4} {
 		topo := h100(t, nodes)
 		f := correction.Default(topo)
-		require.NoError(t, f.Apply(node))
+		require.NoError(t, f.Apply(node, topo.NNodes, topo.LocalRanks))
 		stock, err := planner.New(topo, planner.Config{})
 		require.NoError(t, err)
 		host, err := c.Planner(context.Background(), topo, planner.Config{Constants: &k, Factors: f})

@@ -97,9 +97,10 @@ type bucketPoint struct {
 // FitCorrections fits per-bucket bandwidth multipliers of the fitted cells of res, on their pinned
 // points, against menus (the menus res was fitted over: their factors are the starting point).
 // A bucket gets a multiplier when its points lean on bandwidth (MinSensitivity), the multiplier is
-// significant against the cell's robust residual spread and large enough (Z and MinEffect; SingleZ
-// and SingleEffect for a lone point), most points sit on its side, and it at least halves the
-// bucket's robust loss. Buckets without one are not listed.
+// large enough (MinEffect; SingleEffect for a lone point), most points sit on its side, it at least
+// halves the bucket's robust loss, and it is significant against the cell's robust residual spread:
+// alone (Z; SingleZ for a lone point), or as one of a run of neighbouring buckets (RunLen, RunZ)
+// whose combined significance reaches SingleZ. Buckets without one are not listed.
 func FitCorrections(menus map[costmodel.Coll]*planner.Menu, res *FitResult, pts []Point, opt CorrectionOptions) []BucketCorrection {
 	o := opt.withDefaults()
 	s := FitOptions{}.withDefaults().LossScale
@@ -225,22 +226,17 @@ func FitCorrections(menus map[costmodel.Coll]*planner.Menu, res *FitResult, pts 
 		}
 		keep[i] = c.z >= z
 	}
+	next := func(a, b candidate) bool { // b continues a's run: the next bucket of a's cell, the same way
+		return b.k.c == a.k.c && b.k.b == a.k.b+1 && (b.lm < 0) == (a.lm < 0) && b.z >= o.RunZ
+	}
 	for i := 0; i < len(cands); {
 		j := i + 1
-		for j < len(cands) && cands[j].k.c == cands[i].k.c && cands[j].k.b == cands[j-1].k.b+1 &&
-			(cands[j].lm < 0) == (cands[i].lm < 0) && cands[j].z >= o.RunZ && cands[i].z >= o.RunZ {
-			j++
-		}
-		if cands[i].z < o.RunZ {
-			i++
-			continue
-		}
-		if j-i >= o.RunLen {
-			var sum float64
-			for _, c := range cands[i:j] {
-				sum += c.z
+		if cands[i].z >= o.RunZ {
+			sum := cands[i].z
+			for ; j < len(cands) && next(cands[j-1], cands[j]); j++ {
+				sum += cands[j].z
 			}
-			if sum/math.Sqrt(float64(j-i)) >= o.SingleZ {
+			if j-i >= o.RunLen && sum/math.Sqrt(float64(j-i)) >= o.SingleZ {
 				for q := i; q < j; q++ {
 					keep[q] = true
 				}

@@ -59,6 +59,13 @@ func dipTruth(t *testing.T, topo *capabilities.Topology, prior map[costmodel.Col
 func sweepsPerOctave(t *testing.T, truth *planner.Planner, nodes, perOctave int, noise float64, seed int64) []*Sweep {
 	t.Helper()
 	rng := rand.New(rand.NewSource(seed))
+	return sweepsWith(t, truth, nodes, perOctave, func(Cell, int, int64) float64 { return noise * rng.NormFloat64() })
+}
+
+// sweepsWith builds one pinned sweep per true cell, 8 B .. 1 GiB with perOctave sizes per octave,
+// the true time times exp(noise(cell, k, bytes)) at the k-th size.
+func sweepsWith(t *testing.T, truth *planner.Planner, nodes, perOctave int, noise func(c Cell, k int, n int64) float64) []*Sweep {
+	t.Helper()
 	m, err := truth.Prepare(context.Background(), planner.Class{Coll: costmodel.AllReduce, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1})
 	require.NoError(t, err)
 	algo := map[costmodel.Algo]string{costmodel.Tree: "Tree", costmodel.Ring: "Ring", costmodel.NVLSTree: "NVLSTree"}
@@ -68,7 +75,7 @@ func sweepsPerOctave(t *testing.T, truth *planner.Planner, nodes, perOctave int,
 			Pin: Pin{Algo: algo[c.Algo], Proto: c.Proto.String(), Source: pinSourceManif}}
 		for k := 0; k <= 27*perOctave; k++ {
 			n := int64(math.Round(8*math.Pow(2, float64(k)/float64(perOctave))/4)) * 4
-			tm := float64(m.Menu().Time(c.Algo, c.Proto, n)) * math.Exp(noise*rng.NormFloat64())
+			tm := float64(m.Menu().Time(c.Algo, c.Proto, n)) * math.Exp(noise(c, k, n))
 			s.Rows = append(s.Rows, Row{Line: k + 2, Bytes: n, Count: n / 4, OOP: Half{TimeUS: tm, Valid: true}, IP: Half{TimeUS: tm, Valid: true}})
 		}
 		out = append(out, s)
@@ -167,28 +174,12 @@ func TestFitCorrectionsFindsAKneeRun(t *testing.T) {
 	knee := Cell{costmodel.AllReduce, costmodel.Tree, costmodel.LL}
 	kneeBuckets := []int{18, 19, 20, 21}
 	truth, truthF := dipTruth(t, &topo, prior, map[Cell][]int{knee: kneeBuckets}, 0.5)
-	m, err := truth.Prepare(ctx, planner.Class{Coll: costmodel.AllReduce, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1})
-	require.NoError(t, err)
-	inKnee := func(c Cell, n int64) bool {
-		b := correction.Bucket(n)
-		return c == knee && b >= kneeBuckets[0] && b <= kneeBuckets[len(kneeBuckets)-1]
-	}
-	algo := map[costmodel.Algo]string{costmodel.Tree: "Tree", costmodel.Ring: "Ring", costmodel.NVLSTree: "NVLSTree"}
-	var sweeps []*Sweep
-	for _, c := range sortedCells(truthFactors) {
-		s := &Sweep{File: "synth-" + c.String(), Line: 1, Coll: c.Coll, CollKnown: true, Nodes: topo.NNodes,
-			Pin: Pin{Algo: algo[c.Algo], Proto: c.Proto.String(), Source: pinSourceManif}}
-		for k := 0; k <= 27; k++ {
-			n := int64(8) << k
-			noise := 0.13 * float64(1-2*(k%2))
-			if inKnee(c, n) {
-				noise = 0
-			}
-			tm := float64(m.Menu().Time(c.Algo, c.Proto, n)) * math.Exp(noise)
-			s.Rows = append(s.Rows, Row{Line: k + 2, Bytes: n, Count: n / 4, OOP: Half{TimeUS: tm, Valid: true}, IP: Half{TimeUS: tm, Valid: true}})
+	sweeps := sweepsWith(t, truth, topo.NNodes, 1, func(c Cell, k int, n int64) float64 {
+		if b := correction.Bucket(n); c == knee && b >= kneeBuckets[0] && b <= kneeBuckets[len(kneeBuckets)-1] {
+			return 0
 		}
-		sweeps = append(sweeps, s)
-	}
+		return 0.13 * float64(1-2*(k%2))
+	})
 	pts, probs := pointsOf(t, sweeps, &topo)
 	require.Empty(t, probs)
 	for _, tc := range []struct {

@@ -39,6 +39,23 @@ func writeSynthSweep(t *testing.T, path string, times func(int64) float64) {
 	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o644))
 }
 
+// writeRingSweeps writes into dir a pinned sweep of each Ring protocol, menu's times with 2 %
+// lognormal noise, and their manifest at nodes x 8 GPUs; it returns dir.
+func writeRingSweeps(t *testing.T, dir string, menu *planner.Menu, nodes int, rng *rand.Rand) string {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	var man strings.Builder
+	for _, p := range []costmodel.Proto{costmodel.LL, costmodel.LL128, costmodel.Simple} {
+		file := "ring-" + strings.ToLower(p.String()) + ".txt"
+		writeSynthSweep(t, filepath.Join(dir, file), func(nb int64) float64 {
+			return float64(menu.Time(costmodel.Ring, p, nb)) * math.Exp(0.02*rng.NormFloat64())
+		})
+		fmt.Fprintf(&man, "[[sweep]]\nfile = %q\nalgo = \"Ring\"\nproto = %q\nnodes = %d\ngpus_per_node = 8\n\n", file, benchProto[p], nodes)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "sweeps.toml"), []byte(man.String()), 0o644))
+	return dir
+}
+
 // TestCalibrateWritesBucketCorrections: sweeps whose Ring/LL bandwidth dips x0.5 in two buckets
 // give an overlay with a [corrections] row for that cell, which the planner then applies (the
 // same Default + Apply as cmd/planner's setup.planner), so that explain changes there.
@@ -86,18 +103,8 @@ func TestCalibrateWritesBucketCorrections(t *testing.T) {
 	require.NoError(t, err)
 	tm, err := truth.Prepare(ctx, cls)
 	require.NoError(t, err)
-	sweeps := filepath.Join(dir, "sweeps")
-	require.NoError(t, os.MkdirAll(sweeps, 0o755))
 	rng := rand.New(rand.NewSource(1))
-	var man strings.Builder
-	for _, p := range []costmodel.Proto{costmodel.LL, costmodel.LL128, costmodel.Simple} {
-		file := "ring-" + strings.ToLower(p.String()) + ".txt"
-		writeSynthSweep(t, filepath.Join(sweeps, file), func(nb int64) float64 {
-			return float64(tm.Menu().Time(costmodel.Ring, p, nb)) * math.Exp(0.02*rng.NormFloat64())
-		})
-		fmt.Fprintf(&man, "[[sweep]]\nfile = %q\nalgo = \"Ring\"\nproto = %q\nnodes = 2\ngpus_per_node = 8\n\n", file, benchProto[p])
-	}
-	require.NoError(t, os.WriteFile(filepath.Join(sweeps, "sweeps.toml"), []byte(man.String()), 0o644))
+	sweeps := writeRingSweeps(t, filepath.Join(dir, "sweeps"), tm.Menu(), 2, rng)
 
 	var out, errb bytes.Buffer
 	overlay := tables.OverlayPath(base) // beside the table, where tables.LoadFile finds it
@@ -194,17 +201,7 @@ func TestCalibrateWritesBucketCorrections(t *testing.T) {
 	require.Equal(t, 4, topo4.NNodes)
 	pm4, err := prior4.Prepare(ctx, cls)
 	require.NoError(t, err)
-	sweeps4 := filepath.Join(dir, "sweeps4")
-	require.NoError(t, os.MkdirAll(sweeps4, 0o755))
-	man.Reset()
-	for _, p := range []costmodel.Proto{costmodel.LL, costmodel.LL128, costmodel.Simple} {
-		file := "ring-" + strings.ToLower(p.String()) + ".txt"
-		writeSynthSweep(t, filepath.Join(sweeps4, file), func(nb int64) float64 {
-			return float64(pm4.Menu().Time(costmodel.Ring, p, nb)) * math.Exp(0.02*rng.NormFloat64())
-		})
-		fmt.Fprintf(&man, "[[sweep]]\nfile = %q\nalgo = \"Ring\"\nproto = %q\nnodes = 4\ngpus_per_node = 8\n\n", file, benchProto[p])
-	}
-	require.NoError(t, os.WriteFile(filepath.Join(sweeps4, "sweeps.toml"), []byte(man.String()), 0o644))
+	sweeps4 := writeRingSweeps(t, filepath.Join(dir, "sweeps4"), pm4.Menu(), 4, rng)
 	out.Reset()
 	require.NoError(t, run(ctx, []string{"--node", base, "--nodes", "4", "--sweeps", sweeps4, "--out", overlay, "--json", "--date", "2026-11-30"}, &out, &errb), errb.String())
 	rep.Corrections = nil

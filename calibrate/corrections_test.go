@@ -86,10 +86,7 @@ func sweepsWith(t *testing.T, truth *planner.Planner, nodes, perOctave int, nois
 func TestFitCorrectedRecoversBucketDips(t *testing.T) {
 	ctx := context.Background()
 	topo := loadTopo(t, "s2.toml")
-	priorPl, err := planner.New(&topo, planner.Config{})
-	require.NoError(t, err)
-	prior, err := Menus(ctx, priorPl)
-	require.NoError(t, err)
+	_, prior := priorOf(t, &topo)
 	truth, truthF := dipTruth(t, &topo, prior, dipCells, dipFactor)
 	isDip := func(c Cell, b int) bool {
 		for _, db := range dipCells[c] {
@@ -167,10 +164,7 @@ func TestFitCorrectedRecoversBucketDips(t *testing.T) {
 func TestFitCorrectionsFindsAKneeRun(t *testing.T) {
 	ctx := context.Background()
 	topo := loadTopo(t, "s2.toml")
-	priorPl, err := planner.New(&topo, planner.Config{})
-	require.NoError(t, err)
-	prior, err := Menus(ctx, priorPl)
-	require.NoError(t, err)
+	_, prior := priorOf(t, &topo)
 	knee := Cell{costmodel.AllReduce, costmodel.Tree, costmodel.LL}
 	kneeBuckets := []int{18, 19, 20, 21}
 	truth, truthF := dipTruth(t, &topo, prior, map[Cell][]int{knee: kneeBuckets}, 0.5)
@@ -209,10 +203,7 @@ func TestFitCorrectionsFindsAKneeRun(t *testing.T) {
 func TestFitCorrectionsNoneWithoutDips(t *testing.T) {
 	ctx := context.Background()
 	topo := loadTopo(t, "s2.toml")
-	priorPl, err := planner.New(&topo, planner.Config{})
-	require.NoError(t, err)
-	prior, err := Menus(ctx, priorPl)
-	require.NoError(t, err)
+	_, prior := priorOf(t, &topo)
 	truth := truthPlanner(t, &topo, prior)
 	for seed := int64(1); seed <= 10; seed++ {
 		for _, po := range []int{1, 2, 4} {
@@ -229,12 +220,8 @@ func TestFitCorrectionsNoneWithoutDips(t *testing.T) {
 // TestFitDownWeightsNoisyPoints: spikes (x1.6) on a quarter of a cell's bandwidth-bound points pull
 // the fit less when those rows carry a high -I per-iteration CV.
 func TestFitDownWeightsNoisyPoints(t *testing.T) {
-	ctx := context.Background()
 	topo := loadTopo(t, "s2.toml")
-	priorPl, err := planner.New(&topo, planner.Config{})
-	require.NoError(t, err)
-	prior, err := Menus(ctx, priorPl)
-	require.NoError(t, err)
+	_, prior := priorOf(t, &topo)
 	truth := truthPlanner(t, &topo, prior)
 	c := Cell{costmodel.AllReduce, costmodel.Ring, costmodel.LL}
 	wantBW := float64(prior[c.Coll].Cells[c.Algo][c.Proto].BWGBps) * truthFactors[c][1]

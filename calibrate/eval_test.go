@@ -11,8 +11,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/collplan/collplan/planner"
 )
 
 // TestEvaluateTruthHasNoRegret: on noise-free sweeps of the truth, the truth planner's pick is
@@ -20,10 +18,7 @@ import (
 func TestEvaluateTruthHasNoRegret(t *testing.T) {
 	ctx := context.Background()
 	topo := loadTopo(t, "s2.toml")
-	priorPl, err := planner.New(&topo, planner.Config{})
-	require.NoError(t, err)
-	prior, err := Menus(ctx, priorPl)
-	require.NoError(t, err)
+	priorPl, prior := priorOf(t, &topo)
 	truth := truthPlanner(t, &topo, prior)
 	sweeps := synthSweeps(t, truth, topo.NNodes, 1, 0, 1)
 	pts, _ := pointsOf(t, sweeps, &topo)
@@ -50,10 +45,7 @@ func TestEvaluateTruthHasNoRegret(t *testing.T) {
 func TestPlotSVGIsWellFormed(t *testing.T) {
 	ctx := context.Background()
 	topo := loadTopo(t, "s2.toml")
-	priorPl, err := planner.New(&topo, planner.Config{})
-	require.NoError(t, err)
-	prior, err := Menus(ctx, priorPl)
-	require.NoError(t, err)
+	_, prior := priorOf(t, &topo)
 	truth := truthPlanner(t, &topo, prior)
 	fm, err := Menus(ctx, truth)
 	require.NoError(t, err)

@@ -35,6 +35,16 @@ func loadTopo(t *testing.T, name string) capabilities.Topology {
 }
 
 // truthPlanner is the prior's planner with the true cells (prior x truthFactors).
+// priorOf is the prior of the synthetic tests: NCCL's model of topo, and its menus.
+func priorOf(t *testing.T, topo *capabilities.Topology) (*planner.Planner, map[costmodel.Coll]*planner.Menu) {
+	t.Helper()
+	pl, err := planner.New(topo, planner.Config{})
+	require.NoError(t, err)
+	menus, err := Menus(context.Background(), pl)
+	require.NoError(t, err)
+	return pl, menus
+}
+
 func truthPlanner(t *testing.T, topo *capabilities.Topology, prior map[costmodel.Coll]*planner.Menu) *planner.Planner {
 	t.Helper()
 	var cells []planner.CellOverride
@@ -106,10 +116,7 @@ func TestFitRecoversPerturbedCells(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s/runs%d/seed%d", tc.topo, tc.runs, tc.seed), func(t *testing.T) {
 			topo := loadTopo(t, tc.topo)
-			priorPl, err := planner.New(&topo, planner.Config{})
-			require.NoError(t, err)
-			prior, err := Menus(ctx, priorPl)
-			require.NoError(t, err)
+			_, prior := priorOf(t, &topo)
 			truth := truthPlanner(t, &topo, prior)
 			sweeps := synthSweeps(t, truth, topo.NNodes, tc.runs, 0.03, tc.seed)
 			pts, probs := pointsOf(t, sweeps, &topo)

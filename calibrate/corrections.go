@@ -433,7 +433,7 @@ func TableCorrections(existing []tables.CorrectionCell, menus map[costmodel.Coll
 			Nodes: nodes, RanksPerNode: rpn, Factors: row.factors}
 		replaced := false
 		for i, e := range out {
-			if sameCell(e, tc) && e.Nodes == nodes && e.RanksPerNode == rpn {
+			if sameRow(e, tc) {
 				out[i], replaced = tc, true
 			}
 		}
@@ -452,13 +452,18 @@ func MergeCorrections(prior, keep []tables.CorrectionCell) []tables.CorrectionCe
 	for _, k := range keep {
 		dup := false
 		for _, e := range out {
-			dup = dup || (sameCell(e, k) && e.Nodes == k.Nodes && e.RanksPerNode == k.RanksPerNode)
+			dup = dup || sameRow(e, k)
 		}
 		if !dup {
 			out = append(out, k)
 		}
 	}
 	return out
+}
+
+// sameRow reports whether two [corrections] rows are of one cell at one shape (or both without one).
+func sameRow(a, b tables.CorrectionCell) bool {
+	return sameCell(a, b) && a.Nodes == b.Nodes && a.RanksPerNode == b.RanksPerNode
 }
 
 func sameCell(a, b tables.CorrectionCell) bool {

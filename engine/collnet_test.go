@@ -347,33 +347,22 @@ func TestCollNetNoAllocationPerStep(t *testing.T) {
 			for r := range bufs {
 				bufs[r], outs[r] = make([]byte, n*8000*4), make([]byte, n*8000*4)
 			}
-			// Both calls take long enough that every goroutine of the call reaches its waits' sleep
-			// phase, whose first time.Sleep allocates the goroutine's timer (once per call's
-			// goroutine, not per step): the in-process endpoint's round trips are slow.
-			// -short (the race run) keeps the sizes, which every goroutine needs to reach its sleep
-			// phase in both calls: at 1000 and 3000 elements the race run's AllGather counted 19
-			// and 24 allocations, a goroutine's timer more in the larger call, not one per step.
-			runs, mid, large := 4, 2000, 8000
+			runs := 4
 			if testing.Short() {
 				runs = 2
 			}
-			allocs := func(count int) float64 {
-				return testing.AllocsPerRun(runs, func() {
-					errs := runRanks(t, comms, 10*time.Second, func(r int, c *Comm) error {
-						per := count
-						if ca.coll != costmodel.AllReduce {
-							per /= n // as many bytes as AllReduce's: n blocks
-						}
-						return collNetCall(c, ca.coll, bufs[r], outs[r], per)
-					})
-					for _, err := range errs {
-						require.NoError(t, err)
+			assertNoAllocationPerStep(t, comms, rankSteps, runs, 2000, 8000, func(count int) {
+				errs := runRanks(t, comms, 10*time.Second, func(r int, c *Comm) error {
+					per := count
+					if ca.coll != costmodel.AllReduce {
+						per /= n // as many bytes as AllReduce's: n blocks
 					}
+					return collNetCall(c, ca.coll, bufs[r], outs[r], per)
 				})
-			}
-			few, many := allocs(mid), allocs(large)
-			t.Logf("allocs per call: %v (%d elements), %v (%d)", few, mid, many, large)
-			assert.LessOrEqual(t, many, few+2, "allocation grows with the message")
+				for _, err := range errs {
+					require.NoError(t, err)
+				}
+			})
 		})
 	}
 }

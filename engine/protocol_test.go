@@ -262,22 +262,16 @@ func TestNoAllocationPerStep(t *testing.T) {
 				if testing.Short() {
 					runs, large = 5, 10000
 				}
-				allocs := func(count int) float64 {
-					return testing.AllocsPerRun(runs, func() {
-						errs := runRanks(t, comms, 10*time.Second, func(r int, c *Comm) error {
-							return c.AllReduce(bg, bufs[r], bufs[r], count, kernels.Float32, kernels.Sum)
-						})
-						for _, err := range errs {
-							require.NoError(t, err)
-						}
-					})
-				}
 				// Tens of steps against thousands. Both calls take more than one FIFO step per
 				// channel, so both run the same goroutines (a one-step tree channel runs on one).
-				few, many := allocs(500), allocs(large)
-				steps := comms[0].Stats()[0].Steps
-				t.Logf("allocs per call: %v (few steps), %v (%d steps so far on channel 0)", few, many, steps)
-				assert.LessOrEqual(t, many, few+2, "allocation grows with the message")
+				assertNoAllocationPerStep(t, comms, rankSteps, runs, 500, large, func(count int) {
+					errs := runRanks(t, comms, 10*time.Second, func(r int, c *Comm) error {
+						return c.AllReduce(bg, bufs[r], bufs[r], count, kernels.Float32, kernels.Sum)
+					})
+					for _, err := range errs {
+						require.NoError(t, err)
+					}
+				})
 			})
 		}
 	}

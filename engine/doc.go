@@ -134,7 +134,8 @@
 // # Plans
 //
 // Each call's plan comes from Config.Plan (a function of collective and model byte count), else
-// the first matching Config.Tables (compiled planner.DecisionTables), else Ring/Simple on
+// the first matching Config.Tables (compiled planner.DecisionTables; a table of the call's
+// collective for another op or dtype only where its pick can run the call), else Ring/Simple on
 // Config.Channels; Config.Override (or SetOverride) pins the algorithm, protocol or channel count; a
 // pinned algorithm that NCCL runs with Simple only (NVLS, NVLS_TREE, CollNet, PAT) runs with Simple
 // unless the protocol is pinned too. Tree outside AllReduce is refused with ErrNotImplemented ("not

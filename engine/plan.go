@@ -39,7 +39,8 @@ type Config struct {
 	// planner.DecisionTable's Lookup fits (see TablePlan).
 	Plan PlanFunc
 	// Tables are consulted when Plan is nil: the first table whose class has the call's collective,
-	// op and dtype, else the first with its collective.
+	// op and dtype, else the first with its collective where that table's pick can run the call's
+	// op and dtype (else the call runs as an unplanned one).
 	Tables []*planner.DecisionTable
 	// Channels is the channel count of calls that no Plan or table plans; 0 means 2. Such calls run
 	// Ring with Simple unless Override pins them.
@@ -178,8 +179,12 @@ func (c *Comm) resolve(coll costmodel.Coll, dt kernels.Dtype, op kernels.Op, cou
 	case cfg.Plan != nil:
 		d = cfg.Plan(coll, nBytes)
 	case len(cfg.Tables) > 0:
-		if t := c.table(coll, op, dt); t != nil {
+		if t, own := c.table(coll, op, dt); t != nil {
 			d = t.Lookup(nBytes)
+			// A table of another class priced the menu for its own op and dtype: where its pick
+			// cannot run this call's (NVLS and CollNet reduce fewer op/dtype pairs than Ring),
+			// the call takes the engine's default, as one with no table does.
+			planned = own || algoError(coll, d.Algo, d.Proto, c.n, c.topo.rpn, dt, op) == nil
 		} else {
 			planned = false
 		}
@@ -340,18 +345,20 @@ func (c *Comm) slotPayload(p costmodel.Proto) int64 {
 	return b.Simple / NCCLSteps
 }
 
-func (c *Comm) table(coll costmodel.Coll, op kernels.Op, dt kernels.Dtype) *planner.DecisionTable {
+// table returns the call's table: the first of its class (collective, op, dtype), own, else the
+// first of its collective.
+func (c *Comm) table(coll costmodel.Coll, op kernels.Op, dt kernels.Dtype) (t *planner.DecisionTable, own bool) {
 	var first *planner.DecisionTable
 	for _, t := range c.cfg.Tables {
 		if t == nil || t.Class.Coll != coll {
 			continue
 		}
 		if t.Class.Op == capOp(op) && int(t.Class.Dtype) == int(dt) {
-			return t
+			return t, true
 		}
 		if first == nil {
 			first = t
 		}
 	}
-	return first
+	return first, false
 }

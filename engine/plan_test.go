@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -271,5 +273,52 @@ func TestPinAlgoSimpleOnly(t *testing.T) {
 			assert.Equal(t, tc.algo, got.Algo)
 			assert.Equal(t, costmodel.Simple, got.Proto)
 		})
+	}
+}
+
+// TestTableOfAnotherClass is the regression test of a call whose class (op, dtype) has no table of
+// its own, planned from its collective's table for another class whose pick the call cannot run:
+// collbench's bookkeeping AllReduce (the slowest rank's time, float64 max) on a table for float32
+// sum that picks NVLS (the shipped cpu overlay's pick at 1 x 2 for small calls; here NCCL_ALGO=NVLS
+// makes it the only pick). NVLS does not reduce float64 max (NCCL's nvlsSupport), so every rank
+// refused the call with ErrInvalid. Now the call runs on the engine's default, Ring/Simple, and a
+// call whose pick it can run still takes the table's: float64 sum runs NVLS.
+func TestTableOfAnotherClass(t *testing.T) {
+	node, err := tables.Load("cpu")
+	require.NoError(t, err)
+	node.Node.GPUsPerNode = 2
+	topo, err := capabilities.FromNode(node, 1)
+	require.NoError(t, err)
+	topo.Env.Algo = capabilities.Setting{Value: "NVLS", Source: capabilities.SourceFlag}
+	pl, err := planner.New(&topo, planner.Config{})
+	require.NoError(t, err)
+	table, err := pl.Compile(bg, planner.Class{Coll: costmodel.AllReduce, Op: capabilities.Sum, Dtype: capabilities.Float32, PipeOps: 1})
+	require.NoError(t, err)
+	require.Equal(t, costmodel.NVLS, table.Lookup(8).Algo, "precondition: the table picks NVLS")
+
+	comms, err := NewInProcess(2, Config{Tables: []*planner.DecisionTable{table}})
+	require.NoError(t, err)
+	defer closeAll(comms)
+	for _, tc := range []struct {
+		op   kernels.Op
+		want costmodel.Algo
+	}{{kernels.Max, costmodel.Ring}, {kernels.Sum, costmodel.NVLS}} {
+		outs := make([][]byte, 2)
+		errs := runRanks(t, comms, 10*time.Second, func(r int, c *Comm) error {
+			outs[r] = make([]byte, 8)
+			binary.LittleEndian.PutUint64(outs[r], math.Float64bits(float64(r+2)))
+			return c.AllReduce(bg, outs[r], outs[r], 1, kernels.Float64, tc.op)
+		})
+		for r, err := range errs {
+			require.NoError(t, err, "%v: rank %d", tc.op, r)
+		}
+		want := 3.0 // max(2, 3)
+		if tc.op == kernels.Sum {
+			want = 5 // 2 + 3
+		}
+		for r := range outs {
+			assert.Equal(t, want, math.Float64frombits(binary.LittleEndian.Uint64(outs[r])), "%v: rank %d", tc.op, r)
+		}
+		assert.Equal(t, tc.want, comms[0].LastPlan().Algo, "%v", tc.op)
 	}
 }

@@ -378,3 +378,25 @@ func TestConfigMismatchRefused(t *testing.T) {
 		assert.Contains(t, outs[r].String(), "every rank must run with the same configuration")
 	}
 }
+
+// TestPinnedTimeAveraging is the regression test of -a under a pin whose algorithm cannot run
+// collbench's own bookkeeping: the times of the ranks are reduced with a float64 AllReduce (-a 1
+// averages, 2 takes the fastest, 3 the slowest), which NVLS cannot reduce with min or max, and
+// the table compiled for the pinned sweep (float32 sum, NVLS only) planned it as NVLS: every rank
+// failed with "exchanging times: ... NVLS AllReduce with float64 max". The unpinned planner's
+// table hit the same at 1 x 2, where the shipped overlay picks NVLS for small calls.
+func TestPinnedTimeAveraging(t *testing.T) {
+	for _, a := range []string{"1", "2", "3"} {
+		t.Run("a="+a, func(t *testing.T) {
+			out, stderr, err := runCollbench(t, append([]string{"allreduce", "-np", "2", "--transport", "inproc", "--algo", "NVLS", "-a", a}, small...)...)
+			require.NoError(t, err, "%s\n%s", out, stderr)
+			s := parse(t, out)
+			require.Len(t, s.Rows, 3, out)
+			for _, r := range s.Rows {
+				assert.Zero(t, r.OOP.Wrong, "row %d", r.Line)
+				assert.Positive(t, r.OOP.TimeUS, "row %d", r.Line)
+			}
+			assert.Contains(t, out, "# NCCL_ALGO=NVLS")
+		})
+	}
+}

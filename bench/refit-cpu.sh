@@ -7,7 +7,9 @@
 # shapes' cells). Then every shape again, as a check on fresh sweeps of the overlay just written.
 # Run it on a quiet host: nothing else should compete for the cores.
 #
-# Usage: bench/refit-cpu.sh OUTDIR   (REPEAT=3 MAX=64M; CHECK_ONLY=1 checks OUTDIR/cpu.fit.toml again)
+# Usage: bench/refit-cpu.sh OUTDIR   (REPEAT=3 MAX=64M; CHECK_ONLY=1 checks OUTDIR/cpu.fit.toml again;
+#        SHAPES="4 4" fits and checks those shapes only, "NP GPN" pairs separated by commas; ADD=1
+#        keeps the cells of an OUTDIR/cpu.fit.toml already there, such as a copy of the shipped one)
 # Writes OUTDIR/cpu.fit.toml (copy it to tables/cpu.fit.toml to ship it), OUTDIR/fit-NPxGPN/ and
 # OUTDIR/check-NPxGPN/ (the sweeps), and OUTDIR/*.log (each run's report, with its wall time).
 set -euo pipefail
@@ -21,6 +23,9 @@ out=$(cd "$out" && pwd)
 b=$out/bin
 common=(--node cpu --run --transport shm --repeat "$repeat" --max "$max" --collbench "$b/collbench" --out "$out/cpu.fit.toml")
 shapes=("2 2" "4 2" "2 1" "4 1") # np, ranks per node: 1 x 2, 2 x 2, 2 x 1, 4 x 1
+if [ -n "${SHAPES:-}" ]; then
+  IFS=, read -r -a shapes <<<"$SHAPES"
+fi
 step() { # label, then calibrate's arguments
   local label=$1 s
   shift
@@ -29,7 +34,7 @@ step() { # label, then calibrate's arguments
   echo "$label: $(($(date +%s) - s)) s"
 }
 if [ -z "${CHECK_ONLY:-}" ]; then
-  rm -f "$out/cpu.fit.toml"
+  [ -n "${ADD:-}" ] || rm -f "$out/cpu.fit.toml"
   for s in "${shapes[@]}"; do # each shape's run keeps the cells of the shapes before it
     set -- $s
     rm -rf "$out/fit-$1x$2"

@@ -24,6 +24,9 @@ type OverlayInput struct {
 	// Keep are cells of an earlier overlay to keep (other shapes); cells at Nodes x RanksPerNode
 	// are replaced.
 	Keep []tables.FitCell
+	// KeepFiles are the earlier overlay's provenance files to keep with them (KeepProvenance),
+	// written before Files, which are tagged with Nodes x RanksPerNode.
+	KeepFiles []tables.InputFile
 	// Corrections, when not empty, are written as the overlay's [[corrections.cell]]: the complete
 	// list (an overlay's array replaces the table's), e.g. from TableCorrections. A row with nodes
 	// and ranks_per_node applies at that shape only (a fit's own rows, fitted against its cells);
@@ -183,8 +186,11 @@ func WriteOverlay(w io.Writer, r *FitResult, in OverlayInput) error {
 		vs[i] = strconv.Quote(v)
 	}
 	fmt.Fprintf(&b, "nccl_versions = [%s]\n", strings.Join(vs, ", "))
-	for _, f := range in.Files {
+	for _, f := range provenanceFiles(in) {
 		fmt.Fprintf(&b, "\n[[provenance.fitted_from]]\nfile = %q\nsha256 = %q\n", f.File, f.SHA256)
+		if f.Nodes != 0 {
+			fmt.Fprintf(&b, "nodes = %d\nranks_per_node = %d\n", f.Nodes, f.RanksPerNode)
+		}
 	}
 	b.WriteString("\n[provenance.residual]\n")
 	fmt.Fprintf(&b, "points = %d  # measured\n", len(r.Residuals))
@@ -192,6 +198,51 @@ func WriteOverlay(w io.Writer, r *FitResult, in OverlayInput) error {
 	fmt.Fprintf(&b, "max_rel = %s  # measured\n", num(r.MaxRel))
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// provenanceFiles are the overlay's provenance files: the kept ones, then the fit's own tagged
+// with its shape (a kept file the fit read again is named once, with the fit's shape).
+func provenanceFiles(in OverlayInput) []tables.InputFile {
+	type key struct{ file, sum string }
+	own := map[key]bool{}
+	var fit []tables.InputFile
+	for _, f := range in.Files {
+		if in.Nodes > 0 && in.RanksPerNode > 0 && f.Nodes == 0 {
+			f.Nodes, f.RanksPerNode = in.Nodes, in.RanksPerNode
+		}
+		own[key{f.File, f.SHA256}] = true
+		fit = append(fit, f)
+	}
+	var out []tables.InputFile
+	for _, f := range in.KeepFiles {
+		if !own[key{f.File, f.SHA256}] {
+			out = append(out, f)
+		}
+	}
+	return append(out, fit...)
+}
+
+// KeepProvenance reads an earlier overlay's provenance files for a refit at nodes x rpn that keeps
+// its cells of other shapes: the files of other shapes. A file without a shape (written before
+// calibrate tagged them) is kept when keep is set, that is when some earlier cell survives the
+// refit, since it may be that cell's.
+func KeepProvenance(file string, data []byte, nodes, rpn int, keep bool) ([]tables.InputFile, error) {
+	var o struct {
+		Provenance *tables.Provenance `toml:"provenance"`
+	}
+	if _, err := configfile.DecodeTOML(file, data, tables.MaxDepth, &o); err != nil {
+		return nil, fmt.Errorf("calibrate: %w", err)
+	}
+	if o.Provenance == nil {
+		return nil, nil
+	}
+	var out []tables.InputFile
+	for _, f := range o.Provenance.FittedFrom {
+		if f.Nodes == 0 && keep || f.Nodes != 0 && (f.Nodes != nodes || f.RanksPerNode != rpn) {
+			out = append(out, f)
+		}
+	}
+	return out, nil
 }
 
 // OverlayCorrections reads an existing overlay's [corrections] for a refit at nodes x rpn: whether

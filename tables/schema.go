@@ -167,10 +167,13 @@ type Provenance struct {
 	Residual     *Residual   `toml:"residual"`
 }
 
-// InputFile is one sweep file a fit used.
+// InputFile is one sweep file a fit used. Nodes and RanksPerNode, when set (both), are the shape
+// of the fit it went into: an overlay fitted shape by shape names every shape's files.
 type InputFile struct {
-	File   string `toml:"file"`
-	SHA256 string `toml:"sha256"`
+	File         string `toml:"file"`
+	SHA256       string `toml:"sha256"`
+	Nodes        int    `toml:"nodes"`
+	RanksPerNode int    `toml:"ranks_per_node"`
 }
 
 // Residual summarises a fit's relative errors.

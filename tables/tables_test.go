@@ -379,6 +379,7 @@ func TestDecodeBadInputs(t *testing.T) {
 		{"bad_provenance.toml", []string{
 			"line 33: provenance.fitted_from[0].file: must name the sweep file",
 			"line 34: provenance.fitted_from[0].sha256",
+			"line 41: provenance.fitted_from[1]: nodes 2, ranks_per_node 0: give both (>= 1), or neither",
 			"line 37: provenance.residual.points: -1",
 			"line 39: provenance.residual.max_rel: -0.5",
 		}},

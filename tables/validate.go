@@ -336,6 +336,9 @@ func validateProvenance(v *validator, p *Provenance) {
 		if f.SHA256 != "" && !isHexN(f.SHA256, 64) {
 			v.add(k+".sha256", "%q is not 64 hex digits", f.SHA256)
 		}
+		if (f.Nodes == 0) != (f.RanksPerNode == 0) || f.Nodes < 0 || f.RanksPerNode < 0 {
+			v.add(k, "nodes %d, ranks_per_node %d: give both (>= 1), or neither", f.Nodes, f.RanksPerNode)
+		}
 	}
 	if r := p.Residual; r != nil {
 		if r.Points < 0 {

@@ -211,6 +211,20 @@ func TestCalibrateWritesBucketCorrections(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, both.Corrections, "the 2-node fit's rows survive the 4-node fit")
 	assert.Equal(t, on.Corrections.Cell, both.Corrections.Cell)
+	// The provenance names both fits' sweep files: the kept cells' as well as the new ones'.
+	var from2, from4 int
+	for _, f := range both.Provenance.FittedFrom {
+		switch filepath.Dir(f.File) {
+		case sweeps:
+			from2++
+			assert.Equal(t, [2]int{2, 8}, [2]int{f.Nodes, f.RanksPerNode}, f.File)
+		case sweeps4:
+			from4++
+			assert.Equal(t, [2]int{4, 8}, [2]int{f.Nodes, f.RanksPerNode}, f.File)
+		}
+	}
+	assert.Positive(t, from2, "the 2-node fit's files: %+v", both.Provenance.FittedFrom)
+	assert.Positive(t, from4, "the 4-node fit's files: %+v", both.Provenance.FittedFrom)
 	for _, tc := range []struct {
 		nodes int
 		want  float64

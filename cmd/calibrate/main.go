@@ -549,6 +549,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if hadCorr, keepCorr, err = calibrate.OverlayCorrections(*out, old, *nodes, shape.RanksPerNode); err != nil {
 			return usageError{err}
 		}
+		if in.KeepFiles, err = calibrate.KeepProvenance(*out, old, *nodes, shape.RanksPerNode, len(in.Keep) > 0); err != nil {
+			return usageError{err}
+		}
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return usagef("the overlay to update: %v", err)
 	}

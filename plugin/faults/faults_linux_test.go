@@ -60,14 +60,26 @@ type scene struct {
 // fault is one misbehaviour. tuner returns the --tuner value; arm turns the fault on (before the
 // command for planner and collbench start, after the first rows for a reload).
 type fault struct {
-	name                   string
-	tuner                  func(t *testing.T, s *scene) string
-	config                 string // initial --tuner-config content ("" for none)
-	flags                  func(s *scene) []string
-	arm                    func(t *testing.T, s *scene)
-	timeout                time.Duration // the deadline that applies (--tuner-timeout, or the 2 s call default)
-	want                   string        // in the error or fallback note
+	name    string
+	tuner   func(t *testing.T, s *scene) string
+	config  string // initial --tuner-config content ("" for none)
+	flags   func(s *scene) []string
+	arm     func(t *testing.T, s *scene)
+	timeout time.Duration // the deadline that applies (--tuner-timeout, or the 2 s call default)
+	// slack is how long past the deadline a command may take to return: 1 s unless set. The fork
+	// bomb's 64 processes hold both cores of a 2-core machine until they are killed, and the job
+	// beside them starts slower: a loaded run took 1.07 s past the deadline.
+	slack                  time.Duration
+	want                   string // in the error or fallback note
 	planner, start, reload outcome
+}
+
+// within is the fault's slack past its deadline.
+func (f fault) within() time.Duration {
+	if f.slack > 0 {
+		return f.slack
+	}
+	return time.Second
 }
 
 // script writes a shell tuner that runs body when the scene is armed and otherwise is tuner-nccl.
@@ -145,7 +157,7 @@ func faults() []fault {
 			}, timeout: time.Second, planner: works, start: works, reload: works},
 		{name: "handshake names a silent port", tuner: script("printf '1|1|tcp|ADDR|grpc\\n'; exec sleep 600"), flags: timeoutFlag,
 			arm: armFile, timeout: time.Second, want: "timeout while waiting for plugin to start", planner: fails, start: fails, reload: fails},
-		{name: "fork bomb", tuner: script(forkBomb()), flags: timeoutFlag, arm: armFile, timeout: time.Second,
+		{name: "fork bomb", tuner: script(forkBomb()), flags: timeoutFlag, arm: armFile, timeout: time.Second, slack: 2 * time.Second,
 			want: "timeout while waiting for plugin to start", planner: fails, start: fails, reload: fails},
 		{name: "not a plugin", tuner: script("exec /bin/true"), flags: timeoutFlag, arm: armFile, timeout: time.Second,
 			want: "without printing go-plugin's handshake line", planner: fails, start: fails, reload: fails},
@@ -329,7 +341,7 @@ func runPlanner(t *testing.T, f fault, s *scene, env []string, tuner string) {
 	}
 	args := append([]string{"explain", "--node", "h100", "--coll", "allreduce", "--bytes", "1MiB"}, tunerArgs(f, s, tuner)...)
 	out, stderr, code, took := run(t, env, "planner", args...)
-	assert.LessOrEqual(t, took, f.timeout+time.Second, "returned within its deadline plus 1 s")
+	assert.LessOrEqual(t, took, f.timeout+f.within(), "returned within its deadline plus %s", f.within())
 	switch f.planner {
 	case works:
 		assert.Equal(t, 0, code, "stderr:\n%s", stderr)
@@ -356,7 +368,7 @@ func runStart(t *testing.T, f fault, s *scene, env []string, tuner string) {
 	_, _, _, base := run(t, env, "collbench", benchArgs...)
 	args := append(append([]string(nil), benchArgs...), tunerArgs(f, s, tuner)...)
 	out, stderr, code, took := run(t, env, "collbench", args...)
-	assert.LessOrEqual(t, took-base, f.timeout+time.Second, "returned within its deadline plus 1 s (beyond the %s the job takes without a tuner)", base)
+	assert.LessOrEqual(t, took-base, f.timeout+f.within(), "returned within its deadline plus %s (beyond the %s the job takes without a tuner)", f.within(), base)
 	plans := planLine(out)
 	switch f.start {
 	case works:
@@ -474,7 +486,7 @@ func runReload(t *testing.T, f fault, s *scene, env []string, tuner string) {
 	switched := "switched policy at sequence"
 	sent := time.Now()
 	require.NoError(t, cmd.Process.Signal(syscall.SIGHUP))
-	ok := wait("reload line", f.timeout+time.Second, func() bool {
+	ok := wait("reload line", f.timeout+f.within(), func() bool {
 		e := stderr.String()
 		return strings.Contains(e, kept) || strings.Contains(e, "rank 0: "+switched)
 	})

@@ -189,7 +189,7 @@ func WriteOverlay(w io.Writer, r *FitResult, in OverlayInput) error {
 	for _, f := range provenanceFiles(in) {
 		fmt.Fprintf(&b, "\n[[provenance.fitted_from]]\nfile = %q\nsha256 = %q\n", f.File, f.SHA256)
 		if f.Nodes != 0 {
-			fmt.Fprintf(&b, "nodes = %d\nranks_per_node = %d\n", f.Nodes, f.RanksPerNode)
+			fmt.Fprintf(&b, "nodes = %d  # measured\nranks_per_node = %d  # measured\n", f.Nodes, f.RanksPerNode)
 		}
 	}
 	b.WriteString("\n[provenance.residual]\n")

@@ -20,10 +20,13 @@ import (
 //     when the table has none;
 //   - Factors: NCCL's tree correction factors for tp (correction.Default), times the table's
 //     [corrections] (the rows of every shape, and those of tp's nodes x local_ranks over them);
-//   - Cells: the fitted overlay's [[fit.cell]] entries fitted at tp.NNodes nodes (a cell fitted
-//     at 2 nodes says nothing about 4); a cell that tp's shape or env makes illegal is skipped by
-//     planner.New with a note (Planner.Overlay), never an error, and so is a cell fitted at other
-//     ranks per node than tp's local_ranks (its CellOverride.Skip says "fitted at 2 x 4 ...");
+//   - Cells: the fitted overlay's [[fit.cell]] entries fitted at tp's shape, tp.NNodes nodes of
+//     tp.LocalRanks (a cell fitted at 2 nodes says nothing about 4, one fitted at 1 x 2 nothing
+//     about 1 x 4); a cell that tp's env or shape makes illegal is skipped by planner.New with a
+//     note (Planner.Overlay), never an error. Where the overlay has no cell of tp's shape, its
+//     cells at tp.NNodes nodes and other ranks per node are passed skipped too (CellOverride.Skip:
+//     "fitted at 1 x 2 ..., this is 1 x 4"), so that the note says why none applies; where it has,
+//     they are left out, as the other node counts' are;
 //   - Overlay: the file the fitted cells and the overlay's numbers come from: the overlay
 //     (tables.Node.Overlay), else the table's own file when it carries [fit] cells itself, else "".
 //
@@ -51,10 +54,17 @@ func PlannerConfig(n *tables.Node, tp *capabilities.Topology) (planner.Config, e
 	if err != nil {
 		return cfg, err
 	}
+	fitted := false // the overlay has cells of tp's shape
+	for _, c := range cells {
+		fitted = fitted || c.RanksPerNode == tp.LocalRanks
+	}
 	for _, c := range cells {
 		o := planner.CellOverride{Coll: c.Coll, Algo: c.Algo, Proto: c.Proto,
 			LatUS: float32(c.LatUS), BWGBps: float32(c.BWGBps)}
 		if c.RanksPerNode != tp.LocalRanks {
+			if fitted {
+				continue
+			}
 			o.Skip = fmt.Sprintf("fitted at %d x %d (nodes x ranks per node), this is %d x %d", tp.NNodes, c.RanksPerNode, tp.NNodes, tp.LocalRanks)
 		}
 		cfg.Cells = append(cfg.Cells, o)

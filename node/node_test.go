@@ -81,13 +81,20 @@ func TestPlannerConfigNamesTheOverlay(t *testing.T) {
 				assert.Nil(t, pl.Overlay())
 				return
 			}
+			// At 1 x 2 (the table's gpus_per_node): that shape's LL cells are disabled by the env;
+			// the cells fitted at 1 x 4 are left out (this shape has its own).
 			var want []string
+			shape := 0
 			for _, c := range tc.n.Fit.Cell {
-				if c.Nodes == 1 && c.Proto == "ll" {
-					want = append(want, c.Coll+"/"+c.Algo+"/"+c.Proto)
+				if c.Nodes == 1 && c.RanksPerNode == tc.n.Node.GPUsPerNode {
+					shape++
+					if c.Proto == "ll" {
+						want = append(want, c.Coll+"/"+c.Algo+"/"+c.Proto)
+					}
 				}
 			}
 			require.NotEmpty(t, want)
+			assert.Len(t, cfg.Cells, shape)
 			var got []string
 			for _, s := range pl.Overlay().Skipped {
 				got = append(got, strings.ToLower(s.Coll.String()+"/"+s.Algo.String()+"/"+s.Proto.String()))
@@ -101,7 +108,9 @@ func TestPlannerConfigNamesTheOverlay(t *testing.T) {
 
 // TestFitCellShape: a fitted cell applies at the shape it was fitted at only. The table has
 // gpus_per_node 8; one cell says ranks_per_node = 4, one says nothing (fitted at the table's 8). At
-// 1 x 8 the first is skipped with a note naming both shapes; at 1 x 4 (FromNodeShape) the second.
+// 1 x 8 the second applies and the first is left out; at 1 x 4 (FromNodeShape) the first applies
+// and the second is left out. At 1 x 2, where no cell was fitted, both are skipped with a note
+// naming both shapes.
 func TestFitCellShape(t *testing.T) {
 	n, err := tables.LoadBase("h100")
 	require.NoError(t, err)
@@ -112,12 +121,13 @@ func TestFitCellShape(t *testing.T) {
 	}}
 	for _, tc := range []struct {
 		rpn     int
-		applied string // the cell that applies
-		skipped string
-		reason  string
+		applied int
+		skipped []string // names, then reasons
 	}{
-		{8, "AllReduce/RING/LL", "AllReduce/RING/SIMPLE", "fitted at 1 x 4 (nodes x ranks per node), this is 1 x 8"},
-		{4, "AllReduce/RING/SIMPLE", "AllReduce/RING/LL", "fitted at 1 x 8 (nodes x ranks per node), this is 1 x 4"},
+		{8, 1, nil},
+		{4, 1, nil},
+		{2, 0, []string{"AllReduce/RING/SIMPLE", "fitted at 1 x 4 (nodes x ranks per node), this is 1 x 2",
+			"AllReduce/RING/LL", "fitted at 1 x 8 (nodes x ranks per node), this is 1 x 2"}},
 	} {
 		tp, err := capabilities.FromNodeShape(n, 1, tc.rpn)
 		require.NoError(t, err)
@@ -129,10 +139,16 @@ func TestFitCellShape(t *testing.T) {
 		require.NoError(t, err)
 		ov := pl.Overlay()
 		require.NotNil(t, ov)
-		assert.Equal(t, 1, ov.Applied, "%d ranks per node", tc.rpn)
-		require.Len(t, ov.Skipped, 1, "%d ranks per node", tc.rpn)
-		assert.Equal(t, tc.skipped, ov.Skipped[0].Name())
-		assert.Equal(t, tc.reason, ov.Skipped[0].Reason)
-		assert.Contains(t, ov.Note(), "1 cell not applied: "+tc.skipped+" ("+tc.reason+")")
+		assert.Equal(t, tc.applied, ov.Applied, "%d ranks per node", tc.rpn)
+		var got []string
+		for _, s := range ov.Skipped {
+			got = append(got, s.Name(), s.Reason)
+		}
+		assert.Equal(t, tc.skipped, got, "%d ranks per node", tc.rpn)
+		if tc.applied == 1 {
+			want := map[int]string{8: "AllReduce/RING/LL", 4: "AllReduce/RING/SIMPLE"}[tc.rpn]
+			assert.Len(t, cfg.Cells, 1)
+			assert.Equal(t, want, "AllReduce/"+cfg.Cells[0].Algo.String()+"/"+cfg.Cells[0].Proto.String())
+		}
 	}
 }

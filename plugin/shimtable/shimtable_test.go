@@ -158,13 +158,17 @@ func TestCompileOverlayEveryShape(t *testing.T) {
 	n, err := tables.Load("cpu")
 	require.NoError(t, err)
 	require.NotNil(t, n.Fit)
-	fitted := 0 // the overlay's cells at one node, from the table
+	fitted, oneNode := 0, 0 // the overlay's cells at 1 x 2 and at one node, from the table
 	for _, c := range n.Fit.Cell {
 		if c.Nodes == 1 {
-			fitted++
+			oneNode++
+			if c.RanksPerNode == 2 {
+				fitted++
+			}
 		}
 	}
 	require.Positive(t, fitted)
+	require.Greater(t, oneNode, fitted, "the overlay has cells of another one-node shape (1 x 4)")
 	tb, err := Compile(context.Background(), Request{Node: n})
 	require.NoError(t, err)
 	require.Len(t, tb.Blocks, 2*len(DefaultNodes()), "(2, 1) ranks per node x 1..1024 nodes")
@@ -178,7 +182,7 @@ func TestCompileOverlayEveryShape(t *testing.T) {
 	assert.Empty(t, got[[2]int{1, 2}].Overlay.Skipped)
 	one := got[[2]int{1, 1}].Overlay
 	assert.Zero(t, one.Applied)
-	require.Len(t, one.Skipped, fitted, "one rank: no cell applies")
+	require.Len(t, one.Skipped, oneNode, "one rank: no cell applies (none was fitted at 1 x 1: every one-node cell is named)")
 	for _, s := range one.Skipped {
 		assert.Equal(t, "single rank: NCCL builds no model (n_ranks = 1)", s.Reason)
 	}
